@@ -1,0 +1,135 @@
+/* Colibri engine C API.
+ *
+ * Load a .colibri model, create sessions (each owns a KV cache and scratch buffers),
+ * generate text with a per-token callback. Every function that can fail returns a
+ * colibri_status; colibri_last_error() gives the message of the last failure on the
+ * calling thread. No function throws or aborts on bad input.
+ */
+#ifndef COLIBRI_H
+#define COLIBRI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Stable status codes. */
+typedef enum colibri_status {
+    COLIBRI_OK = 0,
+    COLIBRI_ERR_INVALID_ARGUMENT = 1, /**< a parameter is out of range or NULL */
+    COLIBRI_ERR_IO = 2,               /**< file missing, unreadable, not a regular file */
+    COLIBRI_ERR_FORMAT = 3,           /**< the model file is corrupt, truncated or inconsistent */
+    COLIBRI_ERR_UNSUPPORTED = 4,      /**< valid but unsupported: newer version, device, dtype */
+    COLIBRI_ERR_OUT_OF_MEMORY = 5,
+    COLIBRI_ERR_CONTEXT_FULL = 6, /**< prompt + generation does not fit the context */
+    COLIBRI_ERR_CANCELLED = 7,    /**< the callback asked to stop (not an error for callers) */
+    COLIBRI_ERR_INTERNAL = 8
+} colibri_status;
+
+typedef struct colibri_model colibri_model;
+typedef struct colibri_session colibri_session;
+
+/** Message of the last failed call on this thread ("" when none). Valid until the next call. */
+const char* colibri_last_error(void);
+
+/** Name of a status code ("ok", "invalid_argument", ...). */
+const char* colibri_status_name(colibri_status status);
+
+typedef struct colibri_model_params {
+    const char* device; /**< "cpu" (default when NULL) or "cuda:N" */
+    int n_threads;      /**< 0: the CPUs this process may use */
+} colibri_model_params;
+
+/** Fills defaults: device "cpu", n_threads 0. */
+void colibri_model_params_init(colibri_model_params* params);
+
+/** Maps and validates the file. On failure *out is NULL. */
+colibri_status colibri_model_load(const char* path, const colibri_model_params* params,
+                                  colibri_model** out);
+void colibri_model_free(colibri_model* model);
+
+typedef struct colibri_model_info {
+    const char* architecture; /**< e.g. "mixtral", "qwen3_moe", "llama" */
+    const char* quant;        /**< weight type of the matrices: "f32", "q8_0", ... */
+    const char* backend;      /**< "cpu" or "cuda:N" */
+    int n_threads;
+    int n_layer, n_embd, n_head, n_head_kv, head_dim;
+    int n_expert, n_expert_used;
+    int n_vocab, n_ctx;
+    int32_t bos_id, eos_id;
+    uint64_t n_params;        /**< all parameters */
+    uint64_t n_params_active; /**< parameters touched per token */
+    uint64_t file_size;
+} colibri_model_info;
+
+/** Strings in *info stay valid while the model lives. */
+colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_info* info);
+
+typedef struct colibri_session_params {
+    int n_ctx; /**< 0: the model's context length */
+} colibri_session_params;
+
+void colibri_session_params_init(colibri_session_params* params);
+
+/** A session holds its KV cache and every buffer the per-token path needs. */
+colibri_status colibri_session_create(colibri_model* model, const colibri_session_params* params,
+                                      colibri_session** out);
+void colibri_session_free(colibri_session* session);
+
+typedef struct colibri_generate_params {
+    int max_tokens;       /**< tokens to generate at most (default 128) */
+    float temperature;    /**< 0: greedy (default 0.8) */
+    int top_k;            /**< 0: off (default 40) */
+    float top_p;          /**< 1: off (default 0.95) */
+    float min_p;          /**< 0: off (default 0.05) */
+    float repeat_penalty; /**< 1: off (default 1.0) */
+    int repeat_last_n;    /**< window of the repetition penalty (default 64) */
+    uint64_t seed;        /**< same seed, same tokens */
+    const char* const* stop; /**< stop strings; generation ends before the match */
+    size_t n_stop;
+    int add_bos;          /**< -1: the model's default, 0: no, 1: yes */
+} colibri_generate_params;
+
+void colibri_generate_params_init(colibri_generate_params* params);
+
+/** Why generation ended. */
+typedef enum colibri_finish_reason {
+    COLIBRI_FINISH_LENGTH = 0, /**< max_tokens reached */
+    COLIBRI_FINISH_EOS = 1,    /**< end-of-sequence token */
+    COLIBRI_FINISH_STOP = 2,   /**< a stop string matched */
+    COLIBRI_FINISH_CANCELLED = 3,
+    COLIBRI_FINISH_CONTEXT = 4 /**< the context is full */
+} colibri_finish_reason;
+
+typedef struct colibri_generate_result {
+    colibri_finish_reason finish_reason;
+    int n_prompt_tokens;
+    int n_generated_tokens;
+    double prompt_ms;   /**< prefill time */
+    double generate_ms; /**< decode time (after the first token) */
+} colibri_generate_result;
+
+/**
+ * Called for each piece of completion text. Pieces concatenate to exactly the completion
+ * text and never split a UTF-8 character; stop strings are never emitted. Return nonzero
+ * to stop (the call then returns COLIBRI_OK with finish reason CANCELLED).
+ */
+typedef int (*colibri_piece_callback)(void* user, const char* piece, size_t len);
+
+/** Tokenizes prompt, prefills, generates. The session's cache is reset first. */
+colibri_status colibri_generate(colibri_session* session, const char* prompt, size_t prompt_len,
+                                const colibri_generate_params* params,
+                                colibri_piece_callback callback, void* user,
+                                colibri_generate_result* result);
+
+/** Tokenizes text into ids (no BOS). Returns the number of ids; writes at most capacity. */
+colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len,
+                                int32_t* ids, size_t capacity, size_t* n_ids);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COLIBRI_H */
