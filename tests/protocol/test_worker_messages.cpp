@@ -1,0 +1,60 @@
+#include <doctest/doctest.h>
+
+#include "colibri/protocol/worker_messages.hpp"
+
+namespace p = colibri::protocol;
+namespace w = colibri::protocol::worker;
+
+TEST_CASE("supervisor-to-worker messages round-trip") {
+    w::run_msg run;
+    run.job = 12;
+    run.req.prompt = "x = \xf0\x9f\x90\x8d";
+    run.req.max_tokens = 9000; // above the client limit: the worker trusts the supervisor
+    run.req.stop = {"\n"};
+    run.req.fault = {p::fault_kind::hang, 4, 0};
+    run.seed = 77;
+    auto back = std::get<w::run_msg>(w::decode_to_worker(w::encode(run)));
+    CHECK(back.job == 12);
+    CHECK(back.seed == 77);
+    CHECK(back.req == run.req);
+
+    CHECK(std::get<w::cancel_msg>(w::decode_to_worker(w::encode(w::cancel_msg{3}))).job == 3);
+    CHECK(std::get<w::ping_msg>(w::decode_to_worker(w::encode(w::ping_msg{8}))).n == 8);
+    CHECK(std::holds_alternative<w::shutdown_msg>(w::decode_to_worker(w::encode(w::shutdown_msg{}))));
+}
+
+TEST_CASE("worker-to-supervisor messages round-trip") {
+    auto piece = std::get<w::piece_msg>(w::decode_from_worker(w::encode(w::piece_msg{4, "\xe4\xb8\xad\n"})));
+    CHECK(piece.job == 4);
+    CHECK(piece.text == "\xe4\xb8\xad\n");
+
+    w::done_msg d{5, p::finish_reason::stop, {10, 3, 2}, 1.25, 7.5};
+    auto done = std::get<w::done_msg>(w::decode_from_worker(w::encode(d)));
+    CHECK(done.job == 5);
+    CHECK(done.reason == p::finish_reason::stop);
+    CHECK(done.tokens == d.tokens);
+    CHECK(done.prefill_ms == 1.25);
+    CHECK(done.decode_ms == 7.5);
+
+    auto err = std::get<w::error_msg>(w::decode_from_worker(
+        w::encode(w::error_msg{6, p::error_code::invalid_request, "prompt too long"})));
+    CHECK(err.code == p::error_code::invalid_request);
+    CHECK(err.message == "prompt too long");
+
+    auto ready = std::get<w::ready_msg>(w::decode_from_worker(
+        w::encode(w::ready_msg{{{"architecture", "mixtral"}, {"n_ctx", 4096}}})));
+    CHECK(ready.info["architecture"] == "mixtral");
+    CHECK(std::get<w::pong_msg>(w::decode_from_worker(w::encode(w::pong_msg{9}))).n == 9);
+    CHECK(std::get<w::fatal_msg>(w::decode_from_worker(w::encode(w::fatal_msg{"no model"}))).message ==
+          "no model");
+}
+
+TEST_CASE("malformed worker messages throw protocol_error") {
+    CHECK_THROWS_AS(w::decode_from_worker("not json"), p::protocol_error);
+    CHECK_THROWS_AS(w::decode_from_worker(R"({"t":"piece"})"), p::protocol_error);
+    CHECK_THROWS_AS(w::decode_from_worker(R"({"t":"piece","job":"x","text":"a"})"), p::protocol_error);
+    CHECK_THROWS_AS(w::decode_from_worker(R"({"t":"explode"})"), p::protocol_error);
+    CHECK_THROWS_AS(w::decode_to_worker(R"({"t":"run","job":1,"seed":0,"req":{"prompt":3}})"),
+                    p::protocol_error);
+    CHECK_THROWS_AS(w::decode_to_worker("[]"), p::protocol_error);
+}
