@@ -1,0 +1,130 @@
+#include "config.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <boost/program_options.hpp>
+
+namespace colibri::daemon {
+
+namespace po = boost::program_options;
+
+namespace {
+
+template <class T>
+void require_range(const char* name, T value, T lo, T hi) {
+    if (value < lo || value > hi)
+        throw config_error(std::string("--") + name + " must be between " + std::to_string(lo) +
+                           " and " + std::to_string(hi) + " (got " + std::to_string(value) + ")");
+}
+
+} // namespace
+
+std::string default_socket_path() {
+    if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg)
+        return std::string(xdg) + "/colibri/colibri.sock";
+    return "/tmp/colibri-" + std::to_string(::getuid()) + "/colibri.sock";
+}
+
+command_line parse_command_line(int argc, const char* const* argv) {
+    command_line out;
+    daemon_config& c = out.config;
+    watchdog_config& w = c.watchdog;
+    std::string config_file;
+
+    po::options_description general("General");
+    general.add_options()
+        ("help,h", "print this help and exit")
+        ("version", "print the version and exit")
+        ("config", po::value(&config_file), "config file (INI: option = value, same names as the flags)")
+        ("model", po::value(&c.model), "the .colibri model file (required)")
+        ("socket", po::value(&c.socket), "Unix socket path (default: $XDG_RUNTIME_DIR/colibri/colibri.sock, "
+                                         "or /tmp/colibri-$UID/colibri.sock when XDG_RUNTIME_DIR is unset)")
+        ("socket-group", po::value(&c.socket_group), "group (name or gid) allowed to connect; the socket becomes 0660")
+        ("device", po::value(&c.device)->default_value(c.device), "cpu or cuda:N")
+        ("threads", po::value(&c.threads)->default_value(c.threads), "engine threads; 0: the CPUs this process may use")
+        ("log-level", po::value(&c.log_level)->default_value(c.log_level), "trace, debug, info, warn, error, off");
+
+    po::options_description limits("Limits");
+    limits.add_options()
+        ("max-connections", po::value(&c.max_connections)->default_value(c.max_connections), "concurrent client connections")
+        ("max-queue", po::value(&c.max_queue)->default_value(c.max_queue), "queued completions before 'busy'")
+        ("max-inflight-per-connection", po::value(&c.max_inflight_per_connection)->default_value(c.max_inflight_per_connection), "unfinished completions on one connection")
+        ("max-line-bytes", po::value(&c.max_line_bytes)->default_value(c.max_line_bytes), "longest request line")
+        ("max-write-buffer-bytes", po::value(&c.max_write_buffer_bytes)->default_value(c.max_write_buffer_bytes), "unsent output before a slow client is dropped")
+        ("max-tokens", po::value(&c.max_tokens)->default_value(c.max_tokens), "largest max_tokens a request may ask")
+        ("default-timeout-ms", po::value(&c.default_timeout_ms)->default_value(c.default_timeout_ms), "deadline of a request without timeout_ms")
+        ("max-timeout-ms", po::value(&c.max_timeout_ms)->default_value(c.max_timeout_ms), "cap on a request's timeout_ms")
+        ("shutdown-grace-ms", po::value(&c.shutdown_grace_ms)->default_value(c.shutdown_grace_ms), "on SIGTERM, time to finish in-flight work");
+
+    po::options_description watchdog("Watchdog");
+    watchdog.add_options()
+        ("ping-interval-ms", po::value(&w.ping_interval_ms)->default_value(w.ping_interval_ms), "worker liveness probe period")
+        ("liveness-timeout-ms", po::value(&w.liveness_timeout_ms)->default_value(w.liveness_timeout_ms), "unanswered probe time before the worker is killed")
+        ("progress-timeout-ms", po::value(&w.progress_timeout_ms)->default_value(w.progress_timeout_ms), "time a busy worker may go without output")
+        ("start-timeout-ms", po::value(&w.start_timeout_ms)->default_value(w.start_timeout_ms), "time a worker may take to load the model")
+        ("restart-backoff-ms", po::value(&w.restart_backoff_ms)->default_value(w.restart_backoff_ms), "first restart delay (doubles per consecutive crash)")
+        ("restart-backoff-max-ms", po::value(&w.restart_backoff_max_ms)->default_value(w.restart_backoff_max_ms), "largest restart delay")
+        ("crash-loop-threshold", po::value(&w.crash_loop_threshold)->default_value(w.crash_loop_threshold), "crashes within the window that make the daemon unavailable")
+        ("crash-loop-window-ms", po::value(&w.crash_loop_window_ms)->default_value(w.crash_loop_window_ms), "crash counting window")
+        ("crash-loop-retry-ms", po::value(&w.crash_loop_retry_ms)->default_value(w.crash_loop_retry_ms), "time unavailable before the next attempt");
+
+    po::options_description advanced("Advanced and testing");
+    advanced.add_options()
+        ("worker-exe", po::value(&c.worker_exe), "worker executable (default: colibri-worker next to colibrid)")
+        ("enable-fault-injection", po::bool_switch(&c.enable_fault_injection), "accept the debug_fault request field (tests only)");
+
+    po::options_description all("colibrid: the Colibri completion daemon\n\nUsage: colibrid --model FILE [options]");
+    all.add(general).add(limits).add(watchdog).add(advanced);
+
+    po::variables_map vm;
+    try {
+        po::store(po::parse_command_line(argc, argv, all), vm);
+        if (vm.count("config")) {
+            const std::string path = vm["config"].as<std::string>();
+            std::ifstream in(path);
+            if (!in) throw config_error("cannot read config file '" + path + "'");
+            po::store(po::parse_config_file(in, all), vm);
+        }
+        po::notify(vm);
+    } catch (const po::error& e) {
+        throw config_error(e.what());
+    }
+
+    std::ostringstream help;
+    help << all;
+    out.help_text = help.str();
+    out.help = vm.count("help") > 0;
+    out.version = vm.count("version") > 0;
+    if (out.help || out.version) return out;
+
+    if (c.model.empty()) throw config_error("--model is required");
+    if (c.socket.empty()) c.socket = default_socket_path();
+    require_range<std::size_t>("max-connections", c.max_connections, 1, 1u << 20);
+    require_range<std::size_t>("max-queue", c.max_queue, 1, 1u << 20);
+    require_range<std::size_t>("max-inflight-per-connection", c.max_inflight_per_connection, 1, 1u << 16);
+    require_range<std::size_t>("max-line-bytes", c.max_line_bytes, 1024, std::size_t{1} << 30);
+    require_range<std::size_t>("max-write-buffer-bytes", c.max_write_buffer_bytes, 4096, std::size_t{1} << 32);
+    require_range("threads", c.threads, 0, 4096);
+    require_range("max-tokens", c.max_tokens, 1, 1 << 24);
+    require_range<std::int64_t>("max-timeout-ms", c.max_timeout_ms, 1, INT64_C(1) << 40);
+    require_range<std::int64_t>("default-timeout-ms", c.default_timeout_ms, 1, c.max_timeout_ms);
+    require_range("shutdown-grace-ms", c.shutdown_grace_ms, 0, 3600000);
+    require_range("ping-interval-ms", w.ping_interval_ms, 1, 3600000);
+    require_range("liveness-timeout-ms", w.liveness_timeout_ms, 1, 3600000);
+    require_range("progress-timeout-ms", w.progress_timeout_ms, 1, 86400000);
+    require_range("start-timeout-ms", w.start_timeout_ms, 1, 86400000);
+    require_range("restart-backoff-ms", w.restart_backoff_ms, 0, 3600000);
+    require_range("restart-backoff-max-ms", w.restart_backoff_max_ms, w.restart_backoff_ms, 3600000);
+    require_range("crash-loop-threshold", w.crash_loop_threshold, 1, 1000);
+    require_range("crash-loop-window-ms", w.crash_loop_window_ms, 1, 86400000);
+    require_range("crash-loop-retry-ms", w.crash_loop_retry_ms, 0, 86400000);
+    if (c.device != "cpu" && c.device.rfind("cuda:", 0) != 0)
+        throw config_error("--device must be 'cpu' or 'cuda:N' (got '" + c.device + "')");
+    return out;
+}
+
+} // namespace colibri::daemon

@@ -1,0 +1,70 @@
+#pragma once
+/// colibrid settings: command line and config file share the same option names.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace colibri::daemon {
+
+/// Watchdog and restart policy of the worker supervisor.
+struct watchdog_config {
+    int ping_interval_ms = 1000;     ///< liveness probe period
+    int liveness_timeout_ms = 5000;  ///< a ping unanswered this long kills the worker
+    int progress_timeout_ms = 30000; ///< a busy worker silent this long is killed (timeout)
+    int start_timeout_ms = 120000;   ///< spawn to ready
+    int restart_backoff_ms = 100;    ///< first restart delay, doubled per consecutive crash
+    int restart_backoff_max_ms = 10000;
+    int crash_loop_threshold = 5;    ///< this many crashes within the window...
+    int crash_loop_window_ms = 60000;
+    int crash_loop_retry_ms = 30000; ///< ...make the daemon unavailable this long
+};
+
+struct daemon_config {
+    std::string model;
+    std::string socket;       ///< empty: default_socket_path()
+    std::string socket_group; ///< name or numeric gid; empty: owner only
+    std::string device = "cpu";
+    int threads = 0;
+    std::string log_level = "info";
+
+    std::size_t max_connections = 256;
+    std::size_t max_queue = 64;
+    std::size_t max_inflight_per_connection = 16;
+    std::size_t max_line_bytes = 1u << 20;
+    std::size_t max_write_buffer_bytes = 8u << 20;
+    int max_tokens = 4096;
+    std::int64_t default_timeout_ms = 60000;
+    std::int64_t max_timeout_ms = 600000;
+    int shutdown_grace_ms = 5000;
+
+    watchdog_config watchdog;
+
+    std::string worker_exe;          ///< empty: colibri-worker next to colibrid
+    bool enable_fault_injection = false;
+};
+
+/// Bad command line or config file; the message is meant for the user.
+class config_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// What parse_command_line decided.
+struct command_line {
+    daemon_config config;
+    bool help = false;
+    bool version = false;
+    std::string help_text;
+};
+
+/// Parses argv and the config file it names (--config). Throws config_error.
+command_line parse_command_line(int argc, const char* const* argv);
+
+/// $XDG_RUNTIME_DIR/colibri/colibri.sock, or /tmp/colibri-$UID/colibri.sock when unset.
+std::string default_socket_path();
+
+} // namespace colibri::daemon

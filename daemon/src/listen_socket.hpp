@@ -1,0 +1,70 @@
+#pragma once
+/// The daemon's listening Unix socket: path, permissions, single-instance lock, stale
+/// socket replacement, systemd socket activation, and the peer-credential policy.
+
+#include <sys/types.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace colibri::daemon {
+
+/// The socket cannot be set up; the message is meant for the user.
+class startup_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// A listening socket and the files that come with it. When it bound the path itself it
+/// removes the socket file on destruction (only if the file is still the one it bound).
+/// The lock file `<path>.lock` stays: removing a lock file races with its next owner.
+class listen_socket {
+public:
+    /// Uses an inherited LISTEN_FDS socket when there is one, else binds `path`.
+    /// `group`: the group allowed to connect (socket 0660, new directory 0750).
+    static listen_socket open(const std::string& path, std::optional<gid_t> group);
+
+    listen_socket(listen_socket&&) noexcept;
+    listen_socket& operator=(listen_socket&&) = delete;
+    listen_socket(const listen_socket&) = delete;
+    ~listen_socket();
+
+    /// Hands the descriptor over (to the acceptor); the files stay owned by this object.
+    int release_fd();
+    const std::string& path() const { return path_; }
+    bool activated() const { return activated_; }
+    /// Removes the socket file now (idempotent).
+    void remove_file();
+
+private:
+    listen_socket() = default;
+    int fd_ = -1;
+    int lock_fd_ = -1;
+    std::string path_;
+    bool activated_ = false;
+    bool owns_file_ = false;
+    dev_t dev_ = 0;
+    ino_t ino_ = 0;
+};
+
+/// Takes a socket passed by systemd (LISTEN_PID/LISTEN_FDS); nullopt when none.
+std::optional<int> take_activated_socket();
+
+/// Who may talk to the daemon.
+struct peer_policy {
+    uid_t owner = 0;
+    std::optional<gid_t> group;
+};
+
+/// Root, the owner, and members of the configured group (primary or supplementary).
+bool peer_allowed(uid_t uid, gid_t gid, const std::vector<gid_t>& groups, const peer_policy& policy);
+
+/// Supplementary groups of a user id (empty when the user is unknown).
+std::vector<gid_t> groups_of(uid_t uid, gid_t primary);
+
+/// A group name or numeric gid. Throws startup_error when unknown.
+gid_t resolve_group(const std::string& name_or_gid);
+
+} // namespace colibri::daemon

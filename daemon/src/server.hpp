@@ -1,0 +1,82 @@
+#pragma once
+/// colibrid's front half: accepts connections (peer-credential check, connection limit),
+/// dispatches requests, owns the scheduler and the worker supervisor, answers health and
+/// status, and shuts down gracefully on SIGTERM/SIGINT. Never includes engine headers.
+
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string_view>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "colibri/protocol/messages.hpp"
+#include "config.hpp"
+#include "connection.hpp"
+#include "listen_socket.hpp"
+#include "scheduler.hpp"
+#include "sd_notify.hpp"
+#include "supervisor.hpp"
+
+namespace colibri::daemon {
+
+/// The daemon's version string, as reported by hello and status.
+extern const char* const daemon_version;
+
+class server {
+public:
+    server(boost::asio::io_context& io, const daemon_config& cfg, listen_socket sock, worker_launch launch,
+           peer_policy policy, sd_notifier& notifier);
+    server(const server&) = delete;
+    server& operator=(const server&) = delete;
+
+    void start();
+
+    // Called by connections.
+    void handle_line(const std::shared_ptr<connection>& conn, std::string_view line);
+    void on_disconnect(const std::shared_ptr<connection>& conn);
+    void cancel_jobs(const std::shared_ptr<connection>& conn);
+
+private:
+    supervisor::handlers make_supervisor_handlers();
+    void do_accept();
+    void accept_one(boost::asio::local::stream_protocol::socket sock);
+    void wait_signals();
+    void begin_shutdown(int signo);
+    void finish_shutdown();
+    void on_state(worker_state s);
+    void schedule_sd_watchdog();
+
+    void handle_complete(const std::shared_ptr<connection>& conn, const nlohmann::json& id,
+                         protocol::complete_request req);
+    void handle_cancel(const std::shared_ptr<connection>& conn, const nlohmann::json& id,
+                       const nlohmann::json& target);
+    nlohmann::json health_event(const nlohmann::json& id) const;
+    nlohmann::json status_event(const nlohmann::json& id) const;
+
+    boost::asio::io_context& io_;
+    const daemon_config& cfg_;
+    listen_socket listen_;
+    boost::asio::local::stream_protocol::acceptor acceptor_;
+    boost::asio::steady_timer accept_retry_;
+    boost::asio::signal_set signals_;
+    boost::asio::steady_timer grace_timer_;
+    boost::asio::steady_timer sd_watchdog_timer_;
+    peer_policy policy_;
+    sd_notifier& notifier_;
+    protocol::request_limits limits_;
+    scheduler scheduler_;
+    supervisor supervisor_;
+    std::set<std::shared_ptr<connection>> connections_;
+    std::chrono::steady_clock::time_point started_;
+    bool shutting_down_ = false;
+    bool finished_ = false;
+    bool announced_ready_ = false;
+    worker_state last_state_ = worker_state::stopped;
+};
+
+} // namespace colibri::daemon

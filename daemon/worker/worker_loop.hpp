@@ -1,0 +1,77 @@
+#pragma once
+/// The worker process's side of the supervisor link, independent of the engine: reads
+/// framed messages on an inherited descriptor, runs one job at a time through a
+/// `generator`, streams pieces back, answers liveness pings from a reader thread (so a
+/// long prefill still looks alive), and applies test-only fault injection.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "colibri/protocol/errors.hpp"
+#include "colibri/protocol/worker_messages.hpp"
+
+namespace colibri::worker {
+
+/// Receives the pieces of one completion. Returns false to stop generation.
+class piece_sink {
+public:
+    virtual bool piece(std::string_view text) = 0;
+
+protected:
+    ~piece_sink() = default;
+};
+
+/// A job failed but the worker remains usable (bad argument, prompt too long, ...).
+class generate_error : public std::runtime_error {
+public:
+    generate_error(protocol::error_code code, const std::string& message)
+        : std::runtime_error(message), code_(code) {}
+    protocol::error_code code() const noexcept { return code_; }
+
+private:
+    protocol::error_code code_;
+};
+
+/// What the worker runs: the engine, or a fake in tests.
+class generator {
+public:
+    struct result {
+        protocol::finish_reason reason = protocol::finish_reason::stop;
+        protocol::usage tokens;
+        double prefill_ms = 0;
+        double decode_ms = 0;
+    };
+
+    virtual ~generator() = default;
+    /// Model description for the status op (architecture, backend, n_ctx, ...).
+    virtual nlohmann::json info() const = 0;
+    /// Runs one completion; throws generate_error when it cannot.
+    virtual result generate(const protocol::worker::run_msg& job, piece_sink& sink) = 0;
+};
+
+struct worker_options {
+    int fd = -1;
+    std::string model;
+    std::string device = "cpu";
+    int threads = 0;
+    bool fault_injection = false;
+};
+
+/// Parses `--fd N --model FILE [--device D] [--threads N] [--enable-fault-injection]`.
+/// Throws std::invalid_argument.
+worker_options parse_worker_args(int argc, const char* const* argv);
+
+using generator_factory = std::function<std::unique_ptr<generator>(const worker_options&)>;
+
+/// Creates the generator (a failure is reported as a fatal message), announces ready,
+/// then serves jobs until shutdown or until the supervisor goes away. Returns the exit
+/// status for main().
+int run_worker(const worker_options& opts, const generator_factory& make);
+
+} // namespace colibri::worker
