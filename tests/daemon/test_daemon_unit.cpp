@@ -1,0 +1,114 @@
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "config.hpp"
+#include "listen_socket.hpp"
+#include "supervisor.hpp"
+#include "harness.hpp"
+
+namespace cd = colibri::daemon;
+
+namespace {
+
+cd::command_line parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "colibrid");
+    std::vector<const char*> argv;
+    for (auto& a : args) argv.push_back(a.c_str());
+    return cd::parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+} // namespace
+
+TEST_CASE("command line: defaults and overrides") {
+    auto cl = parse({"--model", "m.colibri", "--socket", "/tmp/x.sock", "--threads", "3", "--device", "cuda:1",
+                     "--max-queue", "7", "--progress-timeout-ms", "1500"});
+    CHECK_FALSE(cl.help);
+    CHECK(cl.config.model == "m.colibri");
+    CHECK(cl.config.socket == "/tmp/x.sock");
+    CHECK(cl.config.threads == 3);
+    CHECK(cl.config.device == "cuda:1");
+    CHECK(cl.config.max_queue == 7);
+    CHECK(cl.config.watchdog.progress_timeout_ms == 1500);
+    CHECK(cl.config.watchdog.ping_interval_ms == 1000);
+    CHECK(cl.config.max_line_bytes == (1u << 20));
+    CHECK_FALSE(cl.config.enable_fault_injection);
+}
+
+TEST_CASE("command line: errors are config_error with the option's name") {
+    CHECK_THROWS_WITH_AS(parse({}), doctest::Contains("--model"), cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--threads", "lots"}), doctest::Contains("threads"),
+                         cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--device", "tpu"}), doctest::Contains("device"), cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--max-queue", "0"}), doctest::Contains("max-queue"),
+                         cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--default-timeout-ms", "9", "--max-timeout-ms", "5"}),
+                         doctest::Contains("default-timeout-ms"), cd::config_error);
+    CHECK_THROWS_AS(parse({"--model", "m", "--no-such-flag"}), cd::config_error);
+    CHECK(parse({"--help"}).help);
+    CHECK(parse({"--help"}).help_text.find("--progress-timeout-ms") != std::string::npos);
+}
+
+TEST_CASE("config file uses the flag names - the command line wins") {
+    colibri::test::temp_dir dir;
+    const std::string path = dir.path() + "/colibrid.conf";
+    std::ofstream(path) << "# comment\nmodel = /models/a.colibri\nthreads = 6\nmax-queue = 9\n"
+                           "crash-loop-threshold = 2\n";
+    auto cl = parse({"--config", path, "--threads", "2"});
+    CHECK(cl.config.model == "/models/a.colibri");
+    CHECK(cl.config.threads == 2);
+    CHECK(cl.config.max_queue == 9);
+    CHECK(cl.config.watchdog.crash_loop_threshold == 2);
+    CHECK_THROWS_WITH_AS(parse({"--config", dir.path() + "/missing.conf"}), doctest::Contains("missing.conf"),
+                         cd::config_error);
+    std::ofstream(path) << "model = m\nbogus = 1\n";
+    CHECK_THROWS_AS(parse({"--config", path}), cd::config_error);
+}
+
+TEST_CASE("default socket path follows XDG_RUNTIME_DIR - else /tmp/colibri-UID") {
+    const char* old = std::getenv("XDG_RUNTIME_DIR");
+    const std::string saved = old ? old : "";
+    ::setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
+    CHECK(cd::default_socket_path() == "/run/user/1234/colibri/colibri.sock");
+    ::unsetenv("XDG_RUNTIME_DIR");
+    CHECK(cd::default_socket_path() == "/tmp/colibri-" + std::to_string(::getuid()) + "/colibri.sock");
+    if (old) ::setenv("XDG_RUNTIME_DIR", saved.c_str(), 1);
+}
+
+TEST_CASE("peer policy: owner - root - and the configured group") {
+    cd::peer_policy owner_only{1000, std::nullopt};
+    CHECK(cd::peer_allowed(1000, 1000, {}, owner_only));
+    CHECK(cd::peer_allowed(0, 0, {}, owner_only));
+    CHECK_FALSE(cd::peer_allowed(1001, 1000, {1000}, owner_only));
+
+    cd::peer_policy with_group{1000, gid_t{2000}};
+    CHECK(cd::peer_allowed(1001, 2000, {}, with_group));      // primary group
+    CHECK(cd::peer_allowed(1001, 1001, {5, 2000}, with_group)); // supplementary group
+    CHECK_FALSE(cd::peer_allowed(1001, 1001, {5, 6}, with_group));
+}
+
+TEST_CASE("resolve_group accepts names and numbers") {
+    CHECK(cd::resolve_group("0") == 0);
+    CHECK(cd::resolve_group("root") == 0);
+    CHECK_THROWS_AS(cd::resolve_group("no-such-group-colibri"), cd::startup_error);
+}
+
+TEST_CASE("exit statuses are described with the signal name") {
+    CHECK(cd::describe_exit_status(W_EXITCODE(3, 0)) == "exited with status 3");
+    CHECK(cd::describe_exit_status(W_EXITCODE(0, SIGSEGV)) == "killed by signal 11 (SIGSEGV)");
+    CHECK(cd::describe_exit_status(W_EXITCODE(0, SIGKILL)) == "killed by signal 9 (SIGKILL)");
+}
+
+TEST_CASE("listen_socket refuses a path that is not a socket and a path too long") {
+    colibri::test::temp_dir dir;
+    const std::string path = dir.path() + "/file";
+    std::ofstream(path) << "x";
+    CHECK_THROWS_WITH_AS(cd::listen_socket::open(path, std::nullopt), doctest::Contains("not a socket"),
+                         cd::startup_error);
+    CHECK_THROWS_WITH_AS(cd::listen_socket::open(dir.path() + "/" + std::string(120, 'a'), std::nullopt),
+                         doctest::Contains("longer than"), cd::startup_error);
+}
