@@ -1,0 +1,214 @@
+// Scalar reference kernels against double-precision maths, and the CPU backend against
+// the reference kernels on odd and large shapes, with 1 and 3 threads.
+
+#include "core/half.h"
+#include "cpu/kernels.h"
+#include "ops/backend.h"
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <doctest/doctest.h>
+#include <vector>
+
+using namespace colibri;
+using format::dtype;
+
+namespace {
+
+std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.0f) {
+    xorshift64s rng(seed);
+    std::vector<float> v(n);
+    for (auto& x : v) x = scale * (2.0f * rng.uniform() - 1.0f);
+    return v;
+}
+
+// Tolerance scaled by the magnitude of the summed terms: sum |a_i * b_i|.
+double dot_tolerance(const float* a, const float* b, int64_t n, double rel) {
+    double mag = 0;
+    for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(a[i]) * b[i]);
+    return rel * mag + 1e-30;
+}
+
+std::vector<uint8_t> quantize(dtype t, const std::vector<float>& x, int64_t rows, int64_t cols) {
+    std::vector<uint8_t> q(format::row_bytes(t, cols) * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+        kernels::from_f32_row(t, x.data() + r * cols, q.data() + r * format::row_bytes(t, cols), cols);
+    }
+    return q;
+}
+
+} // namespace
+
+TEST_CASE("rmsnorm matches double precision") {
+    for (int n : {1, 7, 64, 4099}) {
+        auto x = random_vec(n, 1 + n, 3.0f), w = random_vec(n, 2 + n);
+        std::vector<float> out(n);
+        kernels::rmsnorm(out.data(), x.data(), w.data(), n, 1e-6f);
+        double ss = 0;
+        for (float v : x) ss += double(v) * v;
+        const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+        for (int i = 0; i < n; ++i) CHECK(out[i] == doctest::Approx(x[i] * inv * w[i]).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("softmax matches double precision and sums to one") {
+    auto x = random_vec(1000, 3, 20.0f);
+    std::vector<double> ref(x.begin(), x.end());
+    double mx = *std::max_element(ref.begin(), ref.end()), sum = 0;
+    for (double& v : ref) sum += (v = std::exp(v - mx));
+    kernels::softmax(x.data(), 1000);
+    double total = 0;
+    for (int i = 0; i < 1000; ++i) {
+        CHECK(x[i] == doctest::Approx(ref[i] / sum).epsilon(1e-5));
+        total += x[i];
+    }
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-5));
+}
+
+TEST_CASE("half and bfloat16 conversions round to nearest") {
+    CHECK(f16_to_f32(f32_to_f16(1.0f)) == 1.0f);
+    CHECK(f16_to_f32(f32_to_f16(-2.5f)) == -2.5f);
+    CHECK(f16_to_f32(f32_to_f16(65504.0f)) == 65504.0f);
+    CHECK(f16_to_f32(0x0001) == doctest::Approx(5.960464477539063e-08)); // smallest subnormal
+    CHECK(bf16_to_f32(f32_to_bf16(1.0f)) == 1.0f);
+    CHECK(bf16_to_f32(f32_to_bf16(3.140625f)) == 3.140625f);
+    // 1 + 2^-8 is halfway between two bf16 values: ties to even (1.0)
+    CHECK(bf16_to_f32(f32_to_bf16(1.00390625f)) == 1.0f);
+    CHECK(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST_CASE("dot_row of every dtype matches double precision of its stored values") {
+    for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+        for (int64_t n : {32, 96, 4096}) {
+            CAPTURE(format::dtype_name(t));
+            CAPTURE(n);
+            auto w = random_vec(n, 11 + n), x = random_vec(n, 12 + n);
+            auto q = quantize(t, w, 1, n);
+            std::vector<float> stored(n);
+            kernels::to_f32_row(t, q.data(), stored.data(), n);
+            double ref = 0;
+            for (int64_t i = 0; i < n; ++i) ref += double(stored[i]) * x[i];
+            const float got = kernels::dot_row(t, q.data(), x.data(), n);
+            CHECK(std::fabs(got - ref) <= dot_tolerance(stored.data(), x.data(), n, 1e-5));
+        }
+    }
+}
+
+TEST_CASE("quantisation error stays within its bound") {
+    const int64_t n = 4096;
+    auto w = random_vec(n, 99);
+    // symmetric int8: |error| <= d/2 with d = amax/127 per block (plus f16 rounding of d)
+    // 4-bit: levels -8..7 of a fitted scale; the largest error is at most one step amax/8
+    // (a value on the short side of the range), the RMS error far less (checked below)
+    struct bound { dtype t; double max_err_in_amax; } cases[] = {{dtype::q8_0, 0.5 / 127}, {dtype::q4_0, 1.0 / 8}};
+    for (auto c : cases) {
+        auto q = quantize(c.t, w, 1, n);
+        std::vector<float> back(n);
+        kernels::to_f32_row(c.t, q.data(), back.data(), n);
+        for (int64_t b = 0; b < n / 32; ++b) {
+            double amax = 0;
+            for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(double(w[b * 32 + i])));
+            for (int i = 0; i < 32; ++i) {
+                CHECK(std::fabs(back[b * 32 + i] - w[b * 32 + i]) <= amax * c.max_err_in_amax * 1.01 + 1e-7);
+            }
+        }
+        // RMS error relative to the RMS of uniform weights: int8 ~0.3%, 4-bit ~8%
+        double se = 0, sw = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            se += double(back[i] - w[i]) * (back[i] - w[i]);
+            sw += double(w[i]) * w[i];
+        }
+        MESSAGE(format::dtype_name(c.t) << " relative RMS error " << std::sqrt(se / sw));
+        CHECK(std::sqrt(se / sw) < (c.t == dtype::q8_0 ? 0.005 : 0.09));
+    }
+    // an all-zero block stays zero (no division by zero)
+    std::vector<float> zeros(32, 0.0f);
+    auto q = quantize(dtype::q4_0, zeros, 1, 32);
+    std::vector<float> back(32, 1.0f);
+    kernels::to_f32_row(dtype::q4_0, q.data(), back.data(), 32);
+    for (float v : back) CHECK(v == 0.0f);
+}
+
+TEST_CASE("rope rotates pairs i and i+d/2 by the position angle") {
+    const int d = 16;
+    auto x = random_vec(d, 5);
+    auto y = x;
+    kernels::rope_head(y.data(), d, 7, 10000.0f);
+    for (int i = 0; i < d / 2; ++i) {
+        const double a = 7.0 * std::pow(10000.0, -2.0 * i / d);
+        CHECK(y[i] == doctest::Approx(x[i] * std::cos(a) - x[i + d / 2] * std::sin(a)).epsilon(1e-5));
+        CHECK(y[i + d / 2] == doctest::Approx(x[i + d / 2] * std::cos(a) + x[i] * std::sin(a)).epsilon(1e-5));
+    }
+    // position 0 is the identity
+    auto z = x;
+    kernels::rope_head(z.data(), d, 0, 10000.0f);
+    for (int i = 0; i < d; ++i) CHECK(z[i] == x[i]);
+}
+
+TEST_CASE("backend matmul matches the reference on odd and large shapes") {
+    struct shape { int64_t rows, cols; int n; } shapes[] = {{1, 32, 1}, {7, 64, 3}, {257, 96, 1}, {33, 1024, 5}, {1000, 352, 2}};
+    for (int threads : {1, 3}) {
+        auto be = make_cpu_backend(threads, 4096);
+        for (auto s : shapes) {
+            for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+                CAPTURE(threads);
+                CAPTURE(format::dtype_name(t));
+                CAPTURE(s.rows);
+                CAPTURE(s.n);
+                auto w = random_vec(size_t(s.rows * s.cols), 21);
+                auto q = quantize(t, w, s.rows, s.cols);
+                auto x = random_vec(size_t(s.n * s.cols), 22);
+                tensor_view tv;
+                tv.type = t;
+                tv.n_dims = 2;
+                tv.shape[0] = uint64_t(s.rows);
+                tv.shape[1] = uint64_t(s.cols);
+                tv.data = q.data();
+                tv.size = q.size();
+                std::vector<float> y(size_t(s.n * s.rows));
+                be->matmul(tv, x.data(), s.n, y.data());
+                const uint64_t rb = format::row_bytes(t, s.cols);
+                std::vector<float> row(s.cols);
+                for (int tok = 0; tok < s.n; ++tok) {
+                    for (int64_t r = 0; r < s.rows; ++r) {
+                        kernels::to_f32_row(t, q.data() + r * rb, row.data(), s.cols);
+                        double ref = 0;
+                        for (int64_t c = 0; c < s.cols; ++c) ref += double(row[c]) * x[tok * s.cols + c];
+                        REQUIRE(std::fabs(y[tok * s.rows + r] - ref) <= dot_tolerance(row.data(), x.data() + tok * s.cols, s.cols, 1e-5));
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("backend attention matches a direct computation with grouped heads") {
+    const int n_ctx = 9, n_head = 4, n_head_kv = 2, hd = 8, n = 3;
+    auto be = make_cpu_backend(2, 64);
+    auto kc = random_vec(n_ctx * n_head_kv * hd, 31), vc = random_vec(n_ctx * n_head_kv * hd, 32);
+    auto q = random_vec(n * n_head * hd, 33);
+    std::vector<float> out(n * n_head * hd), scratch(2 * n_ctx);
+    const int32_t pos[n] = {4, 5, 6};
+    attention_args a{q.data(), kc.data(), vc.data(), pos, out.data(), scratch.data(), n, n_ctx, n_head, n_head_kv, hd, 0.35f};
+    be->attention(a);
+    for (int t = 0; t < n; ++t) {
+        for (int h = 0; h < n_head; ++h) {
+            const int kvh = h / (n_head / n_head_kv);
+            std::vector<double> s(pos[t] + 1);
+            double mx = -1e300, sum = 0;
+            for (int j = 0; j <= pos[t]; ++j) {
+                double d = 0;
+                for (int i = 0; i < hd; ++i) d += double(q[(t * n_head + h) * hd + i]) * kc[(j * n_head_kv + kvh) * hd + i];
+                s[j] = d * 0.35;
+                mx = std::max(mx, s[j]);
+            }
+            for (double& v : s) sum += (v = std::exp(v - mx));
+            for (int i = 0; i < hd; ++i) {
+                double ref = 0;
+                for (int j = 0; j <= pos[t]; ++j) ref += s[j] / sum * vc[(j * n_head_kv + kvh) * hd + i];
+                CHECK(out[(t * n_head + h) * hd + i] == doctest::Approx(ref).epsilon(1e-4));
+            }
+        }
+    }
+}
