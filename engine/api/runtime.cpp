@@ -42,7 +42,9 @@ std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string
     rt->tok = make_tokenizer(rt->mdl->file());
     const auto& hp = rt->mdl->hp();
     const int64_t max_cols = std::max({hp.n_embd, hp.n_head * hp.head_dim, hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
-    rt->be = make_cpu_backend(n_threads > 0 ? n_threads : usable_cpu_count(), max_cols);
+    cpu_options co;
+    co.n_threads = n_threads > 0 ? n_threads : usable_cpu_count();
+    rt->be = make_cpu_backend(co, max_cols);
     rt->device = "cpu";
     return rt;
 }

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
+#include "cpu/vec.h"
 #include "ops/backend.h"
 
 #include <cmath>
@@ -33,11 +34,11 @@ private:
 
 class cpu_backend final : public backend {
 public:
-    cpu_backend(int n_threads, int64_t max_cols)
-        : pool_(n_threads), max_cols_(max_cols),
-          row_scratch_(static_cast<size_t>(pool_.size()) * static_cast<size_t>(max_cols)) {}
+    cpu_backend(const cpu_options& o, int64_t max_cols)
+        : pool_(o.n_threads), max_cols_(max_cols),
+          vk_(o.kernels != nullptr ? *o.kernels : best_vec_kernels()), int8_activations_(o.int8_activations) {}
 
-    std::string name() const override { return "cpu"; }
+    std::string name() const override { return std::string("cpu/") + vk_.name; }
     int n_threads() const override { return pool_.size(); }
 
     std::unique_ptr<device_buffer> alloc(size_t n) override { return std::make_unique<host_buffer>(n); }
@@ -59,21 +60,36 @@ public:
         const int64_t cols = static_cast<int64_t>(w.cols());
         COLIBRI_ASSERT(cols <= max_cols_);
         const uint64_t rb = format::row_bytes(w.type, w.cols());
-        if (n == 1) {
+        // Each weight row is read once and multiplied with all n tokens while it is in cache.
+        if ((w.type == format::dtype::q8_0 || w.type == format::dtype::q4_0) && int8_activations_) {
+            // integer dot products: quantise the activations once per call
+            const int64_t nb = cols / format::qk;
+            if (xq_.size() < static_cast<size_t>(n * nb)) xq_.resize(static_cast<size_t>(n * nb)); // grows, then stays
+            block_q8_x* xq = xq_.data();
+            for (int t = 0; t < n; ++t) vk_.quantize_x(x + t * cols, xq + t * nb, cols);
+            auto dot = w.type == format::dtype::q8_0 ? vk_.dot_q8_0 : vk_.dot_q4_0;
             pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r) y[r] = kernels::dot_row(w.type, w.data + r * rb, x, cols);
+                for (int64_t r = r0; r < r1; ++r) {
+                    const uint8_t* row = w.data + r * rb;
+                    for (int t = 0; t < n; ++t) y[t * rows + r] = dot(row, xq + t * nb, cols);
+                }
             });
             return;
         }
-        // Several tokens: each weight row is read (and converted) once for all of them.
-        pool_.run([&](int ith, int nth) {
-            float* row = row_scratch_.data() + static_cast<size_t>(ith) * static_cast<size_t>(max_cols_);
-            const int64_t chunk = (rows + nth - 1) / nth;
-            const int64_t r0 = std::min(rows, chunk * ith), r1 = std::min(rows, r0 + chunk);
+        pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r) {
-                kernels::to_f32_row(w.type, w.data + r * rb, row, cols);
+                const uint8_t* row = w.data + r * rb;
                 for (int t = 0; t < n; ++t) {
-                    y[t * rows + r] = kernels::dot_row(format::dtype::f32, row, x + t * cols, cols);
+                    const float* xt = x + t * cols;
+                    float v;
+                    switch (w.type) {
+                    case format::dtype::f16: v = vk_.dot_f16(row, xt, cols); break;
+                    case format::dtype::bf16: v = vk_.dot_bf16(row, xt, cols); break;
+                    case format::dtype::q8_0: v = vk_.dot_q8_0_f32(row, xt, cols); break;
+                    case format::dtype::q4_0: v = vk_.dot_q4_0_f32(row, xt, cols); break;
+                    default: v = vk_.dot_f32(reinterpret_cast<const float*>(row), xt, cols); break;
+                    }
+                    y[t * rows + r] = v;
                 }
             }
         });
@@ -126,7 +142,7 @@ public:
                 // scores of the query against every cached key up to its position
                 for (int j = 0; j < n_keys; ++j) {
                     const float* k = a.k_cache + j * kv_stride + static_cast<int64_t>(kvh) * a.head_dim;
-                    scores[j] = kernels::dot_row(format::dtype::f32, k, q, a.head_dim) * a.scale;
+                    scores[j] = vk_.dot_f32(k, q, a.head_dim) * a.scale;
                 }
                 kernels::softmax(scores, n_keys);
                 // weighted sum of the values
@@ -150,15 +166,17 @@ public:
 private:
     thread_pool pool_;
     int64_t max_cols_;
-    std::vector<float> row_scratch_; // [n_threads, max_cols]
+    const vec_kernels& vk_;
+    bool int8_activations_;
+    std::vector<block_q8_x> xq_; // quantised activations [n, cols/32]
     float cos_[2048];
     float sin_[2048];
 };
 
 } // namespace
 
-std::unique_ptr<backend> make_cpu_backend(int n_threads, int64_t max_cols) {
-    return std::make_unique<cpu_backend>(n_threads, max_cols);
+std::unique_ptr<backend> make_cpu_backend(const cpu_options& options, int64_t max_cols) {
+    return std::make_unique<cpu_backend>(options, max_cols);
 }
 
 } // namespace colibri

@@ -13,7 +13,10 @@ namespace colibri {
 
 namespace {
 // Spins before sleeping: a decode step dispatches hundreds of short jobs back to back.
-constexpr int spin_iterations = 20000;
+// Past the spin, waiters yield or sleep so that a busy machine (where a worker may not be
+// running at all) does not lose whole time slices to spinning.
+constexpr int spin_iterations = 4000;
+constexpr int wait_spins = 2000;
 } // namespace
 
 thread_pool::thread_pool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -45,7 +48,10 @@ void thread_pool::dispatch(job_fn fn, void* ctx) {
     }
     wake_.notify_all();
     fn(ctx, 0, n_threads_);
-    while (pending_.load(std::memory_order_acquire) != 0) COLIBRI_PAUSE();
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+        if (spin < wait_spins) COLIBRI_PAUSE();
+        else std::this_thread::yield();
+    }
 }
 
 void thread_pool::worker(int ith) {

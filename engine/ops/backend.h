@@ -57,7 +57,18 @@ public:
     virtual void add_scaled(float* x, const float* y, int64_t n, float s) = 0;
 };
 
-/// CPU backend with n_threads workers; max_cols is the widest row any matmul reads.
-std::unique_ptr<backend> make_cpu_backend(int n_threads, int64_t max_cols);
+struct vec_kernels;
+
+struct cpu_options {
+    int n_threads = 1;
+    /// Row kernels; nullptr: the fastest this CPU supports.
+    const vec_kernels* kernels = nullptr;
+    /// Quantise activations to int8 for q8_0/q4_0 weights (integer dot products: faster
+    /// prefill, about twice the logit error); otherwise they stay f32.
+    bool int8_activations = false;
+};
+
+/// CPU backend; max_cols is the widest row any matmul reads. Runs one operation at a time.
+std::unique_ptr<backend> make_cpu_backend(const cpu_options& options, int64_t max_cols);
 
 } // namespace colibri

@@ -3,11 +3,13 @@
 
 #include "core/half.h"
 #include "cpu/kernels.h"
+#include "cpu/vec.h"
 #include "ops/backend.h"
 #include "sampling/sampler.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <doctest/doctest.h>
 #include <vector>
 
@@ -146,12 +148,67 @@ TEST_CASE("rope rotates pairs i and i+d/2 by the position angle") {
     for (int i = 0; i < d; ++i) CHECK(z[i] == x[i]);
 }
 
+TEST_CASE("SIMD row kernels reproduce the scalar reference") {
+    const vec_kernels& ref = reference_vec_kernels();
+    const vec_kernels* simd = avx2_vec_kernels();
+    if (simd == nullptr) {
+        MESSAGE("this CPU has no AVX2: only the scalar kernels run here");
+        return;
+    }
+    for (int64_t n : {32, 96, 1024, 4096 + 32}) {
+        CAPTURE(n);
+        auto w = random_vec(size_t(n), 41 + n, 2.0f), x = random_vec(size_t(n), 42 + n, 3.0f);
+        // activation quantisation: identical blocks
+        std::vector<block_q8_x> xr(size_t(n / 32)), xs(size_t(n / 32));
+        ref.quantize_x(x.data(), xr.data(), n);
+        simd->quantize_x(x.data(), xs.data(), n);
+        for (size_t b = 0; b < xr.size(); ++b) {
+            CHECK(xs[b].d == xr[b].d);
+            CHECK(std::memcmp(xs[b].qs, xr[b].qs, 32) == 0);
+        }
+        for (dtype t : {dtype::q8_0, dtype::q4_0}) {
+            auto q = quantize(t, w, 1, n);
+            std::vector<float> stored(static_cast<size_t>(n));
+            kernels::to_f32_row(t, q.data(), stored.data(), n);
+            auto int_dot = t == dtype::q8_0 ? ref.dot_q8_0 : ref.dot_q4_0;
+            auto int_simd = t == dtype::q8_0 ? simd->dot_q8_0 : simd->dot_q4_0;
+            auto f_dot = t == dtype::q8_0 ? ref.dot_q8_0_f32 : ref.dot_q4_0_f32;
+            auto f_simd = t == dtype::q8_0 ? simd->dot_q8_0_f32 : simd->dot_q4_0_f32;
+            const double tol = dot_tolerance(stored.data(), x.data(), n, 1e-5);
+            CHECK(std::fabs(int_simd(q.data(), xs.data(), n) - int_dot(q.data(), xr.data(), n)) <= tol);
+            CHECK(std::fabs(f_simd(q.data(), x.data(), n) - f_dot(q.data(), x.data(), n)) <= tol);
+        }
+    }
+    for (int64_t n : {1, 7, 33, 1000, 4099}) {
+        CAPTURE(n);
+        auto w = random_vec(size_t(n), 51 + n), x = random_vec(size_t(n), 52 + n);
+        const double tol = dot_tolerance(w.data(), x.data(), n, 1e-5);
+        CHECK(std::fabs(simd->dot_f32(w.data(), x.data(), n) - ref.dot_f32(w.data(), x.data(), n)) <= tol);
+        for (dtype t : {dtype::f16, dtype::bf16}) {
+            auto q = quantize(t, w, 1, n);
+            auto r = t == dtype::f16 ? ref.dot_f16 : ref.dot_bf16;
+            auto v = t == dtype::f16 ? simd->dot_f16 : simd->dot_bf16;
+            CHECK(std::fabs(v(q.data(), x.data(), n) - r(q.data(), x.data(), n)) <= tol);
+        }
+    }
+}
+
 TEST_CASE("backend matmul matches the reference on odd and large shapes") {
     struct shape { int64_t rows, cols; int n; } shapes[] = {{1, 32, 1}, {7, 64, 3}, {257, 96, 1}, {33, 1024, 5}, {1000, 352, 2}};
+    std::vector<const vec_kernels*> tables = {&reference_vec_kernels()};
+    if (avx2_vec_kernels() != nullptr) tables.push_back(avx2_vec_kernels());
+    for (const vec_kernels* vk : tables)
+    for (bool int8_act : {false, true})
     for (int threads : {1, 3}) {
-        auto be = make_cpu_backend(threads, 4096);
+        cpu_options o;
+        o.n_threads = threads;
+        o.kernels = vk;
+        o.int8_activations = int8_act;
+        auto be = make_cpu_backend(o, 4096);
         for (auto s : shapes) {
             for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+                CAPTURE(vk->name);
+                CAPTURE(int8_act);
                 CAPTURE(threads);
                 CAPTURE(format::dtype_name(t));
                 CAPTURE(s.rows);
@@ -168,14 +225,24 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                 tv.size = q.size();
                 std::vector<float> y(size_t(s.n * s.rows));
                 be->matmul(tv, x.data(), s.n, y.data());
+                // with int8 activations the reference sees the same quantised activations
+                const bool quant_x = int8_act && format::is_quantized(t);
+                std::vector<float> xs = x;
+                if (quant_x) {
+                    std::vector<block_q8_x> xq(size_t(s.cols / 32));
+                    for (int tok = 0; tok < s.n; ++tok) {
+                        reference_vec_kernels().quantize_x(x.data() + tok * s.cols, xq.data(), s.cols);
+                        for (int64_t c = 0; c < s.cols; ++c) xs[tok * s.cols + c] = xq[c / 32].d * xq[c / 32].qs[c % 32];
+                    }
+                }
                 const uint64_t rb = format::row_bytes(t, s.cols);
                 std::vector<float> row(s.cols);
                 for (int tok = 0; tok < s.n; ++tok) {
                     for (int64_t r = 0; r < s.rows; ++r) {
                         kernels::to_f32_row(t, q.data() + r * rb, row.data(), s.cols);
                         double ref = 0;
-                        for (int64_t c = 0; c < s.cols; ++c) ref += double(row[c]) * x[tok * s.cols + c];
-                        REQUIRE(std::fabs(y[tok * s.rows + r] - ref) <= dot_tolerance(row.data(), x.data() + tok * s.cols, s.cols, 1e-5));
+                        for (int64_t c = 0; c < s.cols; ++c) ref += double(row[c]) * xs[tok * s.cols + c];
+                        REQUIRE(std::fabs(y[tok * s.rows + r] - ref) <= dot_tolerance(row.data(), xs.data() + tok * s.cols, s.cols, 1e-5));
                     }
                 }
             }
@@ -185,7 +252,9 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
 
 TEST_CASE("backend attention matches a direct computation with grouped heads") {
     const int n_ctx = 9, n_head = 4, n_head_kv = 2, hd = 8, n = 3;
-    auto be = make_cpu_backend(2, 64);
+    cpu_options o;
+    o.n_threads = 2;
+    auto be = make_cpu_backend(o, 64);
     auto kc = random_vec(n_ctx * n_head_kv * hd, 31), vc = random_vec(n_ctx * n_head_kv * hd, 32);
     auto q = random_vec(n * n_head * hd, 33);
     std::vector<float> out(n * n_head * hd), scratch(2 * n_ctx);
