@@ -5,6 +5,7 @@
 
 #include "format/format.h"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace colibri {
@@ -27,9 +28,15 @@ struct vec_kernels {
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);
+    /// Four rows (`stride` bytes apart) at once: out[i] = row_i . x.
+    void (*dot4_q8_0_f32)(const void* rows, size_t stride, const float* x, int64_t n, float* out);
+    void (*dot4_q4_0_f32)(const void* rows, size_t stride, const float* x, int64_t n, float* out);
     float (*dot_f32)(const float* row, const float* x, int64_t n);
     float (*dot_f16)(const void* row, const float* x, int64_t n);
     float (*dot_bf16)(const void* row, const float* x, int64_t n);
+    /// Reads `bytes` (a multiple of 256, 32-byte aligned) as fast as possible; returns a checksum so the
+    /// reads cannot be optimised away. For measuring memory bandwidth.
+    uint64_t (*read_sum)(const void* p, size_t bytes);
 };
 
 /// The scalar reference.

@@ -138,6 +138,53 @@ float dot_q4_0_f32(const void* row, const float* x, int64_t n) {
     return hsum(acc);
 }
 
+// Four rows share each load of x and keep four independent accumulator chains.
+void dot4_q8_0_f32(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
+    const auto* base = static_cast<const uint8_t*>(rows);
+    const block_q8_0* w[4];
+    for (int i = 0; i < 4; ++i) w[i] = reinterpret_cast<const block_q8_0*>(base + i * stride);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        const float* xb = x + ib * qk;
+        const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+        const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+        for (int i = 0; i < 4; ++i) {
+            const int8_t* q = w[i][ib].qs;
+            __m256 s = _mm256_mul_ps(i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))), x0);
+            s = _mm256_fmadd_ps(i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8))), x1, s);
+            s = _mm256_fmadd_ps(i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 16))), x2, s);
+            s = _mm256_fmadd_ps(i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 24))), x3, s);
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[i][ib].d)), s, acc[i]);
+        }
+    }
+    for (int i = 0; i < 4; ++i) out[i] = hsum(acc[i]);
+}
+
+void dot4_q4_0_f32(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
+    const auto* base = static_cast<const uint8_t*>(rows);
+    const block_q4_0* w[4];
+    for (int i = 0; i < 4; ++i) w[i] = reinterpret_cast<const block_q4_0*>(base + i * stride);
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m128i eight = _mm_set1_epi8(8);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        const float* xb = x + ib * qk;
+        const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+        const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+        for (int i = 0; i < 4; ++i) {
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i][ib].qs));
+            const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, low), eight);
+            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight);
+            __m256 s = _mm256_mul_ps(i8_to_ps(lo), x0);
+            s = _mm256_fmadd_ps(i8_to_ps(_mm_srli_si128(lo, 8)), x1, s);
+            s = _mm256_fmadd_ps(i8_to_ps(hi), x2, s);
+            s = _mm256_fmadd_ps(i8_to_ps(_mm_srli_si128(hi, 8)), x3, s);
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[i][ib].d)), s, acc[i]);
+        }
+    }
+    for (int i = 0; i < 4; ++i) out[i] = hsum(acc[i]);
+}
+
 float dot_f32(const float* row, const float* x, int64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int64_t i = 0;
@@ -177,7 +224,25 @@ float dot_bf16(const void* row, const float* x, int64_t n) {
     return sum;
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot_f32, dot_f16, dot_bf16};
+uint64_t read_sum(const void* p, size_t bytes) {
+    // four independent streams (quarters of the range) read in lockstep: more hardware
+    // prefetch streams in flight than one sequential walk
+    const auto* v = static_cast<const __m256i*>(p);
+    const size_t quarter = bytes / 128; // in 32-byte vectors
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (size_t i = 0; i < quarter; i += 2) {
+        a = _mm256_add_epi64(a, _mm256_add_epi64(_mm256_load_si256(v + i), _mm256_load_si256(v + i + 1)));
+        b = _mm256_add_epi64(b, _mm256_add_epi64(_mm256_load_si256(v + quarter + i), _mm256_load_si256(v + quarter + i + 1)));
+        c = _mm256_add_epi64(c, _mm256_add_epi64(_mm256_load_si256(v + 2 * quarter + i), _mm256_load_si256(v + 2 * quarter + i + 1)));
+        d = _mm256_add_epi64(d, _mm256_add_epi64(_mm256_load_si256(v + 3 * quarter + i), _mm256_load_si256(v + 3 * quarter + i + 1)));
+    }
+    const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+    alignas(32) uint64_t out[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out), s);
+    return out[0] + out[1] + out[2] + out[3];
+}
+
+constexpr vec_kernels table = {"avx2", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum};
 
 } // namespace
 

@@ -58,6 +58,12 @@ float dot_q8_0_f32(const void* row, const float* x, int64_t n) {
 float dot_q4_0_f32(const void* row, const float* x, int64_t n) {
     return kernels::dot_row(format::dtype::q4_0, row, x, n);
 }
+void dot4_q8_0_f32(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
+    for (int i = 0; i < 4; ++i) out[i] = dot_q8_0_f32(static_cast<const uint8_t*>(rows) + i * stride, x, n);
+}
+void dot4_q4_0_f32(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
+    for (int i = 0; i < 4; ++i) out[i] = dot_q4_0_f32(static_cast<const uint8_t*>(rows) + i * stride, x, n);
+}
 float dot_f32(const float* row, const float* x, int64_t n) {
     return kernels::dot_row(format::dtype::f32, row, x, n);
 }
@@ -68,7 +74,19 @@ float dot_bf16(const void* row, const float* x, int64_t n) {
     return kernels::dot_row(format::dtype::bf16, row, x, n);
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot_f32, dot_f16, dot_bf16};
+uint64_t read_sum(const void* p, size_t bytes) {
+    const auto* u = static_cast<const uint64_t*>(p);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i < bytes / 8; i += 4) {
+        a += u[i];
+        b += u[i + 1];
+        c += u[i + 2];
+        d += u[i + 3];
+    }
+    return a + b + c + d;
+}
+
+constexpr vec_kernels table = {"scalar", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum};
 
 } // namespace
 
