@@ -177,6 +177,15 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             const double tol = dot_tolerance(stored.data(), x.data(), n, 1e-5);
             CHECK(std::fabs(int_simd(q.data(), xs.data(), n) - int_dot(q.data(), xr.data(), n)) <= tol);
             CHECK(std::fabs(f_simd(q.data(), x.data(), n) - f_dot(q.data(), x.data(), n)) <= tol);
+            // four rows a stride apart: the same four results as one row at a time
+            std::vector<uint8_t> rows4;
+            const size_t stride = q.size() * 3; // rows 0, 3, 6, 9 of a 10-row buffer
+            rows4.resize(stride * 3 + q.size());
+            for (int k = 0; k < 4; ++k) std::memcpy(rows4.data() + k * stride, q.data(), q.size());
+            auto d4 = t == dtype::q8_0 ? simd->dot4_q8_0_f32 : simd->dot4_q4_0_f32;
+            float out[4];
+            d4(rows4.data(), stride, x.data(), n, out);
+            for (float o : out) CHECK(std::fabs(o - f_dot(q.data(), x.data(), n)) <= tol);
         }
     }
     for (int64_t n : {1, 7, 33, 1000, 4099}) {
