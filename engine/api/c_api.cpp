@@ -1,0 +1,210 @@
+// The C API: exceptions end here and become status codes plus a thread-local message.
+
+#include "colibri.h"
+
+#include "api/runtime.h"
+#include "core/error.h"
+#include "generate/generate.h"
+
+#include <new>
+#include <string>
+
+struct colibri_model {
+    std::unique_ptr<colibri::runtime> rt;
+    std::string quant;
+};
+
+struct colibri_session {
+    colibri_model* model;
+    std::unique_ptr<colibri::session> s;
+    std::unique_ptr<colibri::sampler> smp;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+colibri_status fail(colibri_status st, const std::string& msg) {
+    last_error = msg;
+    return st;
+}
+
+// Runs f, turning every exception into a status.
+template <class F>
+colibri_status guarded(F&& f) {
+    try {
+        last_error.clear();
+        return f();
+    } catch (const colibri::error& e) {
+        return fail(static_cast<colibri_status>(e.code()), e.what());
+    } catch (const std::bad_alloc&) {
+        return fail(COLIBRI_ERR_OUT_OF_MEMORY, "out of memory");
+    } catch (const std::exception& e) {
+        return fail(COLIBRI_ERR_INTERNAL, e.what());
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+const char* colibri_last_error(void) { return last_error.c_str(); }
+
+const char* colibri_status_name(colibri_status status) {
+    switch (status) {
+    case COLIBRI_OK: return "ok";
+    case COLIBRI_ERR_INVALID_ARGUMENT: return "invalid_argument";
+    case COLIBRI_ERR_IO: return "io";
+    case COLIBRI_ERR_FORMAT: return "format";
+    case COLIBRI_ERR_UNSUPPORTED: return "unsupported";
+    case COLIBRI_ERR_OUT_OF_MEMORY: return "out_of_memory";
+    case COLIBRI_ERR_CONTEXT_FULL: return "context_full";
+    case COLIBRI_ERR_CANCELLED: return "cancelled";
+    case COLIBRI_ERR_INTERNAL: return "internal";
+    }
+    return "unknown";
+}
+
+void colibri_model_params_init(colibri_model_params* params) {
+    if (params == nullptr) return;
+    params->device = "cpu";
+    params->n_threads = 0;
+}
+
+colibri_status colibri_model_load(const char* path, const colibri_model_params* params, colibri_model** out) {
+    if (out != nullptr) *out = nullptr;
+    if (path == nullptr || out == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "path and out must not be NULL");
+    return guarded([&] {
+        colibri_model_params p;
+        colibri_model_params_init(&p);
+        if (params != nullptr) p = *params;
+        auto m = std::make_unique<colibri_model>();
+        m->rt = colibri::load_runtime(path, p.device != nullptr ? p.device : "cpu", p.n_threads);
+        m->quant = std::string(colibri::format::dtype_name(
+            static_cast<colibri::format::dtype>(m->rt->mdl->hp().weight_type)));
+        *out = m.release();
+        return COLIBRI_OK;
+    });
+}
+
+void colibri_model_free(colibri_model* model) { delete model; }
+
+colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_info* info) {
+    if (model == nullptr || info == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and info must not be NULL");
+    const auto& hp = model->rt->mdl->hp();
+    info->architecture = colibri::format::arch_name(static_cast<colibri::format::arch>(hp.arch)).data();
+    info->quant = model->quant.c_str();
+    info->backend = model->rt->device.c_str();
+    info->n_threads = model->rt->be->n_threads();
+    info->n_layer = static_cast<int>(hp.n_layer);
+    info->n_embd = static_cast<int>(hp.n_embd);
+    info->n_head = static_cast<int>(hp.n_head);
+    info->n_head_kv = static_cast<int>(hp.n_head_kv);
+    info->head_dim = static_cast<int>(hp.head_dim);
+    info->n_expert = static_cast<int>(hp.n_expert);
+    info->n_expert_used = static_cast<int>(hp.n_expert_used);
+    info->n_vocab = static_cast<int>(hp.n_vocab);
+    info->n_ctx = static_cast<int>(hp.n_ctx);
+    info->bos_id = model->rt->tok->bos_id();
+    info->eos_id = model->rt->tok->eos_id();
+    info->n_params = model->rt->mdl->n_params();
+    info->n_params_active = model->rt->mdl->n_params_active();
+    info->file_size = model->rt->mdl->file().file_size();
+    return COLIBRI_OK;
+}
+
+void colibri_session_params_init(colibri_session_params* params) {
+    if (params != nullptr) params->n_ctx = 0;
+}
+
+colibri_status colibri_session_create(colibri_model* model, const colibri_session_params* params,
+                                      colibri_session** out) {
+    if (out != nullptr) *out = nullptr;
+    if (model == nullptr || out == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and out must not be NULL");
+    return guarded([&] {
+        const int n_ctx = params != nullptr ? params->n_ctx : 0;
+        if (n_ctx < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "n_ctx must be >= 0");
+        auto s = std::make_unique<colibri_session>();
+        s->model = model;
+        s->s = std::make_unique<colibri::session>(*model->rt->mdl, *model->rt->be, n_ctx);
+        s->smp = std::make_unique<colibri::sampler>(static_cast<int>(model->rt->mdl->hp().n_vocab));
+        *out = s.release();
+        return COLIBRI_OK;
+    });
+}
+
+void colibri_session_free(colibri_session* session) { delete session; }
+
+void colibri_generate_params_init(colibri_generate_params* p) {
+    if (p == nullptr) return;
+    const colibri::sampling_params d;
+    p->max_tokens = 128;
+    p->temperature = d.temperature;
+    p->top_k = d.top_k;
+    p->top_p = d.top_p;
+    p->min_p = d.min_p;
+    p->repeat_penalty = d.repeat_penalty;
+    p->repeat_last_n = d.repeat_last_n;
+    p->seed = 0;
+    p->stop = nullptr;
+    p->n_stop = 0;
+    p->add_bos = -1;
+}
+
+colibri_status colibri_generate(colibri_session* session, const char* prompt, size_t prompt_len,
+                                const colibri_generate_params* params, colibri_piece_callback callback,
+                                void* user, colibri_generate_result* result) {
+    if (session == nullptr || (prompt == nullptr && prompt_len != 0)) {
+        return fail(COLIBRI_ERR_INVALID_ARGUMENT, "session and prompt must not be NULL");
+    }
+    return guarded([&] {
+        colibri_generate_params p;
+        colibri_generate_params_init(&p);
+        if (params != nullptr) p = *params;
+        colibri::generate_request req;
+        req.prompt = std::string_view(prompt != nullptr ? prompt : "", prompt_len);
+        req.max_tokens = p.max_tokens;
+        req.sampling.temperature = p.temperature;
+        req.sampling.top_k = p.top_k;
+        req.sampling.top_p = p.top_p;
+        req.sampling.min_p = p.min_p;
+        req.sampling.repeat_penalty = p.repeat_penalty;
+        req.sampling.repeat_last_n = p.repeat_last_n;
+        req.sampling.seed = p.seed;
+        req.add_bos = p.add_bos;
+        if (p.n_stop > 0 && p.stop == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "stop is NULL but n_stop > 0");
+        for (size_t i = 0; i < p.n_stop; ++i) {
+            if (p.stop[i] == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "a stop string is NULL");
+            req.stop.emplace_back(p.stop[i]);
+        }
+        const auto& rt = *session->model->rt;
+        const colibri::generate_result r = colibri::generate(
+            *session->s, *rt.tok, *session->smp, req, [&](std::string_view piece) {
+                return callback == nullptr || callback(user, piece.data(), piece.size()) == 0;
+            });
+        if (result != nullptr) {
+            result->finish_reason = static_cast<colibri_finish_reason>(r.reason);
+            result->n_prompt_tokens = r.n_prompt_tokens;
+            result->n_generated_tokens = r.n_generated_tokens;
+            result->prompt_ms = r.prompt_ms;
+            result->generate_ms = r.generate_ms;
+        }
+        return COLIBRI_OK;
+    });
+}
+
+colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len, int32_t* ids,
+                                size_t capacity, size_t* n_ids) {
+    if (model == nullptr || (text == nullptr && len != 0) || (ids == nullptr && capacity != 0)) {
+        return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model, text and ids must not be NULL");
+    }
+    return guarded([&] {
+        std::vector<int32_t> v;
+        model->rt->tok->encode(std::string_view(text != nullptr ? text : "", len), v);
+        std::copy_n(v.begin(), std::min(v.size(), capacity), ids);
+        if (n_ids != nullptr) *n_ids = v.size();
+        return COLIBRI_OK;
+    });
+}
+
+} // extern "C"

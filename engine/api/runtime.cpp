@@ -1,0 +1,52 @@
+#include "api/runtime.h"
+
+#include "core/cpu_count.h"
+#include "core/error.h"
+#include "cuda/device_query.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace colibri {
+
+device_spec parse_device(const std::string& text) {
+    if (text.empty() || text == "cpu") return {};
+    if (text.rfind("cuda", 0) == 0) {
+        device_spec d{device_spec::kind::cuda, 0};
+        if (text.size() == 4) return d;
+        const char* b = text.data() + 5;
+        const char* e = text.data() + text.size();
+        auto [p, ec] = std::from_chars(b, e, d.index);
+        if (text[4] == ':' && ec == std::errc() && p == e && b != e && d.index >= 0) return d;
+    }
+    throw error(errc::invalid_argument, "unknown device '" + text + "' (expected cpu or cuda:N)");
+}
+
+std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string& device, int n_threads) {
+    const device_spec d = parse_device(device);
+    if (d.type == device_spec::kind::cuda) {
+        std::string why;
+        const int count = cuda_device_count(why);
+        if (count < 0) throw error(errc::unsupported, "device " + device + ": " + why);
+        if (d.index >= count) {
+            throw error(errc::unsupported, "device " + device + ": " +
+                                               (count == 0 ? "no CUDA GPU is present" + (why.empty() ? "" : " (" + why + ")")
+                                                           : "only " + std::to_string(count) + " CUDA device(s) present"));
+        }
+        throw error(errc::unsupported, "device " + device +
+                                           ": a GPU is present, but this version runs models on the CPU only; use --device cpu");
+    }
+    if (n_threads < 0) throw error(errc::invalid_argument, "thread count must be >= 0");
+    auto rt = std::make_unique<runtime>();
+    rt->mdl = std::make_unique<model>(path);
+    rt->tok = make_tokenizer(rt->mdl->file());
+    const auto& hp = rt->mdl->hp();
+    const int64_t max_cols = std::max({hp.n_embd, hp.n_head * hp.head_dim, hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
+    cpu_options co;
+    co.n_threads = n_threads > 0 ? n_threads : usable_cpu_count();
+    rt->be = make_cpu_backend(co, max_cols);
+    rt->device = "cpu";
+    return rt;
+}
+
+} // namespace colibri

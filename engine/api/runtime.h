@@ -1,0 +1,33 @@
+#pragma once
+// A model ready to run: the validated file, its backend and its tokenizer.
+
+#include "model/model.h"
+#include "ops/backend.h"
+#include "tokenizer/tokenizer.h"
+
+#include <memory>
+#include <string>
+
+namespace colibri {
+
+struct device_spec {
+    enum class kind { cpu, cuda } type = kind::cpu;
+    int index = 0;
+};
+
+/// Parses "cpu" or "cuda:N"; throws colibri::error (invalid_argument) otherwise.
+device_spec parse_device(const std::string& text);
+
+struct runtime {
+    std::unique_ptr<model> mdl;
+    std::unique_ptr<backend> be;
+    std::unique_ptr<tokenizer> tok;
+    std::string device; ///< "cpu" or "cuda:N"
+};
+
+/// Loads and validates `path` for `device` with n_threads (0: the CPUs this process may use).
+/// Throws colibri::error; a CUDA device is refused with the reason (no CUDA in this build,
+/// no GPU present, or no CUDA backend for this operation yet).
+std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string& device, int n_threads);
+
+} // namespace colibri

@@ -1,0 +1,148 @@
+#include "convert/convert.h"
+
+#include "convert/safetensors.h"
+#include "core/error.h"
+#include "cpu/kernels.h"
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sentencepiece_processor.h>
+
+namespace colibri {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace format;
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw error(errc::io, path + ": cannot open");
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw error(errc::io, path + ": read failed");
+    return bytes;
+}
+
+namespace {
+
+// The tokenizer section for a sentencepiece model; special ids from the model itself,
+// overridden by config.json / tokenizer_config.json where they say otherwise.
+tokenizer_header sentencepiece_header(const std::vector<uint8_t>& proto, const std::string& path,
+                                      const json* config, const json* tok_config, uint32_t n_vocab) {
+    sentencepiece::SentencePieceProcessor sp;
+    const auto st = sp.LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(proto.data()), proto.size()));
+    if (!st.ok()) throw error(errc::format, path + ": not a sentencepiece model: " + st.ToString());
+    if (static_cast<uint32_t>(sp.GetPieceSize()) > n_vocab) {
+        throw error(errc::format, path + ": " + std::to_string(sp.GetPieceSize()) +
+                                      " pieces, more than the model's vocabulary of " + std::to_string(n_vocab));
+    }
+    tokenizer_header th{};
+    th.kind = static_cast<uint32_t>(tokenizer_kind::sentencepiece);
+    th.bos_id = sp.bos_id();
+    th.eos_id = sp.eos_id();
+    th.pad_id = sp.pad_id();
+    auto id_from = [](const json* j, const char* key, int32_t& out) {
+        if (j == nullptr || !j->contains(key)) return;
+        const json& v = (*j)[key];
+        if (v.is_number_integer()) out = v.get<int32_t>();
+        else if (v.is_array() && !v.empty() && v[0].is_number_integer()) out = v[0].get<int32_t>();
+    };
+    id_from(config, "bos_token_id", th.bos_id);
+    id_from(config, "eos_token_id", th.eos_id);
+    id_from(config, "pad_token_id", th.pad_id);
+    bool add_bos = th.bos_id >= 0;
+    if (tok_config != nullptr && tok_config->contains("add_bos_token") && (*tok_config)["add_bos_token"].is_boolean()) {
+        add_bos = (*tok_config)["add_bos_token"].get<bool>();
+    }
+    if (add_bos) th.flags |= tok_add_bos;
+    for (int32_t* id : {&th.bos_id, &th.eos_id, &th.pad_id}) {
+        if (*id < -1 || *id >= static_cast<int32_t>(n_vocab)) *id = -1;
+    }
+    return th;
+}
+
+std::unique_ptr<json> read_json_if_present(const fs::path& p) {
+    if (!fs::exists(p)) return nullptr;
+    std::ifstream in(p);
+    try {
+        return std::make_unique<json>(json::parse(in));
+    } catch (const json::exception& e) {
+        throw error(errc::format, p.string() + ": invalid JSON: " + e.what());
+    }
+}
+
+// Counts parameters from the plan (the active count takes n_expert_used of n_expert).
+void count_params(const hparams& hp, const std::vector<std::pair<std::string, uint64_t>>& sizes,
+                  convert_summary& sum) {
+    for (const auto& [name, n] : sizes) {
+        sum.n_params += n;
+        if (name.find("_exps.") != std::string::npos) {
+            const size_t dot = name.find("_exps.") + 6;
+            const int e = std::stoi(name.substr(dot));
+            if (e < static_cast<int>(hp.n_expert_used)) sum.n_params_active += n;
+        } else if (name == "token_embd.weight" && !(hp.flags & flag_tie_embeddings)) {
+            sum.n_params_active += hp.n_embd;
+        } else {
+            sum.n_params_active += n;
+        }
+    }
+}
+
+} // namespace
+
+convert_summary convert_checkpoint(const std::string& input, const std::string& output, dtype quant,
+                                   const model_writer::progress& progress) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const safetensors_checkpoint ckpt(input);
+    checkpoint_plan plan = plan_checkpoint(input, ckpt, quant);
+
+    const fs::path dir(input);
+    const fs::path sp_path = dir / "tokenizer.model";
+    if (!fs::exists(sp_path)) {
+        if (fs::exists(dir / "tokenizer.json")) {
+            throw error(errc::unsupported, input + ": has tokenizer.json but no tokenizer.model; byte-level BPE "
+                                                   "tokenizers are not supported by this version");
+        }
+        throw error(errc::io, input + ": no tokenizer.model");
+    }
+    auto config = read_json_if_present(dir / "config.json");
+    auto tok_config = read_json_if_present(dir / "tokenizer_config.json");
+    std::vector<uint8_t> proto = read_file_bytes(sp_path.string());
+    const tokenizer_header th = sentencepiece_header(proto, sp_path.string(), config.get(), tok_config.get(), plan.hp.n_vocab);
+
+    model_writer w(plan.hp, th, std::move(proto));
+    std::vector<std::pair<std::string, uint64_t>> sizes;
+    for (const tensor_plan& tp : plan.tensors) {
+        const st_tensor* src = &ckpt.get(tp.src.name);
+        const uint64_t rows = tp.shape.size() == 2 ? tp.shape[0] : 1;
+        const uint64_t cols = tp.shape.back();
+        const uint64_t rows_per_matrix = src->shape.size() == 3 ? src->shape[1] : (src->shape.size() == 2 ? src->shape[0] : 1);
+        const uint64_t first = (tp.src.index * rows_per_matrix + tp.src.row0) * cols; // element offset
+        const dtype type = tp.type;
+        w.add_tensor(tp.name, type, tp.shape, [src, rows, cols, first, type](uint8_t* dst) {
+            std::vector<float> row(cols);
+            const uint64_t rb = row_bytes(type, cols);
+            for (uint64_t r = 0; r < rows; ++r) {
+                const uint64_t base = first + r * cols;
+                if (src->type == st_dtype::f32) {
+                    std::memcpy(row.data(), src->data + 4 * base, 4 * cols);
+                } else {
+                    for (uint64_t c = 0; c < cols; ++c) row[c] = st_element(*src, base + c);
+                }
+                kernels::from_f32_row(type, row.data(), dst + r * rb, static_cast<int64_t>(cols));
+            }
+        });
+        sizes.emplace_back(tp.name, rows * cols);
+    }
+    convert_summary sum;
+    sum.family = plan.family;
+    sum.n_tensors = plan.tensors.size();
+    count_params(plan.hp, sizes, sum);
+    sum.file_size = w.write(output, progress);
+    sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return sum;
+}
+
+} // namespace colibri

@@ -1,0 +1,77 @@
+#pragma once
+// colibri-convert: Hugging Face checkpoint (or random weights) -> .colibri file.
+
+#include "format/format.h"
+#include "format/writer.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace colibri {
+
+class safetensors_checkpoint;
+
+/// A slice of a source tensor: rows [row0, row0 + rows) of matrix `index` of a tensor
+/// that stacks matrices along its first dimension (index 0 for a plain tensor).
+struct source_slice {
+    std::string name; // name in the checkpoint
+    uint64_t index = 0;
+    uint64_t row0 = 0;
+};
+
+/// What the converter writes for one tensor.
+struct tensor_plan {
+    std::string name;          // .colibri name (model/tensor_names.h)
+    format::dtype type;
+    std::vector<uint64_t> shape; // [rows, cols] or [n]
+    source_slice src;
+};
+
+/// Everything a checkpoint family contributes: hyperparameters and the tensor list.
+struct checkpoint_plan {
+    std::string family;
+    format::hparams hp{};
+    std::vector<tensor_plan> tensors;
+};
+
+/// Reads config.json in `dir` and maps it and the checkpoint's tensors for the family named
+/// by `architectures`. Matrices get `quant` (f16 when a row does not fit its blocks);
+/// norms and biases f32; the router and the shared-expert gate always f32.
+/// Throws colibri::error for an unsupported architecture or setting, or a missing or
+/// mis-shaped tensor, naming it.
+checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt,
+                                format::dtype quant);
+
+struct convert_summary {
+    std::string family;
+    uint64_t n_params = 0;
+    uint64_t n_params_active = 0;
+    uint64_t file_size = 0;
+    size_t n_tensors = 0;
+    double seconds = 0;
+};
+
+/// Converts the checkpoint directory `input` to `output`. `tokenizer_model` overrides the
+/// sentencepiece model (default: input/tokenizer.model).
+convert_summary convert_checkpoint(const std::string& input, const std::string& output,
+                                   format::dtype quant, const model_writer::progress& progress);
+
+struct random_model_options {
+    format::arch arch = format::arch::mixtral;
+    uint32_t n_layer = 2, n_embd = 256, n_head = 8, n_head_kv = 4, head_dim = 32;
+    uint32_t n_expert = 8, n_expert_used = 2, n_ff_exp = 512, n_ff = 0, n_ff_shexp = 0;
+    uint32_t n_vocab = 32000, n_ctx = 4096;
+    uint64_t seed = 1;
+    std::string tokenizer_model; ///< sentencepiece model to embed (required)
+};
+
+/// Writes a model of the given shape with random weights (for benchmarks and tests).
+convert_summary write_random_model(const random_model_options& opt, const std::string& output,
+                                   format::dtype quant, const model_writer::progress& progress);
+
+/// Reads a whole file into memory; throws colibri::error (io) naming it.
+std::vector<uint8_t> read_file_bytes(const std::string& path);
+
+} // namespace colibri

@@ -1,0 +1,308 @@
+// Hugging Face config.json + tensor names -> .colibri hyperparameters and tensor plan.
+// Every family's quirks live in the table below; the runtime sees flat flags.
+
+#include "convert/convert.h"
+#include "convert/safetensors.h"
+#include "core/error.h"
+#include "model/tensor_names.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace colibri {
+
+using json = nlohmann::json;
+using namespace format;
+
+namespace {
+
+/// How a family names and shapes its MoE block. "{e}" stands for the expert index.
+struct family_desc {
+    std::string_view hf_arch;
+    arch a;
+    std::string_view moe_prefix;   // under model.layers.N.
+    std::string_view router;       // under moe_prefix
+    std::string_view expert_gate;  // per-expert names under moe_prefix; empty: fused (Granite)
+    std::string_view expert_up;
+    std::string_view expert_down;
+    std::string_view n_expert_key;
+    std::string_view n_ff_exp_key;
+    qk_norm qk;
+    bool norm_topk_default;      // when config has no norm_topk_prob
+    bool norm_topk_configurable; // read norm_topk_prob from config
+    bool shared_expert;          // Qwen2-MoE shared expert with its sigmoid gate
+    bool granite;                // multipliers, fused input/output linear experts
+};
+
+constexpr family_desc families[] = {
+    {"LlamaForCausalLM", arch::llama, "mlp", "", "", "", "", "", "", qk_norm::none, false, false, false, false},
+    {"MixtralForCausalLM", arch::mixtral, "block_sparse_moe", "gate.weight", "experts.{e}.w1.weight",
+     "experts.{e}.w3.weight", "experts.{e}.w2.weight", "num_local_experts", "intermediate_size",
+     qk_norm::none, true, false, false, false},
+    {"Qwen2MoeForCausalLM", arch::qwen2_moe, "mlp", "gate.weight", "experts.{e}.gate_proj.weight",
+     "experts.{e}.up_proj.weight", "experts.{e}.down_proj.weight", "num_experts",
+     "moe_intermediate_size", qk_norm::none, false, true, true, false},
+    {"Qwen3MoeForCausalLM", arch::qwen3_moe, "mlp", "gate.weight", "experts.{e}.gate_proj.weight",
+     "experts.{e}.up_proj.weight", "experts.{e}.down_proj.weight", "num_experts",
+     "moe_intermediate_size", qk_norm::per_head, true, true, false, false},
+    {"OlmoeForCausalLM", arch::olmoe, "mlp", "gate.weight", "experts.{e}.gate_proj.weight",
+     "experts.{e}.up_proj.weight", "experts.{e}.down_proj.weight", "num_experts", "intermediate_size",
+     qk_norm::full, false, true, false, false},
+    {"GraniteMoeForCausalLM", arch::granite_moe, "block_sparse_moe", "router.layer.weight", "", "", "",
+     "num_local_experts", "intermediate_size", qk_norm::none, true, false, false, true},
+};
+
+std::string with_expert(std::string_view pattern, int e) {
+    std::string s(pattern);
+    const size_t at = s.find("{e}");
+    if (at != std::string::npos) s.replace(at, 3, std::to_string(e));
+    return s;
+}
+
+class config_reader {
+public:
+    config_reader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
+
+    bool has(std::string_view key) const { return j_.contains(key) && !j_.at(std::string(key)).is_null(); }
+
+    uint32_t u32(std::string_view key) const {
+        if (!has(key)) fail(key, "is missing");
+        const json& v = j_.at(std::string(key));
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > UINT32_MAX) {
+            fail(key, "is not a non-negative integer");
+        }
+        return v.get<uint32_t>();
+    }
+    uint32_t u32(std::string_view key, uint32_t fallback) const { return has(key) ? u32(key) : fallback; }
+
+    float f32(std::string_view key, float fallback) const {
+        if (!has(key)) return fallback;
+        const json& v = j_.at(std::string(key));
+        if (!v.is_number()) fail(key, "is not a number");
+        return v.get<float>();
+    }
+    bool boolean(std::string_view key, bool fallback) const {
+        if (!has(key)) return fallback;
+        const json& v = j_.at(std::string(key));
+        if (!v.is_boolean()) fail(key, "is not true/false");
+        return v.get<bool>();
+    }
+    const json& raw(std::string_view key) const { return j_.at(std::string(key)); }
+
+    [[noreturn]] void fail(std::string_view key, const std::string& what) const {
+        throw error(errc::format, path_ + ": '" + std::string(key) + "' " + what);
+    }
+    [[noreturn]] void unsupported(const std::string& what) const {
+        throw error(errc::unsupported, path_ + ": " + what);
+    }
+
+private:
+    const json& j_;
+    std::string path_;
+};
+
+std::string shape_text(const std::vector<uint64_t>& s) {
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+class planner {
+public:
+    planner(const safetensors_checkpoint& ckpt, dtype quant, checkpoint_plan& plan)
+        : ckpt_(ckpt), quant_(quant), plan_(plan) {}
+
+    /// A matrix [rows, cols] from rows row0.. of matrix `index` of `src`.
+    void matrix(const std::string& name, const std::string& src, uint64_t rows, uint64_t cols,
+                uint64_t index = 0, uint64_t row0 = 0, bool keep_f32 = false) {
+        const st_tensor& t = ckpt_.get(src);
+        bool ok;
+        if (t.shape.size() == 3) ok = index < t.shape[0] && row0 + rows <= t.shape[1] && t.shape[2] == cols;
+        else ok = t.shape.size() == 2 && index == 0 && row0 + rows <= t.shape[0] && t.shape[1] == cols;
+        if (!ok) bad_shape(src, t, shape_text({rows, cols}));
+        dtype type = keep_f32 ? dtype::f32 : quant_;
+        if (row_bytes(type, cols) == 0) type = dtype::f16; // rows that do not fill whole blocks
+        plan_.tensors.push_back({name, type, {rows, cols}, {src, index, row0}});
+    }
+
+    void vector(const std::string& name, const std::string& src, uint64_t n) {
+        const st_tensor& t = ckpt_.get(src);
+        if (t.shape.size() != 1 || t.shape[0] != n) bad_shape(src, t, shape_text({n}));
+        plan_.tensors.push_back({name, dtype::f32, {n}, {src, 0, 0}});
+    }
+
+    bool has(const std::string& src) const { return ckpt_.find(src) != nullptr; }
+
+private:
+    [[noreturn]] static void bad_shape(const std::string& src, const st_tensor& t, const std::string& expected) {
+        throw error(errc::format, t.file + ": tensor '" + src + "' has shape " + shape_text(t.shape) +
+                                      ", expected " + expected);
+    }
+
+    const safetensors_checkpoint& ckpt_;
+    dtype quant_;
+    checkpoint_plan& plan_;
+};
+
+} // namespace
+
+checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt, dtype quant) {
+    const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
+    std::ifstream in(cfg_path);
+    if (!in) throw error(errc::io, cfg_path + ": cannot open");
+    json j;
+    try {
+        j = json::parse(in);
+    } catch (const json::exception& e) {
+        throw error(errc::format, cfg_path + ": invalid JSON: " + e.what());
+    }
+    if (!j.is_object()) throw error(errc::format, cfg_path + ": not a JSON object");
+    const config_reader cfg(j, cfg_path);
+
+    if (!cfg.has("architectures") || !cfg.raw("architectures").is_array() || cfg.raw("architectures").empty()) {
+        cfg.fail("architectures", "is missing");
+    }
+    const std::string hf_arch = cfg.raw("architectures")[0].get<std::string>();
+    const family_desc* fam = nullptr;
+    for (const family_desc& f : families) {
+        if (f.hf_arch == hf_arch) fam = &f;
+    }
+    if (fam == nullptr) {
+        std::string known;
+        for (const family_desc& f : families) known += (known.empty() ? "" : ", ") + std::string(f.hf_arch);
+        cfg.unsupported("architecture " + hf_arch + " is not supported (supported: " + known + ")");
+    }
+
+    checkpoint_plan plan;
+    plan.family = std::string(arch_name(fam->a));
+    hparams& hp = plan.hp;
+    hp.arch = static_cast<uint32_t>(fam->a);
+    hp.n_layer = cfg.u32("num_hidden_layers");
+    hp.n_embd = cfg.u32("hidden_size");
+    hp.n_head = cfg.u32("num_attention_heads");
+    hp.n_head_kv = cfg.u32("num_key_value_heads", hp.n_head);
+    if (hp.n_head == 0 || hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0) {
+        cfg.fail("num_key_value_heads", "must divide num_attention_heads");
+    }
+    hp.head_dim = cfg.u32("head_dim", hp.n_embd / hp.n_head);
+    hp.n_vocab = cfg.u32("vocab_size");
+    hp.n_ctx = cfg.u32("max_position_embeddings", 4096);
+    hp.norm_eps = cfg.f32("rms_norm_eps", 1e-6f);
+    // rope_theta moved into rope_parameters in newer configs
+    hp.rope_theta = cfg.f32("rope_theta", 10000.0f);
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+        if (!cfg.has(key)) continue;
+        const json& r = cfg.raw(key);
+        const std::string type = r.value("rope_type", r.value("type", std::string("default")));
+        if (type != "default") cfg.unsupported(std::string(key) + " of type '" + type + "' is not supported");
+        if (r.contains("rope_theta") && r["rope_theta"].is_number()) hp.rope_theta = r["rope_theta"].get<float>();
+    }
+    const std::string act = j.value("hidden_act", std::string("silu"));
+    if (act != "silu") cfg.unsupported("hidden_act '" + act + "' is not supported (silu)");
+    if (cfg.has("clip_qkv")) cfg.unsupported("clip_qkv is not supported");
+    if (cfg.boolean("mlp_bias", false)) cfg.unsupported("mlp_bias is not supported");
+    if (cfg.boolean("use_sliding_window", false)) cfg.unsupported("sliding-window attention is not supported");
+    hp.qk_norm = static_cast<uint32_t>(fam->qk);
+    hp.weight_type = static_cast<uint32_t>(quant);
+    hp.embedding_scale = 1.0f;
+    hp.residual_scale = 1.0f;
+    hp.logit_scale = 1.0f;
+    hp.attention_scale = 0.0f;
+    if (fam->granite) {
+        hp.embedding_scale = cfg.f32("embedding_multiplier", 1.0f);
+        hp.residual_scale = cfg.f32("residual_multiplier", 1.0f);
+        hp.attention_scale = cfg.f32("attention_multiplier", 1.0f / std::sqrt(float(hp.head_dim)));
+        const float ls = cfg.f32("logits_scaling", 1.0f);
+        if (!(ls > 0)) cfg.fail("logits_scaling", "must be positive");
+        hp.logit_scale = 1.0f / ls;
+    }
+    if (fam->n_expert_key.empty()) {
+        hp.n_ff = cfg.u32("intermediate_size");
+    } else {
+        hp.n_expert = cfg.u32(fam->n_expert_key);
+        hp.n_expert_used = cfg.u32("num_experts_per_tok");
+        hp.n_ff_exp = cfg.u32(fam->n_ff_exp_key);
+        if (hp.n_expert == 0 || hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert) {
+            cfg.fail("num_experts_per_tok", "must be in 1..number of experts");
+        }
+        bool norm = fam->norm_topk_default;
+        if (fam->norm_topk_configurable) norm = cfg.boolean("norm_topk_prob", norm);
+        if (norm) hp.flags |= flag_norm_topk_prob;
+        if (fam->shared_expert) {
+            hp.n_ff_shexp = cfg.u32("shared_expert_intermediate_size", 0);
+            if (hp.n_ff_shexp > 0) hp.flags |= flag_shared_expert_gate;
+        }
+    }
+
+    const bool tied = cfg.boolean("tie_word_embeddings", false) || ckpt.find("lm_head.weight") == nullptr;
+    if (tied) hp.flags |= flag_tie_embeddings;
+    const bool attn_bias = ckpt.find("model.layers.0.self_attn.q_proj.bias") != nullptr;
+    if (attn_bias) hp.flags |= flag_attn_bias;
+    if (ckpt.find("model.layers.0.self_attn.o_proj.bias") != nullptr) {
+        cfg.unsupported("an output-projection bias (o_proj.bias) is not supported");
+    }
+
+    planner p(ckpt, quant, plan);
+    const uint64_t q_dim = uint64_t(hp.n_head) * hp.head_dim, kv_dim = uint64_t(hp.n_head_kv) * hp.head_dim;
+    p.matrix(std::string(names::token_embd), "model.embed_tokens.weight", hp.n_vocab, hp.n_embd);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        const int l = static_cast<int>(il);
+        const std::string pre = "model.layers." + std::to_string(il) + ".";
+        auto name = [l](std::string_view s) { return names::layer(l, s); };
+        p.vector(name(names::blk::attn_norm), pre + "input_layernorm.weight", hp.n_embd);
+        p.matrix(name(names::blk::attn_q), pre + "self_attn.q_proj.weight", q_dim, hp.n_embd);
+        p.matrix(name(names::blk::attn_k), pre + "self_attn.k_proj.weight", kv_dim, hp.n_embd);
+        p.matrix(name(names::blk::attn_v), pre + "self_attn.v_proj.weight", kv_dim, hp.n_embd);
+        p.matrix(name(names::blk::attn_output), pre + "self_attn.o_proj.weight", hp.n_embd, q_dim);
+        if (attn_bias) {
+            p.vector(name(names::blk::attn_q_bias), pre + "self_attn.q_proj.bias", q_dim);
+            p.vector(name(names::blk::attn_k_bias), pre + "self_attn.k_proj.bias", kv_dim);
+            p.vector(name(names::blk::attn_v_bias), pre + "self_attn.v_proj.bias", kv_dim);
+        }
+        if (fam->qk == qk_norm::per_head) {
+            p.vector(name(names::blk::attn_q_norm), pre + "self_attn.q_norm.weight", hp.head_dim);
+            p.vector(name(names::blk::attn_k_norm), pre + "self_attn.k_norm.weight", hp.head_dim);
+        } else if (fam->qk == qk_norm::full) {
+            p.vector(name(names::blk::attn_q_norm), pre + "self_attn.q_norm.weight", q_dim);
+            p.vector(name(names::blk::attn_k_norm), pre + "self_attn.k_norm.weight", kv_dim);
+        }
+        p.vector(name(names::blk::ffn_norm), pre + "post_attention_layernorm.weight", hp.n_embd);
+
+        const std::string moe = pre + std::string(fam->moe_prefix) + ".";
+        const std::string router = moe + std::string(fam->router);
+        if (hp.n_expert > 0 && p.has(router)) {
+            p.matrix(name(names::blk::ffn_gate_inp), router, hp.n_expert, hp.n_embd, 0, 0, true);
+            for (int e = 0; e < static_cast<int>(hp.n_expert); ++e) {
+                if (fam->granite) { // input_linear [E, 2*n_ff, n_embd]: gate rows, then up rows
+                    p.matrix(names::expert(l, e, names::exp::gate), moe + "input_linear.weight", hp.n_ff_exp, hp.n_embd, e, 0);
+                    p.matrix(names::expert(l, e, names::exp::up), moe + "input_linear.weight", hp.n_ff_exp, hp.n_embd, e, hp.n_ff_exp);
+                    p.matrix(names::expert(l, e, names::exp::down), moe + "output_linear.weight", hp.n_embd, hp.n_ff_exp, e, 0);
+                } else {
+                    p.matrix(names::expert(l, e, names::exp::gate), moe + with_expert(fam->expert_gate, e), hp.n_ff_exp, hp.n_embd);
+                    p.matrix(names::expert(l, e, names::exp::up), moe + with_expert(fam->expert_up, e), hp.n_ff_exp, hp.n_embd);
+                    p.matrix(names::expert(l, e, names::exp::down), moe + with_expert(fam->expert_down, e), hp.n_embd, hp.n_ff_exp);
+                }
+            }
+            if (hp.n_ff_shexp > 0) {
+                p.matrix(name(names::blk::ffn_gate_shexp), moe + "shared_expert.gate_proj.weight", hp.n_ff_shexp, hp.n_embd);
+                p.matrix(name(names::blk::ffn_up_shexp), moe + "shared_expert.up_proj.weight", hp.n_ff_shexp, hp.n_embd);
+                p.matrix(name(names::blk::ffn_down_shexp), moe + "shared_expert.down_proj.weight", hp.n_embd, hp.n_ff_shexp);
+                p.matrix(name(names::blk::ffn_gate_inp_shexp), moe + "shared_expert_gate.weight", 1, hp.n_embd, 0, 0, true);
+            }
+        } else {
+            // a dense layer (dense Llama, or an MoE family's mlp_only_layers)
+            if (hp.n_ff == 0) hp.n_ff = cfg.u32("intermediate_size");
+            p.matrix(name(names::blk::ffn_gate), pre + "mlp.gate_proj.weight", hp.n_ff, hp.n_embd);
+            p.matrix(name(names::blk::ffn_up), pre + "mlp.up_proj.weight", hp.n_ff, hp.n_embd);
+            p.matrix(name(names::blk::ffn_down), pre + "mlp.down_proj.weight", hp.n_embd, hp.n_ff);
+        }
+    }
+    p.vector(std::string(names::output_norm), "model.norm.weight", hp.n_embd);
+    if (!tied) p.matrix(std::string(names::output), "lm_head.weight", hp.n_vocab, hp.n_embd);
+    return plan;
+}
+
+} // namespace colibri

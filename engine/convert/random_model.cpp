@@ -1,0 +1,120 @@
+// Random-weight models of any shape, for benchmarks and tests of large shapes.
+
+#include "convert/convert.h"
+
+#include "core/error.h"
+#include "cpu/kernels.h"
+#include "model/tensor_names.h"
+#include "sampling/sampler.h"
+
+#include <chrono>
+#include <cmath>
+#include <sentencepiece_processor.h>
+
+namespace colibri {
+
+using namespace format;
+
+convert_summary write_random_model(const random_model_options& o, const std::string& output, dtype quant,
+                                   const model_writer::progress& progress) {
+    const auto t0 = std::chrono::steady_clock::now();
+    hparams hp{};
+    hp.arch = static_cast<uint32_t>(o.arch);
+    hp.n_layer = o.n_layer;
+    hp.n_embd = o.n_embd;
+    hp.n_head = o.n_head;
+    hp.n_head_kv = o.n_head_kv;
+    hp.head_dim = o.head_dim;
+    hp.n_expert = o.n_expert;
+    hp.n_expert_used = o.n_expert_used;
+    hp.n_ff_exp = o.n_ff_exp;
+    hp.n_ff = o.n_ff;
+    hp.n_ff_shexp = o.n_ff_shexp;
+    hp.n_vocab = o.n_vocab;
+    hp.n_ctx = o.n_ctx;
+    hp.flags = flag_norm_topk_prob | (o.n_ff_shexp > 0 ? uint32_t(flag_shared_expert_gate) : 0u);
+    hp.weight_type = static_cast<uint32_t>(quant);
+    hp.rope_theta = 10000.0f;
+    hp.norm_eps = 1e-5f;
+    hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;
+    if (o.n_layer == 0 || o.n_embd == 0 || o.n_head == 0 || o.n_head_kv == 0 || o.n_head % o.n_head_kv ||
+        o.head_dim == 0 || o.head_dim % 2 || o.n_vocab == 0 || (o.n_expert == 0 && o.n_ff == 0) ||
+        (o.n_expert > 0 && (o.n_expert_used == 0 || o.n_expert_used > o.n_expert || o.n_ff_exp == 0))) {
+        throw error(errc::invalid_argument, "random model: inconsistent shape");
+    }
+    if (o.tokenizer_model.empty()) throw error(errc::invalid_argument, "random model: a tokenizer model is required");
+    std::vector<uint8_t> proto = read_file_bytes(o.tokenizer_model);
+    sentencepiece::SentencePieceProcessor sp;
+    if (!sp.LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(proto.data()), proto.size())).ok() ||
+        static_cast<uint32_t>(sp.GetPieceSize()) > o.n_vocab) {
+        throw error(errc::format, o.tokenizer_model + ": not a sentencepiece model that fits the vocabulary");
+    }
+    tokenizer_header th{};
+    th.kind = static_cast<uint32_t>(tokenizer_kind::sentencepiece);
+    th.bos_id = sp.bos_id();
+    th.eos_id = sp.eos_id();
+    th.pad_id = sp.pad_id();
+    th.flags = th.bos_id >= 0 ? uint32_t(tok_add_bos) : 0u;
+
+    model_writer w(hp, th, std::move(proto));
+    convert_summary sum;
+    sum.family = std::string(arch_name(o.arch));
+    uint64_t tensor_seed = o.seed;
+    // uniform in +-1/sqrt(cols): activations keep their scale through the layers
+    auto add = [&](const std::string& name, std::vector<uint64_t> shape, dtype type, bool ones, bool active) {
+        const uint64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+        if (row_bytes(type, cols) == 0) type = dtype::f16;
+        const uint64_t seed = ++tensor_seed;
+        w.add_tensor(name, type, shape, [=](uint8_t* dst) {
+            xorshift64s rng(seed);
+            std::vector<float> row(cols);
+            const float a = 1.0f / std::sqrt(static_cast<float>(cols));
+            const uint64_t rb = row_bytes(type, cols);
+            for (uint64_t r = 0; r < rows; ++r) {
+                for (auto& v : row) v = ones ? 1.0f : a * (2.0f * rng.uniform() - 1.0f);
+                kernels::from_f32_row(type, row.data(), dst + r * rb, static_cast<int64_t>(cols));
+            }
+        });
+        sum.n_params += rows * cols;
+        if (active) sum.n_params_active += rows * cols;
+    };
+    const uint64_t E = o.n_embd, q_dim = uint64_t(o.n_head) * o.head_dim, kv_dim = uint64_t(o.n_head_kv) * o.head_dim;
+    add(std::string(names::token_embd), {o.n_vocab, E}, quant, false, false);
+    sum.n_params_active += E;
+    for (int il = 0; il < static_cast<int>(o.n_layer); ++il) {
+        auto n = [il](std::string_view s) { return names::layer(il, s); };
+        add(n(names::blk::attn_norm), {E}, dtype::f32, true, true);
+        add(n(names::blk::attn_q), {q_dim, E}, quant, false, true);
+        add(n(names::blk::attn_k), {kv_dim, E}, quant, false, true);
+        add(n(names::blk::attn_v), {kv_dim, E}, quant, false, true);
+        add(n(names::blk::attn_output), {E, q_dim}, quant, false, true);
+        add(n(names::blk::ffn_norm), {E}, dtype::f32, true, true);
+        if (o.n_expert > 0) {
+            add(n(names::blk::ffn_gate_inp), {o.n_expert, E}, dtype::f32, false, true);
+            for (int e = 0; e < static_cast<int>(o.n_expert); ++e) {
+                const bool active = e < static_cast<int>(o.n_expert_used);
+                add(names::expert(il, e, names::exp::gate), {o.n_ff_exp, E}, quant, false, active);
+                add(names::expert(il, e, names::exp::up), {o.n_ff_exp, E}, quant, false, active);
+                add(names::expert(il, e, names::exp::down), {E, o.n_ff_exp}, quant, false, active);
+            }
+            if (o.n_ff_shexp > 0) {
+                add(n(names::blk::ffn_gate_shexp), {o.n_ff_shexp, E}, quant, false, true);
+                add(n(names::blk::ffn_up_shexp), {o.n_ff_shexp, E}, quant, false, true);
+                add(n(names::blk::ffn_down_shexp), {E, o.n_ff_shexp}, quant, false, true);
+                add(n(names::blk::ffn_gate_inp_shexp), {1, E}, dtype::f32, false, true);
+            }
+        } else {
+            add(n(names::blk::ffn_gate), {o.n_ff, E}, quant, false, true);
+            add(n(names::blk::ffn_up), {o.n_ff, E}, quant, false, true);
+            add(n(names::blk::ffn_down), {E, o.n_ff}, quant, false, true);
+        }
+    }
+    add(std::string(names::output_norm), {E}, dtype::f32, true, true);
+    add(std::string(names::output), {o.n_vocab, E}, quant, false, true);
+    sum.n_tensors = w.n_tensors();
+    sum.file_size = w.write(output, progress);
+    sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return sum;
+}
+
+} // namespace colibri

@@ -1,0 +1,212 @@
+#include "cpu/kernels.h"
+
+#include "core/half.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace colibri::kernels {
+
+using format::block_q4_0;
+using format::block_q8_0;
+using format::dtype;
+
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
+    // mean of squares
+    float ss = 0.0f;
+    for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+    // normalise and scale
+    for (int i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
+}
+
+void softmax(float* x, int n) {
+    // subtract the max for stability
+    float max = x[0];
+    for (int i = 1; i < n; ++i) max = std::max(max, x[i]);
+    // exponentiate and sum
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - max);
+        sum += x[i];
+    }
+    // normalise
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
+    switch (t) {
+    case dtype::f32: std::memcpy(out, row, static_cast<size_t>(n) * 4); return;
+    case dtype::f16: {
+        const auto* p = static_cast<const uint16_t*>(row);
+        for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(p[i]);
+        return;
+    }
+    case dtype::bf16: {
+        const auto* p = static_cast<const uint16_t*>(row);
+        for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(p[i]);
+        return;
+    }
+    case dtype::q8_0: {
+        const auto* b = static_cast<const block_q8_0*>(row);
+        for (int64_t ib = 0; ib < n / format::qk; ++ib) {
+            const float d = f16_to_f32(b[ib].d);
+            for (int i = 0; i < format::qk; ++i) out[ib * format::qk + i] = d * b[ib].qs[i];
+        }
+        return;
+    }
+    case dtype::q4_0: {
+        const auto* b = static_cast<const block_q4_0*>(row);
+        for (int64_t ib = 0; ib < n / format::qk; ++ib) {
+            const float d = f16_to_f32(b[ib].d);
+            for (int i = 0; i < format::qk / 2; ++i) {
+                out[ib * format::qk + i] = d * static_cast<float>((b[ib].qs[i] & 0x0F) - 8);
+                out[ib * format::qk + i + 16] = d * static_cast<float>((b[ib].qs[i] >> 4) - 8);
+            }
+        }
+        return;
+    }
+    }
+}
+
+float dot_row(dtype t, const void* row, const float* x, int64_t n) {
+    float sum = 0.0f;
+    switch (t) {
+    case dtype::f32: {
+        const auto* p = static_cast<const float*>(row);
+        for (int64_t i = 0; i < n; ++i) sum += p[i] * x[i];
+        return sum;
+    }
+    case dtype::f16: {
+        const auto* p = static_cast<const uint16_t*>(row);
+        for (int64_t i = 0; i < n; ++i) sum += f16_to_f32(p[i]) * x[i];
+        return sum;
+    }
+    case dtype::bf16: {
+        const auto* p = static_cast<const uint16_t*>(row);
+        for (int64_t i = 0; i < n; ++i) sum += bf16_to_f32(p[i]) * x[i];
+        return sum;
+    }
+    case dtype::q8_0: {
+        const auto* b = static_cast<const block_q8_0*>(row);
+        for (int64_t ib = 0; ib < n / format::qk; ++ib) {
+            float block = 0.0f;
+            for (int i = 0; i < format::qk; ++i) block += b[ib].qs[i] * x[ib * format::qk + i];
+            sum += f16_to_f32(b[ib].d) * block;
+        }
+        return sum;
+    }
+    case dtype::q4_0: {
+        const auto* b = static_cast<const block_q4_0*>(row);
+        for (int64_t ib = 0; ib < n / format::qk; ++ib) {
+            const float* xb = x + ib * format::qk;
+            float block = 0.0f;
+            for (int i = 0; i < format::qk / 2; ++i) {
+                block += static_cast<float>((b[ib].qs[i] & 0x0F) - 8) * xb[i];
+                block += static_cast<float>((b[ib].qs[i] >> 4) - 8) * xb[i + 16];
+            }
+            sum += f16_to_f32(b[ib].d) * block;
+        }
+        return sum;
+    }
+    }
+    return sum;
+}
+
+void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
+    switch (t) {
+    case dtype::f32: std::memcpy(out, x, static_cast<size_t>(n) * 4); return;
+    case dtype::f16: {
+        auto* p = static_cast<uint16_t*>(out);
+        for (int64_t i = 0; i < n; ++i) p[i] = f32_to_f16(x[i]);
+        return;
+    }
+    case dtype::bf16: {
+        auto* p = static_cast<uint16_t*>(out);
+        for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(x[i]);
+        return;
+    }
+    case dtype::q8_0: {
+        auto* b = static_cast<block_q8_0*>(out);
+        for (int64_t ib = 0; ib < n / format::qk; ++ib) {
+            const float* xb = x + ib * format::qk;
+            // symmetric: the largest magnitude maps to +-127
+            float amax = 0.0f;
+            for (int i = 0; i < format::qk; ++i) amax = std::max(amax, std::fabs(xb[i]));
+            const uint16_t dh = f32_to_f16(amax / 127.0f);
+            const float d = f16_to_f32(dh);
+            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            b[ib].d = dh;
+            for (int i = 0; i < format::qk; ++i) {
+                b[ib].qs[i] = static_cast<int8_t>(std::clamp(std::nearbyint(xb[i] * id), -127.0f, 127.0f));
+            }
+        }
+        return;
+    }
+    case dtype::q4_0: {
+        auto* b = static_cast<block_q4_0*>(out);
+        for (int64_t ib = 0; ib < n / format::qk; ++ib) {
+            const float* xb = x + ib * format::qk;
+            // The value of largest magnitude anchors the scale; a few nearby scales are tried
+            // and the one with the least squared error kept (its d fitted by least squares).
+            float max = 0.0f;
+            for (int i = 0; i < format::qk; ++i) {
+                if (std::fabs(xb[i]) > std::fabs(max)) max = xb[i];
+            }
+            int8_t best_q[format::qk] = {};
+            float best_d = 0.0f;
+            if (max != 0.0f) {
+                double best_err = -1.0;
+                for (int step = -6; step <= 6; ++step) {
+                    const float iscale = (-8.0f + 0.25f * static_cast<float>(step)) / max;
+                    int8_t q[format::qk];
+                    double sxq = 0, sqq = 0, sxx = 0;
+                    for (int i = 0; i < format::qk; ++i) {
+                        q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(xb[i] * iscale), -8.0f, 7.0f));
+                        sxq += double(xb[i]) * q[i];
+                        sqq += double(q[i]) * q[i];
+                        sxx += double(xb[i]) * xb[i];
+                    }
+                    if (sqq == 0) continue;
+                    const double err = sxx - sxq * sxq / sqq; // residual of the least-squares d
+                    if (best_err < 0 || err < best_err) {
+                        best_err = err;
+                        best_d = static_cast<float>(sxq / sqq);
+                        std::copy_n(q, format::qk, best_q);
+                    }
+                }
+            }
+            b[ib].d = f32_to_f16(best_d);
+            for (int i = 0; i < format::qk / 2; ++i) {
+                b[ib].qs[i] = static_cast<uint8_t>((best_q[i] + 8) | ((best_q[i + 16] + 8) << 4));
+            }
+        }
+        return;
+    }
+    }
+}
+
+void rope_head(float* x, int head_dim, int pos, float theta) {
+    const int half = head_dim / 2;
+    for (int i = 0; i < half; ++i) {
+        // frequency of pair i, angle at this position
+        const double freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+        const double angle = pos * freq;
+        const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+        const float a = x[i], b = x[i + half];
+        x[i] = a * c - b * s;
+        x[i + half] = b * c + a * s;
+    }
+}
+
+void swiglu(float* gate, const float* up, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+} // namespace colibri::kernels
+

@@ -1,0 +1,34 @@
+#pragma once
+// Scalar reference kernels. They read like the maths; every faster kernel is tested
+// against them. All accumulate in f32 unless noted.
+
+#include "format/format.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace colibri::kernels {
+
+/// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], for one row of n.  (out may alias x)
+void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
+
+/// In-place softmax over n values.
+void softmax(float* x, int n);
+
+/// Dequantises/converts one row of n elements of type t into f32.
+void to_f32_row(format::dtype t, const void* row, float* out, int64_t n);
+
+/// Dot product of one stored row (type t, n elements) with an f32 vector.
+float dot_row(format::dtype t, const void* row, const float* x, int64_t n);
+
+/// Quantises/converts n f32 values into one row of type t (n a multiple of 32 for q types).
+void from_f32_row(format::dtype t, const float* x, void* out, int64_t n);
+
+/// Rotary embedding, "rotate half" (NeoX / Hugging Face) layout, on one head of head_dim:
+/// pairs (i, i + head_dim/2) rotate by pos * theta^(-2i/head_dim).
+void rope_head(float* x, int head_dim, int pos, float theta);
+
+/// gate[i] = silu(gate[i]) * up[i]
+void swiglu(float* gate, const float* up, int64_t n);
+
+} // namespace colibri::kernels

@@ -1,0 +1,62 @@
+#pragma once
+// A fixed pool of worker threads for data-parallel kernels. One job at a time: run()
+// hands a function to every thread (the caller takes part as thread 0) and returns when
+// all are done. Dispatch neither allocates nor throws.
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace colibri {
+
+class thread_pool {
+public:
+    explicit thread_pool(int n_threads);
+    ~thread_pool();
+    thread_pool(const thread_pool&) = delete;
+    thread_pool& operator=(const thread_pool&) = delete;
+
+    int size() const { return n_threads_; }
+
+    /// Calls f(ith, nth) on every thread, ith in [0, nth).
+    template <class F>
+    void run(F&& f) {
+        auto thunk = [](void* ctx, int ith, int nth) { (*static_cast<std::remove_reference_t<F>*>(ctx))(ith, nth); };
+        dispatch(thunk, &f);
+    }
+
+    /// Splits [0, n) into contiguous chunks, one per thread: f(begin, end).
+    template <class F>
+    void parallel_for(int64_t n, F&& f) {
+        if (n <= 0) return;
+        if (n_threads_ == 1 || n == 1) {
+            f(int64_t(0), n);
+            return;
+        }
+        run([&](int ith, int nth) {
+            const int64_t chunk = (n + nth - 1) / nth;
+            const int64_t begin = std::min<int64_t>(n, chunk * ith);
+            const int64_t end = std::min<int64_t>(n, begin + chunk);
+            if (begin < end) f(begin, end);
+        });
+    }
+
+private:
+    using job_fn = void (*)(void*, int, int);
+    void dispatch(job_fn fn, void* ctx);
+    void worker(int ith);
+
+    int n_threads_;
+    std::vector<std::thread> threads_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<int> pending_{0};
+    std::atomic<bool> stop_{false};
+    job_fn fn_ = nullptr;
+    void* ctx_ = nullptr;
+};
+
+} // namespace colibri

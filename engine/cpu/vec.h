@@ -1,0 +1,49 @@
+#pragma once
+// Row kernels behind one table, chosen at run time from what the CPU reports, so one
+// binary runs everywhere. The reference table is scalar (kernels.cpp); SIMD tables must
+// reproduce it (tests/engine/test_kernels.cpp).
+
+#include "format/format.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace colibri {
+
+/// Activations quantised for integer dot products with q8_0 / q4_0 weights: blocks of 32
+/// int8 values with an f32 scale, x = d * q.
+struct block_q8_x {
+    float d;
+    int8_t qs[format::qk];
+};
+static_assert(sizeof(block_q8_x) == 36);
+
+struct vec_kernels {
+    const char* name;
+    /// x [n] (n a multiple of 32) -> n/32 blocks
+    void (*quantize_x)(const float* x, block_q8_x* out, int64_t n);
+    /// Dot of one weight row with quantised activations.
+    float (*dot_q8_0)(const void* row, const block_q8_x* x, int64_t n);
+    float (*dot_q4_0)(const void* row, const block_q8_x* x, int64_t n);
+    /// Dot of one weight row with f32 activations.
+    float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
+    float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);
+    /// Four rows (`stride` bytes apart) at once: out[i] = row_i . x.
+    void (*dot4_q8_0_f32)(const void* rows, size_t stride, const float* x, int64_t n, float* out);
+    void (*dot4_q4_0_f32)(const void* rows, size_t stride, const float* x, int64_t n, float* out);
+    float (*dot_f32)(const float* row, const float* x, int64_t n);
+    float (*dot_f16)(const void* row, const float* x, int64_t n);
+    float (*dot_bf16)(const void* row, const float* x, int64_t n);
+    /// Reads `bytes` (a multiple of 256, 32-byte aligned) as fast as possible; returns a checksum so the
+    /// reads cannot be optimised away. For measuring memory bandwidth.
+    uint64_t (*read_sum)(const void* p, size_t bytes);
+};
+
+/// The scalar reference.
+const vec_kernels& reference_vec_kernels();
+/// The AVX2+FMA+F16C table, or nullptr when the CPU lacks them (or the build has no x86).
+const vec_kernels* avx2_vec_kernels();
+/// The fastest table this CPU supports.
+const vec_kernels& best_vec_kernels();
+
+} // namespace colibri

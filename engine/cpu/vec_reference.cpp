@@ -1,0 +1,103 @@
+// Scalar reference of the vec_kernels table.
+
+#include "core/half.h"
+#include "cpu/kernels.h"
+#include "cpu/vec.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace colibri {
+
+using format::block_q4_0;
+using format::block_q8_0;
+using format::qk;
+
+namespace {
+
+void quantize_x(const float* x, block_q8_x* out, int64_t n) {
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        const float* xb = x + ib * qk;
+        float amax = 0.0f;
+        for (int i = 0; i < qk; ++i) amax = std::max(amax, std::fabs(xb[i]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out[ib].d = d;
+        for (int i = 0; i < qk; ++i) out[ib].qs[i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+    }
+}
+
+float dot_q8_0(const void* row, const block_q8_x* x, int64_t n) {
+    const auto* w = static_cast<const block_q8_0*>(row);
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        int32_t acc = 0; // exact integer dot of the block
+        for (int i = 0; i < qk; ++i) acc += int32_t(w[ib].qs[i]) * int32_t(x[ib].qs[i]);
+        sum += f16_to_f32(w[ib].d) * x[ib].d * static_cast<float>(acc);
+    }
+    return sum;
+}
+
+float dot_q4_0(const void* row, const block_q8_x* x, int64_t n) {
+    const auto* w = static_cast<const block_q4_0*>(row);
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        int32_t acc = 0;
+        for (int i = 0; i < qk / 2; ++i) {
+            acc += ((w[ib].qs[i] & 0x0F) - 8) * int32_t(x[ib].qs[i]);
+            acc += ((w[ib].qs[i] >> 4) - 8) * int32_t(x[ib].qs[i + qk / 2]);
+        }
+        sum += f16_to_f32(w[ib].d) * x[ib].d * static_cast<float>(acc);
+    }
+    return sum;
+}
+
+float dot_q8_0_f32(const void* row, const float* x, int64_t n) {
+    return kernels::dot_row(format::dtype::q8_0, row, x, n);
+}
+float dot_q4_0_f32(const void* row, const float* x, int64_t n) {
+    return kernels::dot_row(format::dtype::q4_0, row, x, n);
+}
+void dot4_q8_0_f32(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
+    for (int i = 0; i < 4; ++i) out[i] = dot_q8_0_f32(static_cast<const uint8_t*>(rows) + i * stride, x, n);
+}
+void dot4_q4_0_f32(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
+    for (int i = 0; i < 4; ++i) out[i] = dot_q4_0_f32(static_cast<const uint8_t*>(rows) + i * stride, x, n);
+}
+float dot_f32(const float* row, const float* x, int64_t n) {
+    return kernels::dot_row(format::dtype::f32, row, x, n);
+}
+float dot_f16(const void* row, const float* x, int64_t n) {
+    return kernels::dot_row(format::dtype::f16, row, x, n);
+}
+float dot_bf16(const void* row, const float* x, int64_t n) {
+    return kernels::dot_row(format::dtype::bf16, row, x, n);
+}
+
+uint64_t read_sum(const void* p, size_t bytes) {
+    const auto* u = static_cast<const uint64_t*>(p);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (size_t i = 0; i < bytes / 8; i += 4) {
+        a += u[i];
+        b += u[i + 1];
+        c += u[i + 2];
+        d += u[i + 3];
+    }
+    return a + b + c + d;
+}
+
+constexpr vec_kernels table = {"scalar", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum};
+
+} // namespace
+
+const vec_kernels& reference_vec_kernels() { return table; }
+
+const vec_kernels& best_vec_kernels() {
+    static const vec_kernels* best = [] {
+        const vec_kernels* k = avx2_vec_kernels();
+        return k != nullptr ? k : &table;
+    }();
+    return *best;
+}
+
+} // namespace colibri

@@ -1,0 +1,170 @@
+#pragma once
+// The .colibri v1 file layout: on-disk structures, packed little-endian.
+// docs/model-format.md is the normative description; keep the two in step.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace colibri::format {
+
+inline constexpr uint8_t magic[8] = {0xC0, 0x4C, 0x31, 0x42, 0x52, 0x31, 0x00, 0x00};
+inline constexpr uint32_t version = 1;
+inline constexpr uint64_t alignment = 64; ///< every section and tensor starts on this
+inline constexpr size_t header_size = 512;
+inline constexpr size_t tensor_entry_size = 128;
+inline constexpr size_t max_name = 64; ///< tensor name bytes including the NUL
+inline constexpr int max_dims = 4;
+
+/// Element types. Quantised types store rows of blocks of `qk` elements.
+enum class dtype : uint32_t {
+    f32 = 0,
+    f16 = 1,
+    bf16 = 2,
+    q8_0 = 3, ///< blocks of 32: f16 scale d, 32 x int8; x = d * q
+    q4_0 = 4, ///< blocks of 32: f16 scale d, 16 bytes of nibbles; x = d * (q - 8)
+};
+inline constexpr uint32_t dtype_count = 5;
+inline constexpr int qk = 32; ///< elements per quantisation block
+
+#pragma pack(push, 1)
+struct block_q8_0 {
+    uint16_t d;    // f16
+    int8_t qs[32]; // element i
+};
+struct block_q4_0 {
+    uint16_t d;     // f16
+    uint8_t qs[16]; // low nibble: element i, high nibble: element i + 16
+};
+#pragma pack(pop)
+static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18);
+
+/// Name used in files, on the command line and in the docs.
+std::string_view dtype_name(dtype t);
+/// Parses a dtype name; returns false when unknown.
+bool parse_dtype(std::string_view name, dtype& out);
+/// Bytes of one row of `n` elements; 0 when `n` is not a multiple of the block size.
+uint64_t row_bytes(dtype t, uint64_t n);
+bool is_quantized(dtype t);
+
+/// Model families. The runtime reads only the flat hyperparameters; this is informative.
+enum class arch : uint32_t {
+    llama = 1,
+    mixtral = 2,
+    qwen2_moe = 3,
+    qwen3_moe = 4,
+    olmoe = 5,
+    granite_moe = 6,
+};
+inline constexpr uint32_t arch_max = 6;
+std::string_view arch_name(arch a);
+
+/// How q and k are normalised after projection (before RoPE).
+enum class qk_norm : uint32_t {
+    none = 0,
+    per_head = 1, ///< RMSNorm over head_dim, one weight vector shared by all heads (Qwen3)
+    full = 2,     ///< RMSNorm over the whole projection (OLMoE)
+};
+
+/// Flag bits of hparams::flags.
+enum : uint32_t {
+    flag_attn_bias = 1u << 0,          ///< q, k, v projections have biases
+    flag_shared_expert_gate = 1u << 1, ///< shared expert output scaled by sigmoid(x . w)
+    flag_norm_topk_prob = 1u << 2,     ///< renormalise the selected experts' weights to sum 1
+    flag_tie_embeddings = 1u << 3,     ///< LM head reuses token_embd
+    flags_known = (1u << 4) - 1,
+};
+
+#pragma pack(push, 1)
+/// Hyperparameters, embedded in the header.
+struct hparams {
+    uint32_t arch;          // format::arch
+    uint32_t n_layer;
+    uint32_t n_embd;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t head_dim;
+    uint32_t n_ff;          // dense FFN width (dense layers); 0 when none
+    uint32_t n_expert;      // 0 for a dense model
+    uint32_t n_expert_used; // top-k
+    uint32_t n_ff_exp;      // width of one routed expert
+    uint32_t n_ff_shexp;    // width of the shared expert; 0 when none
+    uint32_t n_vocab;
+    uint32_t n_ctx;         // trained context length
+    uint32_t flags;         // flag_* bits
+    uint32_t qk_norm;       // format::qk_norm
+    uint32_t weight_type;   // dtype of the large matrices (informative)
+    float rope_theta;
+    float norm_eps;
+    float embedding_scale;  // token embeddings are multiplied by this (1 for most)
+    float residual_scale;   // block outputs are multiplied by this before the residual add
+    float attention_scale;  // q.k scale; 0 means 1/sqrt(head_dim)
+    float logit_scale;      // logits are multiplied by this (Granite: 1/logits_scaling)
+    uint8_t reserved[40];
+};
+
+struct section {
+    uint64_t offset;
+    uint64_t size;
+    uint32_t crc32; // of the section's bytes; 0 for the data section (not checked at load)
+    uint32_t reserved;
+};
+
+/// Fixed-size file header at offset 0.
+struct header {
+    uint8_t magic[8];
+    uint32_t version;
+    uint32_t header_size;  // format::header_size
+    uint32_t header_crc32; // CRC-32 of the header_size bytes with this field set to 0
+    uint32_t n_tensors;
+    uint64_t file_size;    // exact size of the file
+    section tokenizer;
+    section tensors;       // n_tensors entries of tensor_entry_size bytes
+    section data;
+    hparams hp;
+    uint8_t reserved[format::header_size - 8 - 4 * 4 - 8 - 3 * sizeof(section) - sizeof(hparams)];
+};
+
+/// One tensor directory entry.
+struct tensor_entry {
+    char name[max_name];   // NUL-terminated, NUL-padded
+    uint32_t dtype;        // format::dtype
+    uint32_t n_dims;       // 1..max_dims
+    uint64_t shape[max_dims]; // outermost first (PyTorch order); unused dims are 0
+    uint64_t offset;       // from the start of the file; multiple of alignment
+    uint64_t size;         // bytes
+    uint8_t reserved[tensor_entry_size - max_name - 8 - 8 * max_dims - 16];
+};
+
+/// Tokenizer kinds.
+enum class tokenizer_kind : uint32_t {
+    sentencepiece = 1, ///< payload: a serialized sentencepiece ModelProto
+    bpe = 2,           ///< payload: Hugging Face tokenizer.json (reserved for byte-level BPE)
+};
+
+enum : uint32_t {
+    tok_add_bos = 1u << 0,
+    tok_add_eos = 1u << 1,
+};
+
+/// Start of the tokenizer section; the payload follows it.
+struct tokenizer_header {
+    uint32_t kind;    // tokenizer_kind
+    int32_t bos_id;   // -1 when none
+    int32_t eos_id;   // -1 when none
+    int32_t pad_id;   // -1 when none
+    uint32_t flags;   // tok_* bits
+    uint32_t reserved0;
+    uint64_t payload_size;
+    uint8_t reserved[32];
+};
+#pragma pack(pop)
+
+static_assert(sizeof(hparams) == 128);
+static_assert(sizeof(header) == header_size);
+static_assert(sizeof(tensor_entry) == tensor_entry_size);
+static_assert(sizeof(tokenizer_header) == 64);
+
+inline constexpr uint64_t align_up(uint64_t x) { return (x + alignment - 1) & ~(alignment - 1); }
+
+} // namespace colibri::format

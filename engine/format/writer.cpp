@@ -1,0 +1,143 @@
+#include "format/writer.h"
+
+#include "core/crc32.h"
+#include "core/error.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <unordered_set>
+
+namespace colibri {
+
+using namespace format;
+
+model_writer::model_writer(const hparams& hp, const tokenizer_header& tok,
+                           std::vector<uint8_t> tokenizer_payload)
+    : hp_(hp), tok_(tok), tok_payload_(std::move(tokenizer_payload)) {
+    tok_.payload_size = tok_payload_.size();
+}
+
+void model_writer::add_tensor(const std::string& name, dtype type, std::vector<uint64_t> shape,
+                              producer fill) {
+    if (name.empty() || name.size() >= max_name) {
+        throw error(errc::invalid_argument, "tensor name '" + name + "' is empty or too long");
+    }
+    if (shape.empty() || shape.size() > static_cast<size_t>(max_dims)) {
+        throw error(errc::invalid_argument, "tensor '" + name + "': bad number of dimensions");
+    }
+    const uint64_t rb = row_bytes(type, shape.back());
+    if (rb == 0) {
+        throw error(errc::invalid_argument, "tensor '" + name + "': rows of " +
+                                                std::to_string(shape.back()) +
+                                                " elements do not fit " +
+                                                std::string(dtype_name(type)) + " blocks");
+    }
+    uint64_t size = rb;
+    for (size_t i = 0; i + 1 < shape.size(); ++i) size *= shape[i];
+    tensors_.push_back({name, type, std::move(shape), size, std::move(fill)});
+}
+
+namespace {
+
+struct file_closer {
+    void operator()(FILE* f) const { std::fclose(f); }
+};
+
+void write_all(FILE* f, const void* data, size_t n, const std::string& path) {
+    if (n != 0 && std::fwrite(data, 1, n, f) != n) {
+        throw error(errc::io, path + ": write failed: " + std::strerror(errno));
+    }
+}
+
+void pad_to(FILE* f, uint64_t& pos, uint64_t target, const std::string& path) {
+    static const uint8_t zeros[alignment] = {};
+    while (pos < target) {
+        const uint64_t n = std::min<uint64_t>(target - pos, alignment);
+        write_all(f, zeros, n, path);
+        pos += n;
+    }
+}
+
+} // namespace
+
+uint64_t model_writer::write(const std::string& path, const progress& on_progress) const {
+    // Layout: header | tokenizer | directory | data, every part 64-byte aligned.
+    header h{};
+    std::memcpy(h.magic, format::magic, sizeof(h.magic));
+    h.version = format::version;
+    h.header_size = header_size;
+    h.n_tensors = static_cast<uint32_t>(tensors_.size());
+    h.hp = hp_;
+
+    std::vector<uint8_t> tok_bytes(sizeof(tokenizer_header) + tok_payload_.size());
+    std::memcpy(tok_bytes.data(), &tok_, sizeof(tok_));
+    if (!tok_payload_.empty()) {
+        std::memcpy(tok_bytes.data() + sizeof(tok_), tok_payload_.data(), tok_payload_.size());
+    }
+    h.tokenizer = {align_up(header_size), tok_bytes.size(), crc32(tok_bytes.data(), tok_bytes.size()), 0};
+
+    std::vector<uint8_t> dir(tensors_.size() * tensor_entry_size);
+    const uint64_t dir_offset = align_up(h.tokenizer.offset + h.tokenizer.size);
+    const uint64_t data_offset = align_up(dir_offset + dir.size());
+    uint64_t pos = data_offset;
+    std::unordered_set<std::string> names;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+        const pending& t = tensors_[i];
+        if (!names.insert(t.name).second) {
+            throw error(errc::invalid_argument, "tensor '" + t.name + "' added twice");
+        }
+        tensor_entry e{};
+        std::memcpy(e.name, t.name.data(), t.name.size());
+        e.dtype = static_cast<uint32_t>(t.type);
+        e.n_dims = static_cast<uint32_t>(t.shape.size());
+        for (size_t d = 0; d < t.shape.size(); ++d) e.shape[d] = t.shape[d];
+        e.offset = pos;
+        e.size = t.size;
+        std::memcpy(dir.data() + i * tensor_entry_size, &e, sizeof(e));
+        pos = align_up(pos + t.size);
+    }
+    h.tensors = {dir_offset, dir.size(), crc32(dir.data(), dir.size()), 0};
+    h.data = {data_offset, pos - data_offset, 0, 0};
+    h.file_size = pos;
+    h.header_crc32 = crc32(&h, sizeof(h));
+
+    const std::string tmp = path + ".partial";
+    std::unique_ptr<FILE, file_closer> f(std::fopen(tmp.c_str(), "wb"));
+    if (!f) throw error(errc::io, tmp + ": cannot create: " + std::strerror(errno));
+    try {
+        uint64_t at = 0;
+        write_all(f.get(), &h, sizeof(h), tmp);
+        at += sizeof(h);
+        pad_to(f.get(), at, h.tokenizer.offset, tmp);
+        write_all(f.get(), tok_bytes.data(), tok_bytes.size(), tmp);
+        at += tok_bytes.size();
+        pad_to(f.get(), at, dir_offset, tmp);
+        write_all(f.get(), dir.data(), dir.size(), tmp);
+        at += dir.size();
+        pad_to(f.get(), at, data_offset, tmp);
+        std::vector<uint8_t> buf;
+        for (size_t i = 0; i < tensors_.size(); ++i) {
+            const pending& t = tensors_[i];
+            buf.assign(t.size, 0);
+            t.fill(buf.data());
+            write_all(f.get(), buf.data(), buf.size(), tmp);
+            at += buf.size();
+            pad_to(f.get(), at, align_up(at), tmp);
+            if (on_progress) on_progress(i + 1, tensors_.size(), t.name);
+        }
+        if (std::fflush(f.get()) != 0) throw error(errc::io, tmp + ": write failed: " + std::strerror(errno));
+        f.reset();
+        if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+            throw error(errc::io, path + ": cannot rename into place: " + std::strerror(errno));
+        }
+    } catch (...) {
+        f.reset();
+        std::remove(tmp.c_str());
+        throw;
+    }
+    return h.file_size;
+}
+
+} // namespace colibri

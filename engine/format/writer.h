@@ -1,0 +1,48 @@
+#pragma once
+// Writes a .colibri file: header, tokenizer section, tensor directory, aligned data.
+
+#include "format/format.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace colibri {
+
+class model_writer {
+public:
+    /// Fills `dst` (exactly the tensor's byte size) with the tensor's data.
+    using producer = std::function<void(uint8_t* dst)>;
+    /// Called after each tensor is written: (index, count, name).
+    using progress = std::function<void(size_t, size_t, const std::string&)>;
+
+    model_writer(const format::hparams& hp, const format::tokenizer_header& tok,
+                 std::vector<uint8_t> tokenizer_payload);
+
+    /// Tensors are written in the order they are added; throws on a bad name or shape.
+    void add_tensor(const std::string& name, format::dtype type, std::vector<uint64_t> shape,
+                    producer fill);
+
+    /// Writes to `path` through a temporary file renamed into place on success.
+    /// Returns the file size.
+    uint64_t write(const std::string& path, const progress& on_progress = {}) const;
+
+    size_t n_tensors() const { return tensors_.size(); }
+
+private:
+    struct pending {
+        std::string name;
+        format::dtype type;
+        std::vector<uint64_t> shape;
+        uint64_t size;
+        producer fill;
+    };
+
+    format::hparams hp_;
+    format::tokenizer_header tok_;
+    std::vector<uint8_t> tok_payload_;
+    std::vector<pending> tensors_;
+};
+
+} // namespace colibri

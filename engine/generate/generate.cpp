@@ -1,0 +1,123 @@
+#include "generate/generate.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace colibri {
+
+std::string_view finish_reason_name(finish_reason r) {
+    switch (r) {
+    case finish_reason::length: return "length";
+    case finish_reason::eos: return "eos";
+    case finish_reason::stop: return "stop";
+    case finish_reason::cancelled: return "cancelled";
+    case finish_reason::context: return "context";
+    }
+    return "unknown";
+}
+
+std::string stop_matcher::push(std::string_view text) {
+    if (matched_) return {};
+    held_.append(text);
+    // earliest complete match of any stop string
+    size_t cut = std::string::npos;
+    for (const std::string& s : stops_) {
+        if (s.empty()) continue;
+        cut = std::min(cut, held_.find(s));
+    }
+    if (cut != std::string::npos) {
+        matched_ = true;
+        std::string out = held_.substr(0, cut);
+        held_.clear();
+        return out;
+    }
+    // keep the longest tail that is a prefix of some stop string
+    size_t keep = 0;
+    for (const std::string& s : stops_) {
+        for (size_t len = std::min(s.size() - (s.empty() ? 0 : 1), held_.size()); len > keep; --len) {
+            if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
+                keep = len;
+                break;
+            }
+        }
+    }
+    std::string out = held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    return out;
+}
+
+std::string stop_matcher::flush() {
+    std::string out = matched_ ? std::string() : held_;
+    held_.clear();
+    return out;
+}
+
+generate_result generate(session& s, const tokenizer& tok, sampler& smp, const generate_request& req,
+                         const piece_callback& on_piece) {
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    if (req.max_tokens < 0) throw error(errc::invalid_argument, "max_tokens must be >= 0");
+    smp.set_params(req.sampling);
+
+    std::vector<int32_t> tokens;
+    const bool bos = req.add_bos < 0 ? tok.add_bos() : req.add_bos != 0;
+    if (bos && tok.bos_id() >= 0) tokens.push_back(tok.bos_id());
+    tok.encode(req.prompt, tokens);
+    if (tokens.empty()) throw error(errc::invalid_argument, "the prompt is empty and the model has no BOS token");
+    if (static_cast<int>(tokens.size()) >= s.n_ctx()) {
+        throw error(errc::context_full, "the prompt has " + std::to_string(tokens.size()) +
+                                            " tokens; the context holds " + std::to_string(s.n_ctx()));
+    }
+    generate_result res;
+    res.n_prompt_tokens = static_cast<int>(tokens.size());
+    tokens.reserve(tokens.size() + static_cast<size_t>(req.max_tokens));
+
+    // prefill in batches
+    s.truncate(0);
+    for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.n_batch())) {
+        const int n = static_cast<int>(std::min(tokens.size() - i, static_cast<size_t>(s.n_batch())));
+        s.eval(tokens.data() + i, n);
+    }
+    const auto t1 = clock::now();
+    res.prompt_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+
+    text_stream stream(tok, false);
+    stop_matcher stops(req.stop);
+    auto emit = [&](const std::string& text) { return text.empty() || on_piece(text); };
+    res.reason = finish_reason::length;
+    for (int i = 0; i < req.max_tokens; ++i) {
+        const int32_t id = smp.sample(s.logits(), tokens);
+        if (id == tok.eos_id()) {
+            res.reason = finish_reason::eos;
+            break;
+        }
+        tokens.push_back(id);
+        ++res.n_generated_tokens;
+        if (!emit(stops.push(stream.push(id)))) {
+            res.reason = finish_reason::cancelled;
+            break;
+        }
+        if (stops.matched()) {
+            res.reason = finish_reason::stop;
+            break;
+        }
+        if (i + 1 == req.max_tokens) break;
+        if (s.n_past() >= s.n_ctx()) {
+            res.reason = finish_reason::context;
+            break;
+        }
+        s.eval(&id, 1);
+    }
+    if (res.reason != finish_reason::cancelled && res.reason != finish_reason::stop) {
+        std::string tail = stops.push(stream.flush());
+        if (stops.matched()) res.reason = finish_reason::stop;
+        tail += stops.flush();
+        emit(tail);
+    }
+    res.generate_ms = std::chrono::duration<double, std::milli>(clock::now() - t1).count();
+    return res;
+}
+
+} // namespace colibri

@@ -1,0 +1,60 @@
+#pragma once
+// Prompt in, streamed completion text out: tokenise, prefill in batches, sample, detokenise,
+// stop on EOS, stop strings, max tokens or a full context.
+
+#include "model/session.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace colibri {
+
+enum class finish_reason { length, eos, stop, cancelled, context };
+std::string_view finish_reason_name(finish_reason r);
+
+struct generate_request {
+    std::string_view prompt;
+    int max_tokens = 128;
+    sampling_params sampling;
+    std::vector<std::string> stop; ///< generation ends before the first match; never emitted
+    int add_bos = -1;              ///< -1: the model's default
+};
+
+struct generate_result {
+    finish_reason reason = finish_reason::length;
+    int n_prompt_tokens = 0;
+    int n_generated_tokens = 0;
+    double prompt_ms = 0;   ///< tokenisation + prefill, up to the first token's logits
+    double generate_ms = 0; ///< the rest
+};
+
+/// Receives each piece of text; return false to stop (finish reason: cancelled).
+using piece_callback = std::function<bool(std::string_view piece)>;
+
+/// Runs one completion on `s` from an empty cache. Throws colibri::error for a bad request
+/// (invalid parameters, a prompt that does not fit the context).
+generate_result generate(session& s, const tokenizer& tok, sampler& smp, const generate_request& req,
+                         const piece_callback& on_piece);
+
+/// Holds back completion text that could be the start of a stop string.
+class stop_matcher {
+public:
+    explicit stop_matcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+    /// Adds text; returns what can be emitted now. Sets matched() when a stop string occurred
+    /// (then the returned text ends right before it and further text is ignored).
+    std::string push(std::string_view text);
+    /// Text still held back (no stop string matched).
+    std::string flush();
+    bool matched() const { return matched_; }
+
+private:
+    std::vector<std::string> stops_;
+    std::string held_;
+    bool matched_ = false;
+};
+
+} // namespace colibri

@@ -1,0 +1,150 @@
+#include "model/model.h"
+
+#include "core/error.h"
+#include "model/tensor_names.h"
+
+#include <unordered_set>
+
+namespace colibri {
+
+using namespace format;
+
+namespace {
+
+std::string shape_text(const uint64_t* shape, size_t n) {
+    std::string s = "[";
+    for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+} // namespace
+
+model::model(const std::string& path) : file_(path) {
+    const hparams& hp = file_.hp();
+    const uint64_t n_embd = hp.n_embd;
+    const uint64_t q_dim = uint64_t(hp.n_head) * hp.head_dim;
+    const uint64_t kv_dim = uint64_t(hp.n_head_kv) * hp.head_dim;
+
+    token_embd_ = require(std::string(names::token_embd), {hp.n_vocab, n_embd}, kind::matrix);
+    output_norm_ = require(std::string(names::output_norm), {n_embd}, kind::vector);
+    output_ = (hp.flags & flag_tie_embeddings)
+                  ? token_embd_
+                  : require(std::string(names::output), {hp.n_vocab, n_embd}, kind::matrix);
+
+    layers_.resize(hp.n_layer);
+    for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
+        layer_weights& l = layers_[il];
+        auto name = [il](std::string_view suffix) { return names::layer(il, suffix); };
+        l.attn_norm = require(name(names::blk::attn_norm), {n_embd}, kind::vector);
+        l.wq = require(name(names::blk::attn_q), {q_dim, n_embd}, kind::matrix);
+        l.wk = require(name(names::blk::attn_k), {kv_dim, n_embd}, kind::matrix);
+        l.wv = require(name(names::blk::attn_v), {kv_dim, n_embd}, kind::matrix);
+        l.wo = require(name(names::blk::attn_output), {n_embd, q_dim}, kind::matrix);
+        if (hp.flags & flag_attn_bias) {
+            l.bq = require(name(names::blk::attn_q_bias), {q_dim}, kind::vector);
+            l.bk = require(name(names::blk::attn_k_bias), {kv_dim}, kind::vector);
+            l.bv = require(name(names::blk::attn_v_bias), {kv_dim}, kind::vector);
+        }
+        switch (static_cast<qk_norm>(hp.qk_norm)) {
+        case qk_norm::none: break;
+        case qk_norm::per_head:
+            l.q_norm = require(name(names::blk::attn_q_norm), {hp.head_dim}, kind::vector);
+            l.k_norm = require(name(names::blk::attn_k_norm), {hp.head_dim}, kind::vector);
+            break;
+        case qk_norm::full:
+            l.q_norm = require(name(names::blk::attn_q_norm), {q_dim}, kind::vector);
+            l.k_norm = require(name(names::blk::attn_k_norm), {kv_dim}, kind::vector);
+            break;
+        }
+        l.ffn_norm = require(name(names::blk::ffn_norm), {n_embd}, kind::vector);
+
+        l.router = hp.n_expert ? optional(name(names::blk::ffn_gate_inp), {hp.n_expert, n_embd}, kind::router)
+                               : nullptr;
+        if (l.router != nullptr) {
+            l.experts.resize(hp.n_expert);
+            for (int e = 0; e < static_cast<int>(hp.n_expert); ++e) {
+                l.experts[e].gate = require(names::expert(il, e, names::exp::gate), {hp.n_ff_exp, n_embd}, kind::matrix);
+                l.experts[e].up = require(names::expert(il, e, names::exp::up), {hp.n_ff_exp, n_embd}, kind::matrix);
+                l.experts[e].down = require(names::expert(il, e, names::exp::down), {n_embd, hp.n_ff_exp}, kind::matrix);
+            }
+            if (hp.n_ff_shexp > 0) {
+                l.shared.gate = require(name(names::blk::ffn_gate_shexp), {hp.n_ff_shexp, n_embd}, kind::matrix);
+                l.shared.up = require(name(names::blk::ffn_up_shexp), {hp.n_ff_shexp, n_embd}, kind::matrix);
+                l.shared.down = require(name(names::blk::ffn_down_shexp), {n_embd, hp.n_ff_shexp}, kind::matrix);
+                if (hp.flags & flag_shared_expert_gate) {
+                    l.shared_gate = require(name(names::blk::ffn_gate_inp_shexp), {1, n_embd}, kind::router);
+                }
+            }
+        } else {
+            if (hp.n_ff == 0) {
+                throw error(errc::format, file_.path() + ": layer " + std::to_string(il) +
+                                              " has no router ('" + name(names::blk::ffn_gate_inp) +
+                                              "') and the model has no dense FFN width");
+            }
+            l.dense.gate = require(name(names::blk::ffn_gate), {hp.n_ff, n_embd}, kind::matrix);
+            l.dense.up = require(name(names::blk::ffn_up), {hp.n_ff, n_embd}, kind::matrix);
+            l.dense.down = require(name(names::blk::ffn_down), {n_embd, hp.n_ff}, kind::matrix);
+        }
+    }
+    count_params();
+}
+
+const tensor_view* model::optional(const std::string& name, std::initializer_list<uint64_t> shape,
+                                   kind k) const {
+    const tensor_view* t = file_.find(name);
+    if (t == nullptr) return nullptr;
+    const bool same = t->n_dims == static_cast<int>(shape.size()) &&
+                      std::equal(shape.begin(), shape.end(), t->shape);
+    if (!same) {
+        throw error(errc::format, file_.path() + ": tensor '" + name + "' has shape " +
+                                      shape_text(t->shape, t->n_dims) + ", expected " +
+                                      shape_text(shape.begin(), shape.size()));
+    }
+    if (k == kind::vector && t->type != dtype::f32) {
+        throw error(errc::format, file_.path() + ": tensor '" + name + "' has dtype " +
+                                      std::string(dtype_name(t->type)) + ", expected f32");
+    }
+    if (k == kind::router && is_quantized(t->type)) {
+        throw error(errc::format, file_.path() + ": tensor '" + name + "' has dtype " +
+                                      std::string(dtype_name(t->type)) +
+                                      ": routing weights must be stored at 16 bits or more");
+    }
+    return t;
+}
+
+const tensor_view* model::require(const std::string& name, std::initializer_list<uint64_t> shape,
+                                  kind k) const {
+    const tensor_view* t = optional(name, shape, k);
+    if (t == nullptr) throw error(errc::format, file_.path() + ": missing tensor '" + name + "'");
+    return t;
+}
+
+void model::count_params() {
+    const hparams& hp = file_.hp();
+    std::unordered_set<const tensor_view*> seen;
+    auto add = [&](const tensor_view* t, bool active) {
+        if (t == nullptr || !seen.insert(t).second) return;
+        n_params_ += t->n_elements();
+        if (active) n_params_active_ += t->n_elements();
+    };
+    add(output_, true);
+    add(output_norm_, true);
+    add(token_embd_, false); // a lookup touches one row (unless tied to the LM head)
+    n_params_active_ += hp.n_embd;
+    for (const layer_weights& l : layers_) {
+        for (const tensor_view* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm,
+                                     l.k_norm, l.ffn_norm, l.router, l.shared.gate, l.shared.up,
+                                     l.shared.down, l.shared_gate, l.dense.gate, l.dense.up,
+                                     l.dense.down}) {
+            add(t, true);
+        }
+        for (size_t e = 0; e < l.experts.size(); ++e) {
+            const bool active = e < hp.n_expert_used; // any k experts cost the same
+            add(l.experts[e].gate, active);
+            add(l.experts[e].up, active);
+            add(l.experts[e].down, active);
+        }
+    }
+}
+
+} // namespace colibri

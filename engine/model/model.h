@@ -1,0 +1,71 @@
+#pragma once
+// A loaded model: the validated file plus typed views of every weight, per layer.
+
+#include "format/model_file.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace colibri {
+
+struct expert_weights {
+    const tensor_view* gate = nullptr; // [n_ff, n_embd]
+    const tensor_view* up = nullptr;   // [n_ff, n_embd]
+    const tensor_view* down = nullptr; // [n_embd, n_ff]
+};
+
+struct layer_weights {
+    const tensor_view* attn_norm = nullptr;
+    const tensor_view* wq = nullptr;
+    const tensor_view* wk = nullptr;
+    const tensor_view* wv = nullptr;
+    const tensor_view* wo = nullptr;
+    const tensor_view* bq = nullptr; // optional biases
+    const tensor_view* bk = nullptr;
+    const tensor_view* bv = nullptr;
+    const tensor_view* q_norm = nullptr; // optional
+    const tensor_view* k_norm = nullptr;
+    const tensor_view* ffn_norm = nullptr;
+    const tensor_view* router = nullptr;      // null: dense layer
+    std::vector<expert_weights> experts;      // [n_expert]
+    expert_weights shared;                    // shared expert, when n_ff_shexp > 0
+    const tensor_view* shared_gate = nullptr; // [1, n_embd], with flag_shared_expert_gate
+    expert_weights dense;                     // dense FFN of a dense layer
+    bool is_moe() const { return router != nullptr; }
+};
+
+class model {
+public:
+    /// Loads and fully validates; throws colibri::error naming the file and what is wrong.
+    explicit model(const std::string& path);
+
+    const model_file& file() const { return file_; }
+    const format::hparams& hp() const { return file_.hp(); }
+    const tensor_view& token_embd() const { return *token_embd_; }
+    const tensor_view& output_norm() const { return *output_norm_; }
+    const tensor_view& output() const { return *output_; }
+    const std::vector<layer_weights>& layers() const { return layers_; }
+
+    uint64_t n_params() const { return n_params_; }
+    uint64_t n_params_active() const { return n_params_active_; }
+
+private:
+    /// What dtypes a tensor may have.
+    enum class kind { matrix, vector, router };
+    const tensor_view* require(const std::string& name, std::initializer_list<uint64_t> shape,
+                               kind k) const;
+    const tensor_view* optional(const std::string& name, std::initializer_list<uint64_t> shape,
+                                kind k) const;
+    void count_params();
+
+    model_file file_;
+    const tensor_view* token_embd_ = nullptr;
+    const tensor_view* output_norm_ = nullptr;
+    const tensor_view* output_ = nullptr;
+    std::vector<layer_weights> layers_;
+    uint64_t n_params_ = 0;
+    uint64_t n_params_active_ = 0;
+};
+
+} // namespace colibri

@@ -1,0 +1,246 @@
+// The decoder forward pass, written once for every family on top of the backend ops.
+// Families differ only by hyperparameters and flags (see format.h).
+
+#include "model/session.h"
+
+#include "core/error.h"
+#include "cpu/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace colibri {
+
+using namespace format;
+
+session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_logits)
+    : model_(m), be_(be), n_ctx_(n_ctx > 0 ? n_ctx : static_cast<int>(m.hp().n_ctx)),
+      n_batch_(n_batch), all_logits_(all_logits) {
+    const hparams& hp = m.hp();
+    if (n_ctx_ <= 0 || n_ctx_ > (1 << 24)) throw error(errc::invalid_argument, "context length out of range");
+    if (n_batch_ <= 0 || n_batch_ > 4096) throw error(errc::invalid_argument, "batch size out of range");
+    const size_t B = static_cast<size_t>(n_batch_);
+    const size_t q_dim = size_t(hp.n_head) * hp.head_dim, kv_dim = size_t(hp.n_head_kv) * hp.head_dim;
+    const size_t n_ff = std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
+    x_ = be.alloc(B * hp.n_embd);
+    xn_ = be.alloc(B * hp.n_embd);
+    q_ = be.alloc(B * q_dim);
+    k_ = be.alloc(B * kv_dim);
+    v_ = be.alloc(B * kv_dim);
+    att_ = be.alloc(B * q_dim);
+    o_ = be.alloc(B * hp.n_embd);
+    ffn_out_ = be.alloc(B * hp.n_embd);
+    xg_ = be.alloc(B * hp.n_embd);
+    hg_ = be.alloc(B * n_ff);
+    hu_ = be.alloc(B * n_ff);
+    yo_ = be.alloc(B * hp.n_embd);
+    router_ = be.alloc(B * std::max<size_t>(hp.n_expert, 1));
+    shared_gate_ = be.alloc(B);
+    scratch_ = be.alloc(size_t(be.n_threads()) * size_t(n_ctx_));
+    logits_ = be.alloc((all_logits ? B : 1) * size_t(hp.n_vocab));
+    k_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
+    v_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
+
+    const size_t k = std::max<size_t>(hp.n_expert_used, 1);
+    pos_.resize(B);
+    sel_.resize(B * k);
+    sel_w_.resize(B * k);
+    expert_begin_.resize(size_t(hp.n_expert) + 1);
+    order_.resize(B * k);
+    probs_.resize(hp.n_expert);
+}
+
+void session::truncate(int n) {
+    COLIBRI_ASSERT(n >= 0 && n <= n_past_);
+    n_past_ = n;
+}
+
+void session::eval(const int32_t* tokens, int n) {
+    const hparams& hp = model_.hp();
+    if (n <= 0 || n > n_batch_) {
+        throw error(errc::invalid_argument, "batch of " + std::to_string(n) + " tokens, expected 1.." + std::to_string(n_batch_));
+    }
+    if (n_past_ + n > n_ctx_) {
+        throw error(errc::context_full, "context full: " + std::to_string(n_past_ + n) + " tokens, the context holds " + std::to_string(n_ctx_));
+    }
+    for (int t = 0; t < n; ++t) {
+        if (tokens[t] < 0 || tokens[t] >= static_cast<int32_t>(hp.n_vocab)) {
+            throw error(errc::invalid_argument, "token id " + std::to_string(tokens[t]) + " is outside the vocabulary of " + std::to_string(hp.n_vocab));
+        }
+        pos_[t] = n_past_ + t;
+    }
+
+    const int n_embd = static_cast<int>(hp.n_embd);
+    be_.embed(model_.token_embd(), tokens, n, hp.embedding_scale, x_->data()); // [n, n_embd]
+    for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
+        attention_block(il, n);
+        ffn_block(il, n);
+    }
+    n_past_ += n;
+
+    // LM head on the rows the caller wants
+    const int first = all_logits_ ? 0 : n - 1;
+    const int rows = n - first;
+    float* x_last = x_->data() + static_cast<int64_t>(first) * n_embd;
+    be_.rmsnorm(x_last, model_.output_norm(), rows, n_embd, hp.norm_eps, xn_->data());
+    be_.matmul(model_.output(), xn_->data(), rows, logits_->data());
+    if (hp.logit_scale != 1.0f) {
+        float* l = logits_->data();
+        for (int64_t i = 0; i < int64_t(rows) * hp.n_vocab; ++i) l[i] *= hp.logit_scale;
+    }
+}
+
+void session::attention_block(int il, int n) {
+    const hparams& hp = model_.hp();
+    const layer_weights& l = model_.layers()[il];
+    const int n_embd = static_cast<int>(hp.n_embd);
+    const int hd = static_cast<int>(hp.head_dim);
+    const int q_dim = static_cast<int>(hp.n_head) * hd, kv_dim = static_cast<int>(hp.n_head_kv) * hd;
+
+    be_.rmsnorm(x_->data(), *l.attn_norm, n, n_embd, hp.norm_eps, xn_->data());
+    be_.matmul(*l.wq, xn_->data(), n, q_->data()); // [n, q_dim]
+    be_.matmul(*l.wk, xn_->data(), n, k_->data()); // [n, kv_dim]
+    be_.matmul(*l.wv, xn_->data(), n, v_->data()); // [n, kv_dim]
+    if (l.bq != nullptr) {
+        be_.add_bias(q_->data(), *l.bq, n, q_dim);
+        be_.add_bias(k_->data(), *l.bk, n, kv_dim);
+        be_.add_bias(v_->data(), *l.bv, n, kv_dim);
+    }
+    switch (static_cast<qk_norm>(hp.qk_norm)) {
+    case qk_norm::none: break;
+    case qk_norm::per_head: // one weight over head_dim, every head normalised on its own
+        be_.rmsnorm(q_->data(), *l.q_norm, n * static_cast<int>(hp.n_head), hd, hp.norm_eps, q_->data());
+        be_.rmsnorm(k_->data(), *l.k_norm, n * static_cast<int>(hp.n_head_kv), hd, hp.norm_eps, k_->data());
+        break;
+    case qk_norm::full: // the whole projection normalised at once
+        be_.rmsnorm(q_->data(), *l.q_norm, n, q_dim, hp.norm_eps, q_->data());
+        be_.rmsnorm(k_->data(), *l.k_norm, n, kv_dim, hp.norm_eps, k_->data());
+        break;
+    }
+    be_.rope(q_->data(), n, static_cast<int>(hp.n_head), hd, pos_.data(), hp.rope_theta);
+    be_.rope(k_->data(), n, static_cast<int>(hp.n_head_kv), hd, pos_.data(), hp.rope_theta);
+
+    // append k, v to this layer's cache
+    const size_t layer_off = size_t(il) * size_t(n_ctx_) * size_t(kv_dim);
+    float* kc = k_cache_->data() + layer_off;
+    float* vc = v_cache_->data() + layer_off;
+    std::copy_n(k_->data(), size_t(n) * kv_dim, kc + size_t(n_past_) * kv_dim);
+    std::copy_n(v_->data(), size_t(n) * kv_dim, vc + size_t(n_past_) * kv_dim);
+
+    attention_args a{};
+    a.q = q_->data();
+    a.k_cache = kc;
+    a.v_cache = vc;
+    a.pos = pos_.data();
+    a.out = att_->data();
+    a.scratch = scratch_->data();
+    a.n = n;
+    a.n_ctx = n_ctx_;
+    a.n_head = static_cast<int>(hp.n_head);
+    a.n_head_kv = static_cast<int>(hp.n_head_kv);
+    a.head_dim = hd;
+    a.scale = hp.attention_scale > 0 ? hp.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+    be_.attention(a);
+
+    be_.matmul(*l.wo, att_->data(), n, o_->data()); // [n, n_embd]
+    be_.add_scaled(x_->data(), o_->data(), int64_t(n) * n_embd, hp.residual_scale);
+}
+
+void session::swiglu_ffn(const expert_weights& w, const float* x, int n, int n_ff, float* out) {
+    be_.matmul(*w.gate, x, n, hg_->data()); // [n, n_ff]
+    be_.matmul(*w.up, x, n, hu_->data());   // [n, n_ff]
+    be_.swiglu(hg_->data(), hu_->data(), int64_t(n) * n_ff);
+    be_.matmul(*w.down, hg_->data(), n, out); // [n, n_embd]
+}
+
+void session::ffn_block(int il, int n) {
+    const hparams& hp = model_.hp();
+    const layer_weights& l = model_.layers()[il];
+    const int n_embd = static_cast<int>(hp.n_embd);
+    be_.rmsnorm(x_->data(), *l.ffn_norm, n, n_embd, hp.norm_eps, xn_->data());
+    if (l.is_moe()) {
+        moe(l, n);
+        if (observer_.fn != nullptr) {
+            const int k = static_cast<int>(hp.n_expert_used);
+            for (int t = 0; t < n; ++t) {
+                observer_.fn(observer_.user, pos_[t], il, &sel_[size_t(t) * k], &sel_w_[size_t(t) * k], k);
+            }
+        }
+    } else {
+        swiglu_ffn(l.dense, xn_->data(), n, static_cast<int>(hp.n_ff), ffn_out_->data());
+    }
+    be_.add_scaled(x_->data(), ffn_out_->data(), int64_t(n) * n_embd, hp.residual_scale);
+}
+
+void session::moe(const layer_weights& l, int n) {
+    const hparams& hp = model_.hp();
+    const int n_embd = static_cast<int>(hp.n_embd);
+    const int n_expert = static_cast<int>(hp.n_expert);
+    const int k = static_cast<int>(hp.n_expert_used);
+    const bool renorm = (hp.flags & flag_norm_topk_prob) != 0;
+
+    // 1. route: softmax over all experts, keep the top k, optionally renormalise
+    be_.matmul(*l.router, xn_->data(), n, router_->data()); // [n, n_expert]
+    for (int t = 0; t < n; ++t) {
+        std::copy_n(router_->data() + size_t(t) * n_expert, n_expert, probs_.data());
+        kernels::softmax(probs_.data(), n_expert);
+        int32_t* ids = &sel_[size_t(t) * k];
+        float* w = &sel_w_[size_t(t) * k];
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) { // k is small: repeated arg-max, ties to the lower index
+            int best = -1;
+            for (int e = 0; e < n_expert; ++e) {
+                if (probs_[e] >= 0.0f && (best < 0 || probs_[e] > probs_[best])) best = e;
+            }
+            if (best < 0) best = j; // only when the router produced NaN: keep ids valid
+            ids[j] = best;
+            w[j] = std::max(probs_[best], 0.0f);
+            probs_[best] = -1.0f;
+            sum += w[j];
+        }
+        if (renorm) {
+            for (int j = 0; j < k; ++j) w[j] /= sum;
+        }
+    }
+
+    // 2. group (token, slot) pairs by expert, so each expert runs once on all its tokens
+    std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
+    for (int i = 0; i < n * k; ++i) ++expert_begin_[sel_[i] + 1];
+    for (int e = 0; e < n_expert; ++e) expert_begin_[e + 1] += expert_begin_[e];
+    // fill by walking the pairs; expert_begin_[e] advances, then is restored by the shift below
+    for (int i = 0; i < n * k; ++i) order_[expert_begin_[sel_[i]]++] = i;
+    for (int e = n_expert; e > 0; --e) expert_begin_[e] = expert_begin_[e - 1];
+    expert_begin_[0] = 0;
+
+    // 3. run each selected expert on its gathered tokens and scatter-add the weighted output
+    float* out = ffn_out_->data();
+    std::fill_n(out, size_t(n) * n_embd, 0.0f);
+    const float* xn = xn_->data();
+    float* xg = xg_->data();
+    float* yo = yo_->data();
+    for (int e = 0; e < n_expert; ++e) {
+        const int begin = expert_begin_[e], count = expert_begin_[e + 1] - begin;
+        if (count == 0) continue;
+        for (int i = 0; i < count; ++i) {
+            const int t = order_[begin + i] / k;
+            std::copy_n(xn + size_t(t) * n_embd, n_embd, xg + size_t(i) * n_embd);
+        }
+        swiglu_ffn(l.experts[e], xg, count, static_cast<int>(hp.n_ff_exp), yo);
+        for (int i = 0; i < count; ++i) {
+            const int pair = order_[begin + i];
+            be_.add_scaled(out + size_t(pair / k) * n_embd, yo + size_t(i) * n_embd, n_embd, sel_w_[pair]);
+        }
+    }
+
+    // 4. shared expert, optionally gated per token by sigmoid(x . w_gate)
+    if (l.shared.gate != nullptr) {
+        swiglu_ffn(l.shared, xn, n, static_cast<int>(hp.n_ff_shexp), yo);
+        if (l.shared_gate != nullptr) be_.matmul(*l.shared_gate, xn, n, shared_gate_->data()); // [n, 1]
+        for (int t = 0; t < n; ++t) {
+            const float g = l.shared_gate != nullptr ? 1.0f / (1.0f + std::exp(-shared_gate_->data()[t])) : 1.0f;
+            be_.add_scaled(out + size_t(t) * n_embd, yo + size_t(t) * n_embd, n_embd, g);
+        }
+    }
+}
+
+} // namespace colibri

@@ -1,0 +1,71 @@
+#pragma once
+// A session: the KV cache and every buffer the forward pass needs, sized once at
+// creation. Evaluating tokens neither allocates nor throws once its arguments are valid.
+
+#include "model/model.h"
+#include "ops/backend.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace colibri {
+
+/// Receives the routing decision of each token in each MoE layer (debugging aid).
+struct route_observer {
+    void (*fn)(void* user, int pos, int layer, const int32_t* experts, const float* weights, int k) = nullptr;
+    void* user = nullptr;
+};
+
+class session {
+public:
+    /// n_ctx: KV cache length (0: the model's); n_batch: most tokens per eval() call;
+    /// all_logits: keep logits of every token of a batch, not only the last.
+    session(const model& m, backend& be, int n_ctx, int n_batch = 32, bool all_logits = false);
+
+    /// Runs tokens [0, n) at positions n_past() .. n_past()+n-1 and appends them to the cache.
+    /// Throws colibri::error before computing anything when n exceeds the batch size, the
+    /// context would overflow, or a token id is outside the vocabulary.
+    void eval(const int32_t* tokens, int n);
+
+    /// Logits of the last evaluated token [n_vocab], or of every token of the last batch
+    /// [n][n_vocab] with all_logits.
+    const float* logits() const { return logits_->data(); }
+
+    int n_past() const { return n_past_; }
+    int n_ctx() const { return n_ctx_; }
+    int n_batch() const { return n_batch_; }
+    /// Forgets cached positions from n on (n <= n_past()).
+    void truncate(int n);
+    void set_route_observer(route_observer obs) { observer_ = obs; }
+
+    const model& get_model() const { return model_; }
+
+private:
+    void attention_block(int il, int n);
+    void ffn_block(int il, int n);
+    void moe(const layer_weights& l, int n);
+    void swiglu_ffn(const expert_weights& w, const float* x, int n, int n_ff, float* out);
+
+    const model& model_;
+    backend& be_;
+    int n_ctx_, n_batch_;
+    bool all_logits_;
+    int n_past_ = 0;
+    route_observer observer_;
+
+    // Activations, [n_batch, ...] each.
+    std::unique_ptr<device_buffer> x_, xn_, q_, k_, v_, att_, o_, ffn_out_, xg_, hg_, hu_, yo_;
+    std::unique_ptr<device_buffer> router_, shared_gate_, scratch_, logits_;
+    std::unique_ptr<device_buffer> k_cache_, v_cache_; // [n_layer, n_ctx, n_head_kv*head_dim]
+
+    // Host-side bookkeeping for routing, sized at creation.
+    std::vector<int32_t> pos_;          // [n_batch]
+    std::vector<int32_t> sel_;          // [n_batch, n_expert_used] chosen experts
+    std::vector<float> sel_w_;          // [n_batch, n_expert_used] their weights
+    std::vector<int32_t> expert_begin_; // [n_expert + 1] offsets into order_
+    std::vector<int32_t> order_;        // [n_batch * n_expert_used] token*k + slot, grouped by expert
+    std::vector<float> probs_;          // [n_expert]
+};
+
+} // namespace colibri

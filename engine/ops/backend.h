@@ -1,0 +1,74 @@
+#pragma once
+// The operations the forward pass is written in. A backend implements them for one kind
+// of device; model code never sees SIMD intrinsics or device calls. Activation pointers
+// are buffers the backend allocated (host memory for the CPU backend).
+
+#include "format/model_file.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace colibri {
+
+/// Memory a backend hands out; freed with the object.
+class device_buffer {
+public:
+    virtual ~device_buffer() = default;
+    virtual float* data() = 0;
+    virtual size_t size() const = 0; ///< in floats
+};
+
+struct attention_args {
+    const float* q;       // [n, n_head*head_dim]
+    const float* k_cache; // [n_ctx, n_head_kv*head_dim] of this layer
+    const float* v_cache; // [n_ctx, n_head_kv*head_dim]
+    const int32_t* pos;   // [n]: token t attends to cache rows 0..pos[t]
+    float* out;           // [n, n_head*head_dim]
+    float* scratch;       // [n_threads, n_ctx]
+    int n, n_ctx, n_head, n_head_kv, head_dim;
+    float scale;
+};
+
+class backend {
+public:
+    virtual ~backend() = default;
+    virtual std::string name() const = 0;
+    virtual int n_threads() const = 0;
+
+    /// Zero-initialised buffer of n floats.
+    virtual std::unique_ptr<device_buffer> alloc(size_t n) = 0;
+
+    /// out[t] = table[ids[t]] * scale; out [n, cols]
+    virtual void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) = 0;
+    /// y[n, w.rows] = x[n, w.cols] . w^T
+    virtual void matmul(const tensor_view& w, const float* x, int n, float* y) = 0;
+    /// RMSNorm of n rows of dim elements with weight w [dim]; out may alias x.
+    virtual void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) = 0;
+    /// y[t] += b for n rows of dim
+    virtual void add_bias(float* y, const tensor_view& b, int n, int dim) = 0;
+    /// Rotary embedding on x [n, n_heads*head_dim] at positions pos[n].
+    virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) = 0;
+    /// Causal attention over the cache, grouped-query heads.
+    virtual void attention(const attention_args& a) = 0;
+    /// gate = silu(gate) * up, n elements
+    virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
+    /// x += s * y, n elements
+    virtual void add_scaled(float* x, const float* y, int64_t n, float s) = 0;
+};
+
+struct vec_kernels;
+
+struct cpu_options {
+    int n_threads = 1;
+    /// Row kernels; nullptr: the fastest this CPU supports.
+    const vec_kernels* kernels = nullptr;
+    /// Quantise activations to int8 for q8_0/q4_0 weights (integer dot products: faster
+    /// prefill, about twice the logit error); otherwise they stay f32.
+    bool int8_activations = false;
+};
+
+/// CPU backend; max_cols is the widest row any matmul reads. Runs one operation at a time.
+std::unique_ptr<backend> make_cpu_backend(const cpu_options& options, int64_t max_cols);
+
+} // namespace colibri

@@ -1,0 +1,299 @@
+// colibri-bench: prefill and decode speed, time to first token, load time and peak memory
+// of a model on the CPU, against the machine's measured limits (the roofline).
+
+#include "api/runtime.h"
+#include "convert/convert.h"
+#include "core/cpu_count.h"
+#include "core/error.h"
+#include "cpu/machine_limits.h"
+#include "cpu/vec.h"
+#include "model/session.h"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <sys/resource.h>
+
+namespace po = boost::program_options;
+using namespace colibri;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(clock_type::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+std::vector<int> parse_list(const std::string& s) {
+    std::vector<int> v;
+    std::stringstream in(s);
+    std::string item;
+    while (std::getline(in, item, ',')) v.push_back(std::stoi(item));
+    if (v.empty()) throw error(errc::invalid_argument, "empty list '" + s + "'");
+    return v;
+}
+
+struct stats {
+    double median = 0, min = 0, max = 0;
+};
+stats summarise(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    stats s;
+    s.min = v.front();
+    s.max = v.back();
+    s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    return s;
+}
+
+// Bytes of weights one decoded token reads: attention, router, the selected experts (their
+// average size), shared expert, LM head, norms, one embedding row.
+double weight_bytes_per_token(const model& m) {
+    const auto& hp = m.hp();
+    double bytes = double(m.output().size) + double(m.output_norm().size) +
+                   double(m.token_embd().size) / hp.n_vocab;
+    for (const layer_weights& l : m.layers()) {
+        for (const tensor_view* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm,
+                                     l.ffn_norm, l.router, l.shared.gate, l.shared.up, l.shared.down, l.shared_gate,
+                                     l.dense.gate, l.dense.up, l.dense.down}) {
+            if (t != nullptr) bytes += double(t->size);
+        }
+        double experts = 0;
+        for (const expert_weights& e : l.experts) experts += double(e.gate->size + e.up->size + e.down->size);
+        if (!l.experts.empty()) bytes += experts / double(l.experts.size()) * hp.n_expert_used;
+    }
+    return bytes;
+}
+
+struct route_counts {
+    int n_expert = 0;
+    std::vector<uint64_t> counts; // [n_layer][n_expert]
+    static void observe(void* user, int, int layer, const int32_t* e, const float*, int k) {
+        auto* rc = static_cast<route_counts*>(user);
+        for (int j = 0; j < k; ++j) ++rc->counts[size_t(layer) * size_t(rc->n_expert) + size_t(e[j])];
+    }
+};
+
+long peak_rss_kib() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    const auto process_start = clock_type::now();
+    std::string model_path, shape, quant = "q8_0", threads_list, cache_dir;
+    int prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 1024;
+    po::options_description opts("colibri-bench: measure a model on the CPU against this machine's limits\n\n"
+                                 "  colibri-bench --model FILE [options]\n"
+                                 "  colibri-bench --shape mixtral-like|fine-grained [--quant q8_0|q4_0|...] [options]\n\n"
+                                 "Options");
+    opts.add_options()
+        ("help,h", "show this help")
+        ("model,m", po::value(&model_path), "a .colibri file")
+        ("shape", po::value(&shape), "random-weight model instead: mixtral-like (dim 1024, 16 layers, 16/8 heads, "
+                                      "8 experts top-2, FFN 2816) or fine-grained (dim 1024, 24 layers, 16/8 heads, "
+                                      "32 experts top-8, FFN 512); vocabulary 32000")
+        ("quant", po::value(&quant), "weight type of the random model (default q8_0)")
+        ("cache-dir", po::value(&cache_dir), "where random models are kept between runs (default: the temp directory)")
+        ("threads,t", po::value(&threads_list), "comma-separated thread counts (default: the CPUs this process may use)")
+        ("prompt-tokens", po::value(&prompt_tokens), "prefill length (default 512)")
+        ("gen-tokens", po::value(&gen_tokens), "decoded tokens (default 128)")
+        ("reps", po::value(&reps), "repetitions per thread count (default 3)")
+        ("bandwidth-mib", po::value(&bandwidth_mib), "buffer of the bandwidth probe (default 1024 MiB)")
+        ("int8-act", "quantise activations to int8 for q8_0/q4_0 weights")
+        ("routing", "print per-layer expert selection counts of the decode phase")
+        ("json", "print one JSON object instead of text");
+    po::variables_map vm;
+    try {
+        po::store(po::parse_command_line(argc, argv, opts), vm);
+        po::notify(vm);
+    } catch (const po::error& e) {
+        std::cerr << "colibri-bench: " << e.what() << "\n";
+        return 2;
+    }
+    if (vm.count("help")) {
+        std::cout << opts << "\n";
+        return 0;
+    }
+    if (model_path.empty() == shape.empty() || prompt_tokens < 1 || gen_tokens < 1 || reps < 1) {
+        std::cerr << "colibri-bench: give one of --model or --shape (see --help)\n";
+        return 2;
+    }
+    const bool json = vm.count("json") > 0;
+    try {
+        if (!shape.empty()) {
+            random_model_options o;
+            o.n_embd = 1024;
+            o.n_head = 16;
+            o.n_head_kv = 8;
+            o.head_dim = 64;
+            o.n_vocab = 32000;
+            if (shape == "mixtral-like") {
+                o.n_layer = 16;
+                o.n_expert = 8;
+                o.n_expert_used = 2;
+                o.n_ff_exp = 2816;
+            } else if (shape == "fine-grained") {
+                o.n_layer = 24;
+                o.n_expert = 32;
+                o.n_expert_used = 8;
+                o.n_ff_exp = 512;
+            } else {
+                throw error(errc::invalid_argument, "unknown --shape '" + shape + "'");
+            }
+            format::dtype q;
+            if (!format::parse_dtype(quant, q)) throw error(errc::invalid_argument, "unknown --quant '" + quant + "'");
+            const auto dir = cache_dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(cache_dir);
+            model_path = (dir / ("colibri-bench-" + shape + "-" + quant + ".colibri")).string();
+            if (!std::filesystem::exists(model_path)) {
+                // the tokenizer only labels the ids; any sentencepiece model that fits will do
+                const auto exe_dir = std::filesystem::canonical("/proc/self/exe").parent_path();
+                o.tokenizer_model = (exe_dir / "../../tests/fixtures/tokenizer/tokenizer.model").string();
+                if (!std::filesystem::exists(o.tokenizer_model)) o.tokenizer_model = COLIBRI_SOURCE_DIR "/tests/fixtures/tokenizer/tokenizer.model";
+                if (!json) std::fprintf(stderr, "writing %s ...\n", model_path.c_str());
+                write_random_model(o, model_path, q, {});
+            }
+        }
+        const vec_kernels& vk = best_vec_kernels();
+        const std::vector<int> threads = threads_list.empty() ? std::vector<int>{usable_cpu_count()} : parse_list(threads_list);
+
+        // load to ready: map + validate + tokenizer + backend + a session
+        const auto t_load = clock_type::now();
+        auto rt = load_runtime(model_path, "cpu", threads.front());
+        const auto& hp = rt->mdl->hp();
+        const int n_ctx = prompt_tokens + gen_tokens + 1;
+        const int n_batch = std::min(prompt_tokens, 512);
+        { session warm(*rt->mdl, *rt->be, n_ctx, n_batch); }
+        const double load_ms = ms_since(t_load);
+        const double ready_ms = ms_since(process_start);
+
+        const double w_bytes = weight_bytes_per_token(*rt->mdl);
+        const double kv_bytes = 2.0 * hp.n_layer * hp.n_head_kv * hp.head_dim * 4.0 * (prompt_tokens + gen_tokens / 2.0);
+        const double bytes_per_token = w_bytes + kv_bytes;
+        const double macs_per_token = double(rt->mdl->n_params_active()) - hp.n_embd;
+
+        struct result {
+            int threads;
+            double bandwidth, peak_f32, peak_int8;
+            stats prefill_tps, decode_tps, ttft_ms;
+        };
+        std::vector<result> results;
+        route_counts routes;
+        routes.n_expert = static_cast<int>(hp.n_expert);
+        routes.counts.assign(size_t(hp.n_layer) * std::max<size_t>(hp.n_expert, 1), 0);
+        for (int nt : threads) {
+            result r{};
+            r.threads = nt;
+            r.bandwidth = measure_read_bandwidth(nt, size_t(bandwidth_mib) << 20, 5, vk);
+            const dot_peak peak = measure_dot_peak(nt, vk);
+            r.peak_f32 = peak.f32_act;
+            r.peak_int8 = peak.int8_act;
+            cpu_options co;
+            co.n_threads = nt;
+            co.int8_activations = vm.count("int8-act") > 0;
+            const int64_t max_cols = std::max({hp.n_embd, hp.n_head * hp.head_dim, hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
+            auto be = make_cpu_backend(co, max_cols);
+            std::vector<double> pre, dec, ttft;
+            for (int rep = 0; rep < reps; ++rep) {
+                session s(*rt->mdl, *be, n_ctx, n_batch);
+                std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
+                uint64_t st = 0x9E3779B97F4A7C15ull + uint64_t(rep);
+                for (auto& id : prompt) {
+                    st = st * 6364136223846793005ull + 1442695040888963407ull;
+                    id = static_cast<int32_t>(3 + (st >> 33) % (hp.n_vocab - 3));
+                }
+                const auto t0 = clock_type::now();
+                for (int i = 0; i < prompt_tokens; i += n_batch) s.eval(prompt.data() + i, std::min(n_batch, prompt_tokens - i));
+                const float* l = s.logits();
+                int32_t id = static_cast<int32_t>(std::max_element(l, l + hp.n_vocab) - l);
+                const double t_first = ms_since(t0);
+                if (rep == reps - 1 && vm.count("routing")) s.set_route_observer({route_counts::observe, &routes});
+                const auto t1 = clock_type::now();
+                for (int i = 0; i < gen_tokens; ++i) {
+                    s.eval(&id, 1);
+                    l = s.logits();
+                    id = static_cast<int32_t>(std::max_element(l, l + hp.n_vocab) - l);
+                }
+                const double t_dec = ms_since(t1);
+                pre.push_back(prompt_tokens * 1000.0 / t_first);
+                dec.push_back(gen_tokens * 1000.0 / t_dec);
+                ttft.push_back(t_first);
+            }
+            r.prefill_tps = summarise(pre);
+            r.decode_tps = summarise(dec);
+            r.ttft_ms = summarise(ttft);
+            results.push_back(r);
+        }
+
+        const std::string weight_type(format::dtype_name(static_cast<format::dtype>(hp.weight_type)));
+        if (json) {
+            std::printf("{\"model\":\"%s\",\"arch\":\"%s\",\"weight_type\":\"%s\",\"kernels\":\"%s\",\"int8_activations\":%s,"
+                        "\"file_bytes\":%llu,\"params\":%llu,\"params_active\":%llu,\"bytes_per_token\":%.0f,"
+                        "\"prompt_tokens\":%d,\"gen_tokens\":%d,\"reps\":%d,\"load_ms\":%.2f,\"process_start_to_ready_ms\":%.2f,"
+                        "\"peak_rss_kib\":%ld,\"runs\":[",
+                        model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
+                        vk.name, vm.count("int8-act") ? "true" : "false",
+                        static_cast<unsigned long long>(rt->mdl->file().file_size()),
+                        static_cast<unsigned long long>(rt->mdl->n_params()),
+                        static_cast<unsigned long long>(rt->mdl->n_params_active()), bytes_per_token, prompt_tokens,
+                        gen_tokens, reps, load_ms, ready_ms, peak_rss_kib());
+            for (size_t i = 0; i < results.size(); ++i) {
+                const result& r = results[i];
+                const double ceiling = r.bandwidth / bytes_per_token;
+                const double peak = vm.count("int8-act") ? r.peak_int8 : r.peak_f32;
+                std::printf("%s{\"threads\":%d,\"read_bandwidth_gbs\":%.3f,\"decode_ceiling_tps\":%.3f,"
+                            "\"decode_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"decode_fraction\":%.4f,"
+                            "\"prefill_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"ttft_ms\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f},"
+                            "\"dot_peak_gmacs\":{\"f32_act\":%.2f,\"int8_act\":%.2f},\"prefill_fraction_of_int8_peak\":%.4f,\"prefill_fraction_of_used_peak\":%.4f}",
+                            i ? "," : "", r.threads, r.bandwidth / 1e9, ceiling, r.decode_tps.median, r.decode_tps.min,
+                            r.decode_tps.max, r.decode_tps.median / ceiling, r.prefill_tps.median, r.prefill_tps.min,
+                            r.prefill_tps.max, r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, r.peak_f32 / 1e9,
+                            r.peak_int8 / 1e9, r.prefill_tps.median * macs_per_token / r.peak_int8,
+                            r.prefill_tps.median * macs_per_token / peak);
+            }
+            std::printf("]}\n");
+        } else {
+            std::printf("model %s: %s, %s weights, %.1f MiB, %.1fM parameters (%.1fM active), %s kernels%s\n",
+                        model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
+                        rt->mdl->file().file_size() / 1048576.0, rt->mdl->n_params() / 1e6,
+                        rt->mdl->n_params_active() / 1e6, vk.name, vm.count("int8-act") ? ", int8 activations" : "");
+            std::printf("load to ready %.1f ms (process start to ready %.1f ms); bytes read per decoded token %.1f MiB "
+                        "(weights %.1f MiB + KV cache %.2f MiB)\n",
+                        load_ms, ready_ms, bytes_per_token / 1048576.0, w_bytes / 1048576.0, kv_bytes / 1048576.0);
+            std::printf("prompt %d tokens, %d decoded, %d repetitions: median [min-max]\n", prompt_tokens, gen_tokens, reps);
+            for (const result& r : results) {
+                const double ceiling = r.bandwidth / bytes_per_token;
+                const double peak = vm.count("int8-act") ? r.peak_int8 : r.peak_f32;
+                std::printf("threads %d: read bandwidth %.2f GB/s -> decode ceiling %.2f tok/s\n", r.threads, r.bandwidth / 1e9, ceiling);
+                std::printf("  decode  %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the ceiling\n", r.decode_tps.median,
+                            r.decode_tps.min, r.decode_tps.max, 100.0 * r.decode_tps.median / ceiling);
+                std::printf("  prefill %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the int8 dot peak (%.1f GMAC/s), %5.1f%% of the "
+                            "path used (%.1f GMAC/s)\n",
+                            r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max,
+                            100.0 * r.prefill_tps.median * macs_per_token / r.peak_int8, r.peak_int8 / 1e9,
+                            100.0 * r.prefill_tps.median * macs_per_token / peak, peak / 1e9);
+                std::printf("  time to first token %.1f ms [%.1f-%.1f]\n", r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max);
+            }
+            std::printf("peak RSS %.1f MiB\n", peak_rss_kib() / 1024.0);
+            if (vm.count("routing") && hp.n_expert > 0) {
+                std::printf("expert selections per layer during decode (last repetition):\n");
+                for (uint32_t il = 0; il < hp.n_layer; ++il) {
+                    std::printf("  layer %2u:", il);
+                    for (uint32_t e = 0; e < hp.n_expert; ++e) std::printf(" %llu", static_cast<unsigned long long>(routes.counts[il * hp.n_expert + e]));
+                    std::printf("\n");
+                }
+            }
+        }
+    } catch (const std::exception& e) {
+        std::cerr << "colibri-bench: " << e.what() << "\n";
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,120 @@
+// colibri-convert: Hugging Face checkpoint directory (or random weights) -> .colibri file.
+
+#include "convert/convert.h"
+#include "core/error.h"
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <unistd.h>
+
+namespace po = boost::program_options;
+using namespace colibri;
+
+namespace {
+
+format::dtype parse_quant(const std::string& s) {
+    format::dtype t;
+    if (format::parse_dtype(s, t)) return t;
+    if (s == "int8") return format::dtype::q8_0;
+    if (s == "int4" || s == "q4") return format::dtype::q4_0;
+    throw error(errc::invalid_argument, "unknown --quant '" + s + "' (f32, f16, bf16, q8_0 (int8), q4_0 (int4))");
+}
+
+format::arch parse_arch(const std::string& s) {
+    for (uint32_t i = 1; i <= format::arch_max; ++i) {
+        if (format::arch_name(static_cast<format::arch>(i)) == s) return static_cast<format::arch>(i);
+    }
+    throw error(errc::invalid_argument, "unknown --arch '" + s + "'");
+}
+
+std::string human_count(uint64_t n) {
+    char buf[32];
+    if (n >= 1000000000ull) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+    else if (n >= 1000000ull) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+    else if (n >= 1000ull) std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+    else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(n));
+    return buf;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string input, output, quant = "f16", arch = "mixtral", tokenizer;
+    random_model_options ro;
+    po::options_description opts("colibri-convert: write a .colibri model file\n\n"
+                                 "  colibri-convert --input <hf-checkpoint-dir> --output <file.colibri> [--quant TYPE]\n"
+                                 "  colibri-convert --random --tokenizer <tokenizer.model> --output <file.colibri> [shape options]\n\n"
+                                 "Options");
+    opts.add_options()
+        ("help,h", "show this help")
+        ("input,i", po::value(&input), "Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.model)")
+        ("output,o", po::value(&output), "the .colibri file to write")
+        ("quant,q", po::value(&quant), "weight type of the matrices: f32, f16 (default), bf16, q8_0 (int8), q4_0 (int4)")
+        ("quiet", "no progress output")
+        ("random", "write a random-weight model of the shape given below instead of converting")
+        ("tokenizer", po::value(&tokenizer), "with --random: sentencepiece tokenizer.model to embed")
+        ("arch", po::value(&arch), "with --random: architecture recorded in the file (default mixtral)")
+        ("n-layer", po::value(&ro.n_layer), "with --random: layers")
+        ("n-embd", po::value(&ro.n_embd), "with --random: hidden size")
+        ("n-head", po::value(&ro.n_head), "with --random: attention heads")
+        ("n-head-kv", po::value(&ro.n_head_kv), "with --random: key/value heads")
+        ("head-dim", po::value(&ro.head_dim), "with --random: head dimension")
+        ("n-expert", po::value(&ro.n_expert), "with --random: experts (0: dense)")
+        ("n-expert-used", po::value(&ro.n_expert_used), "with --random: experts per token")
+        ("n-ff-exp", po::value(&ro.n_ff_exp), "with --random: expert FFN width")
+        ("n-ff", po::value(&ro.n_ff), "with --random: dense FFN width (dense models)")
+        ("n-ff-shexp", po::value(&ro.n_ff_shexp), "with --random: shared expert FFN width (0: none)")
+        ("n-vocab", po::value(&ro.n_vocab), "with --random: vocabulary size")
+        ("n-ctx", po::value(&ro.n_ctx), "with --random: context length")
+        ("seed", po::value(&ro.seed), "with --random: weight seed");
+    po::variables_map vm;
+    try {
+        po::store(po::parse_command_line(argc, argv, opts), vm);
+        po::notify(vm);
+    } catch (const po::error& e) {
+        std::cerr << "colibri-convert: " << e.what() << "\n(see --help)\n";
+        return 2;
+    }
+    if (vm.count("help")) {
+        std::cout << opts << "\n";
+        return 0;
+    }
+    const bool random = vm.count("random") > 0;
+    if (output.empty() || (input.empty() && !random)) {
+        std::cerr << "colibri-convert: --output and one of --input or --random are required (see --help)\n";
+        return 2;
+    }
+    const bool quiet = vm.count("quiet") > 0;
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    size_t last_decile = 0;
+    auto progress = [&](size_t i, size_t n, const std::string& name) {
+        if (quiet) return;
+        if (tty) {
+            std::fprintf(stderr, "\r[%zu/%zu] %-48s", i, n, name.c_str());
+            if (i == n) std::fprintf(stderr, "\n");
+        } else if (i * 10 / n > last_decile || i == n) {
+            last_decile = i * 10 / n;
+            std::fprintf(stderr, "[%zu/%zu] %3zu%% %s\n", i, n, i * 100 / n, name.c_str());
+        }
+    };
+    try {
+        const format::dtype q = parse_quant(quant);
+        convert_summary s;
+        if (random) {
+            ro.arch = parse_arch(arch);
+            ro.tokenizer_model = tokenizer;
+            s = write_random_model(ro, output, q, progress);
+        } else {
+            s = convert_checkpoint(input, output, q, progress);
+        }
+        std::fprintf(stderr,
+                     "wrote %s: %s, %zu tensors, %s parameters (%s active per token), %.1f MiB, %.2f s\n",
+                     output.c_str(), s.family.c_str(), s.n_tensors, human_count(s.n_params).c_str(),
+                     human_count(s.n_params_active).c_str(), s.file_size / 1048576.0, s.seconds);
+    } catch (const std::exception& e) {
+        std::cerr << "colibri-convert: " << e.what() << "\n";
+        return 1;
+    }
+    return 0;
+}

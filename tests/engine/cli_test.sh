@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# colibri and colibri-convert as a user runs them: exit codes, what goes to stdout vs stderr.
+set -u
+bin="$1"; model="$2"; fixtures="$3"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0; passed=0
+check() { # description, then a command that must succeed
+  local what="$1"; shift
+  if "$@"; then passed=$((passed + 1)); else echo "FAILED: $what" >&2; fail=$((fail + 1)); fi
+}
+
+"$bin/colibri" --help >"$tmp/out" 2>&1; check "--help exits 0" test $? -eq 0
+check "--help lists --max_tokens" grep -q -- "--max_tokens" "$tmp/out"
+
+"$bin/colibri" --model "$tmp/missing.colibri" --prompt x >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "missing model exits 1" test $rc -eq 1
+check "missing model is named" grep -q "missing.colibri" "$tmp/err"
+check "nothing on stdout after an error" test ! -s "$tmp/out"
+
+"$bin/colibri" --model "$model" --prompt x --device cuda:0 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "cuda:0 refused with status 1" test $rc -eq 1
+check "cuda:0 refusal explains itself" grep -qiE "cuda|gpu" "$tmp/err"
+
+"$bin/colibri" --model "$model" --prompt x --device tpu >/dev/null 2>"$tmp/err"; rc=$?
+check "unknown device refused" test $rc -eq 1
+
+"$bin/colibri" --model "$model" --prompt "def add(a, b):" --max_tokens 8 --temperature 0 >"$tmp/a" 2>"$tmp/err"; rc=$?
+check "greedy run exits 0" test $rc -eq 0
+check "completion on stdout" test -s "$tmp/a"
+check "timings on stderr" grep -q "generated:" "$tmp/err"
+check "prompt not echoed on stdout" bash -c "! grep -q 'def add' '$tmp/a'"
+"$bin/colibri" --model "$model" --prompt "def add(a, b):" --max-tokens 8 --temperature 0 --stream >"$tmp/b" 2>/dev/null
+check "dashed spelling and --stream give the same greedy text" cmp -s "$tmp/a" "$tmp/b"
+
+"$bin/colibri" --model "$model" --tokens 1,5,9,200 --dump-logits "$tmp/logits.bin" >/dev/null 2>&1; rc=$?
+check "dump-logits exits 0" test $rc -eq 0
+vocab=$(grep -o '"n_vocab": *[0-9]*' "$fixtures/llama/expected.json" | grep -o '[0-9]*$')
+check "dump-logits writes [4][n_vocab] f32" test "$(stat -c %s "$tmp/logits.bin")" -eq $((4 * vocab * 4))
+"$bin/colibri" --model "$model" --tokens 1,x --dump-logits "$tmp/l2" >/dev/null 2>"$tmp/err"; rc=$?
+check "bad --tokens refused" test $rc -eq 1
+
+"$bin/colibri-convert" >/dev/null 2>&1; rc=$?
+check "convert without arguments is a usage error" test $rc -eq 2
+mkdir -p "$tmp/foo"
+cp "$fixtures/llama/"*.safetensors* "$fixtures/llama/tokenizer.model" "$tmp/foo/"
+sed 's/LlamaForCausalLM/FooForCausalLM/' "$fixtures/llama/config.json" >"$tmp/foo/config.json"
+"$bin/colibri-convert" --input "$tmp/foo" --output "$tmp/foo.colibri" >/dev/null 2>"$tmp/err"; rc=$?
+check "unsupported architecture exits 1" test $rc -eq 1
+check "unsupported architecture is named" grep -q "FooForCausalLM" "$tmp/err"
+check "no output file after a failed conversion" test ! -e "$tmp/foo.colibri" -a ! -e "$tmp/foo.colibri.partial"
+
+echo "$passed passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,124 @@
+/* The C API from C: load, inspect, generate with a callback, and clear errors. */
+
+#include "colibri.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+#define EXPECT(cond)                                                             \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond); \
+            ++failures;                                                          \
+        }                                                                        \
+    } while (0)
+
+struct collected {
+    char text[4096];
+    size_t len;
+    int calls;
+};
+
+static int on_piece(void* user, const char* piece, size_t len) {
+    struct collected* c = (struct collected*)user;
+    if (c->len + len < sizeof(c->text)) {
+        memcpy(c->text + c->len, piece, len);
+        c->len += len;
+    }
+    c->calls++;
+    return 0;
+}
+
+static int stop_after_two(void* user, const char* piece, size_t len) {
+    (void)piece;
+    (void)len;
+    return ++*(int*)user >= 2;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_c_api MODEL\n");
+        return 2;
+    }
+    colibri_model* model = NULL;
+
+    /* a missing file: an I/O error naming it, no model */
+    EXPECT(colibri_model_load("/nonexistent/m.colibri", NULL, &model) == COLIBRI_ERR_IO);
+    EXPECT(model == NULL);
+    EXPECT(strstr(colibri_last_error(), "/nonexistent/m.colibri") != NULL);
+    EXPECT(strcmp(colibri_status_name(COLIBRI_ERR_FORMAT), "format") == 0);
+
+    /* an unknown device */
+    colibri_model_params mp;
+    colibri_model_params_init(&mp);
+    mp.device = "tpu:0";
+    EXPECT(colibri_model_load(argv[1], &mp, &model) == COLIBRI_ERR_INVALID_ARGUMENT);
+
+    mp.device = "cpu";
+    mp.n_threads = 2;
+    EXPECT(colibri_model_load(argv[1], &mp, &model) == COLIBRI_OK);
+    if (model == NULL) {
+        fprintf(stderr, "cannot load %s: %s\n", argv[1], colibri_last_error());
+        return 1;
+    }
+    colibri_model_info info;
+    EXPECT(colibri_model_get_info(model, &info) == COLIBRI_OK);
+    EXPECT(strcmp(info.architecture, "llama") == 0);
+    EXPECT(strcmp(info.backend, "cpu") == 0);
+    EXPECT(info.n_threads == 2);
+    EXPECT(info.n_layer == 2);
+    EXPECT(info.bos_id == 1 && info.eos_id == 2);
+
+    int32_t ids[64];
+    size_t n_ids = 0;
+    EXPECT(colibri_tokenize(model, "def f(x):", 9, ids, 64, &n_ids) == COLIBRI_OK);
+    EXPECT(n_ids > 0 && n_ids < 10);
+
+    colibri_session* session = NULL;
+    EXPECT(colibri_session_create(model, NULL, &session) == COLIBRI_OK);
+
+    colibri_generate_params gp;
+    colibri_generate_params_init(&gp);
+    gp.max_tokens = 12;
+    gp.temperature = 0.0f;
+    struct collected a = {{0}, 0, 0}, b = {{0}, 0, 0};
+    colibri_generate_result res;
+    EXPECT(colibri_generate(session, "def f(x):", 9, &gp, on_piece, &a, &res) == COLIBRI_OK);
+    EXPECT(res.n_generated_tokens == 12 || res.finish_reason == COLIBRI_FINISH_EOS);
+    EXPECT(res.n_prompt_tokens == (int)n_ids + 1); /* with BOS */
+    EXPECT(a.calls > 0);
+    /* greedy twice: the same text */
+    EXPECT(colibri_generate(session, "def f(x):", 9, &gp, on_piece, &b, &res) == COLIBRI_OK);
+    EXPECT(a.len == b.len && memcmp(a.text, b.text, a.len) == 0);
+
+    /* the callback stops generation */
+    int calls = 0;
+    gp.max_tokens = 50;
+    EXPECT(colibri_generate(session, "x", 1, &gp, stop_after_two, &calls, &res) == COLIBRI_OK);
+    EXPECT(res.finish_reason == COLIBRI_FINISH_CANCELLED);
+    EXPECT(calls == 2);
+
+    /* bad parameters are refused, and the session stays usable */
+    gp.top_p = 2.0f;
+    EXPECT(colibri_generate(session, "x", 1, &gp, NULL, NULL, &res) == COLIBRI_ERR_INVALID_ARGUMENT);
+    EXPECT(strstr(colibri_last_error(), "top_p") != NULL);
+    gp.top_p = 1.0f;
+    gp.max_tokens = 2;
+    EXPECT(colibri_generate(session, "x", 1, &gp, NULL, NULL, &res) == COLIBRI_OK);
+
+    /* a prompt longer than the context */
+    colibri_session* small = NULL;
+    colibri_session_params sp;
+    colibri_session_params_init(&sp);
+    sp.n_ctx = 4;
+    EXPECT(colibri_session_create(model, &sp, &small) == COLIBRI_OK);
+    EXPECT(colibri_generate(small, "a long prompt that does not fit", 31, &gp, NULL, NULL, &res) == COLIBRI_ERR_CONTEXT_FULL);
+
+    colibri_session_free(small);
+    colibri_session_free(session);
+    colibri_model_free(model);
+    if (failures == 0) printf("c api: all expectations met\n");
+    return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,252 @@
+// The .colibri loader refuses every kind of broken file with a message naming the file
+// and the problem, and never crashes.
+
+#include "convert/convert.h"
+#include "core/crc32.h"
+#include "core/error.h"
+#include "format/model_file.h"
+#include "format/writer.h"
+#include "model/model.h"
+#include "test_util.h"
+
+#include <cstring>
+#include <doctest/doctest.h>
+
+using namespace colibri;
+
+namespace {
+
+random_model_options small_shape() {
+    random_model_options o;
+    o.n_layer = 2;
+    o.n_embd = 64;
+    o.n_head = 4;
+    o.n_head_kv = 2;
+    o.head_dim = 16;
+    o.n_expert = 4;
+    o.n_expert_used = 2;
+    o.n_ff_exp = 32;
+    o.n_vocab = 512;
+    o.n_ctx = 128;
+    o.tokenizer_model = test::fixture("tokenizer/tokenizer.model");
+    return o;
+}
+
+// Loads path and returns the error (code, message); fails the test if loading succeeds.
+std::pair<errc, std::string> load_error(const std::string& path) {
+    try {
+        model m(path);
+    } catch (const error& e) {
+        return {e.code(), e.what()};
+    }
+    FAIL("loading " << path << " did not fail");
+    return {};
+}
+
+void fix_header_crc(std::vector<uint8_t>& bytes) {
+    format::header h;
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    h.header_crc32 = 0;
+    h.header_crc32 = crc32(&h, sizeof(h));
+    std::memcpy(bytes.data(), &h, sizeof(h));
+}
+
+} // namespace
+
+TEST_CASE("a written model loads back with the same hyperparameters and tensors") {
+    test::temp_dir dir;
+    const std::string path = dir.file("m.colibri");
+    const auto sum = write_random_model(small_shape(), path, format::dtype::q8_0, {});
+    model m(path);
+    CHECK(m.hp().n_layer == 2);
+    CHECK(m.hp().n_expert == 4);
+    CHECK(m.file().tensors().size() == sum.n_tensors);
+    CHECK(m.n_params() == sum.n_params);
+    CHECK(m.n_params_active() == sum.n_params_active);
+    CHECK(m.n_params_active() < m.n_params());
+    CHECK(m.file().file_size() == sum.file_size);
+    const tensor_view* t = m.file().find("blk.1.ffn_down_exps.3.weight");
+    REQUIRE(t != nullptr);
+    CHECK(t->type == format::dtype::q8_0);
+    CHECK(t->shape[0] == 64);
+    CHECK(t->shape[1] == 32);
+    CHECK(reinterpret_cast<uintptr_t>(t->data) % 64 == 0);
+    // router kept at f32 whatever the matrix type
+    CHECK(m.file().find("blk.0.ffn_gate_inp.weight")->type == format::dtype::f32);
+    // one expert's three matrices are adjacent in the file: gate, up, down
+    const tensor_view* g = m.file().find("blk.0.ffn_gate_exps.1.weight");
+    const tensor_view* u = m.file().find("blk.0.ffn_up_exps.1.weight");
+    const tensor_view* d = m.file().find("blk.0.ffn_down_exps.1.weight");
+    CHECK(u->data == g->data + format::align_up(g->size));
+    CHECK(d->data == u->data + format::align_up(u->size));
+}
+
+TEST_CASE("broken model files are refused with a clear error") {
+    test::temp_dir dir;
+    const std::string good = dir.file("good.colibri");
+    write_random_model(small_shape(), good, format::dtype::f16, {});
+    const auto bytes = test::read_bytes(good);
+    auto variant = [&](const std::string& name, const std::vector<uint8_t>& b) {
+        const std::string p = dir.file(name);
+        test::write_bytes(p, b);
+        return p;
+    };
+
+    SUBCASE("missing file") {
+        auto [code, msg] = load_error(dir.file("nope.colibri"));
+        CHECK(code == errc::io);
+        CHECK(msg.find("nope.colibri") != std::string::npos);
+        CHECK(msg.find("No such file") != std::string::npos);
+    }
+    SUBCASE("a directory") {
+        auto [code, msg] = load_error(dir.file(""));
+        CHECK(code == errc::io);
+        CHECK(msg.find("directory") != std::string::npos);
+    }
+    SUBCASE("empty file") {
+        auto [code, msg] = load_error(variant("empty.colibri", {}));
+        CHECK(code == errc::format);
+        CHECK(msg.find("empty") != std::string::npos);
+    }
+    SUBCASE("truncated file") {
+        auto b = bytes;
+        b.resize(b.size() / 2);
+        auto [code, msg] = load_error(variant("trunc.colibri", b));
+        CHECK(code == errc::format);
+        CHECK(msg.find("truncated") != std::string::npos);
+        CHECK(msg.find("trunc.colibri") != std::string::npos);
+    }
+    SUBCASE("shorter than the header") {
+        auto b = bytes;
+        b.resize(100);
+        auto [code, msg] = load_error(variant("short.colibri", b));
+        CHECK(msg.find("truncated") != std::string::npos);
+    }
+    SUBCASE("wrong magic") {
+        auto b = bytes;
+        b[0] = 'G';
+        auto [code, msg] = load_error(variant("magic.colibri", b));
+        CHECK(code == errc::format);
+        CHECK(msg.find("magic") != std::string::npos);
+    }
+    SUBCASE("newer version") {
+        auto b = bytes;
+        const uint32_t v = 2;
+        std::memcpy(b.data() + 8, &v, 4);
+        fix_header_crc(b);
+        auto [code, msg] = load_error(variant("v2.colibri", b));
+        CHECK(code == errc::unsupported);
+        CHECK(msg.find("version 2") != std::string::npos);
+        CHECK(msg.find("newer") != std::string::npos);
+    }
+    SUBCASE("flipped header byte") {
+        auto b = bytes;
+        b[offsetof(format::header, hp) + 8] ^= 0x01; // n_embd
+        auto [code, msg] = load_error(variant("flip.colibri", b));
+        CHECK(code == errc::format);
+        CHECK(msg.find("header checksum") != std::string::npos);
+    }
+    SUBCASE("tensor offset past the end") {
+        auto b = bytes;
+        format::header h;
+        std::memcpy(&h, b.data(), sizeof(h));
+        format::tensor_entry e;
+        uint8_t* entry = b.data() + h.tensors.offset + 3 * format::tensor_entry_size;
+        std::memcpy(&e, entry, sizeof(e));
+        e.offset = h.file_size + 64 * 1000;
+        std::memcpy(entry, &e, sizeof(e));
+        h.tensors.crc32 = crc32(b.data() + h.tensors.offset, h.tensors.size);
+        std::memcpy(b.data(), &h, sizeof(h));
+        fix_header_crc(b);
+        auto [code, msg] = load_error(variant("offset.colibri", b));
+        CHECK(code == errc::format);
+        CHECK(msg.find("outside the data section") != std::string::npos);
+        CHECK(msg.find(e.name) != std::string::npos);
+    }
+    SUBCASE("corrupted tensor directory") {
+        auto b = bytes;
+        format::header h;
+        std::memcpy(&h, b.data(), sizeof(h));
+        b[h.tensors.offset + 5] ^= 0xFF;
+        auto [code, msg] = load_error(variant("dir.colibri", b));
+        CHECK(msg.find("tensor directory checksum") != std::string::npos);
+    }
+    SUBCASE("bytes appended after the last section") {
+        auto b = bytes;
+        b.insert(b.end(), {1, 2, 3});
+        auto [code, msg] = load_error(variant("tail.colibri", b));
+        CHECK(code == errc::format);
+        CHECK(msg.find("3 unexpected bytes") != std::string::npos);
+    }
+}
+
+TEST_CASE("a missing or mis-shaped tensor is named") {
+    test::temp_dir dir;
+    const std::string path = dir.file("m.colibri");
+    // a well-formed file that lacks every layer tensor
+    format::hparams hp{};
+    hp.arch = static_cast<uint32_t>(format::arch::llama);
+    hp.n_layer = 1;
+    hp.n_embd = 32;
+    hp.n_head = 2;
+    hp.n_head_kv = 2;
+    hp.head_dim = 16;
+    hp.n_ff = 64;
+    hp.n_vocab = 512;
+    hp.n_ctx = 64;
+    hp.rope_theta = 10000;
+    hp.norm_eps = 1e-5f;
+    hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1;
+    format::tokenizer_header th{};
+    th.kind = 1;
+    th.bos_id = 1;
+    th.eos_id = 2;
+    th.pad_id = -1;
+    auto proto = read_file_bytes(test::fixture("tokenizer/tokenizer.model"));
+    {
+        model_writer w(hp, th, proto);
+        w.add_tensor("token_embd.weight", format::dtype::f32, {512, 32}, [](uint8_t*) {});
+        w.add_tensor("output_norm.weight", format::dtype::f32, {32}, [](uint8_t*) {});
+        w.add_tensor("output.weight", format::dtype::f32, {512, 32}, [](uint8_t*) {});
+        w.write(path);
+        auto [code, msg] = load_error(path);
+        CHECK(msg.find("missing tensor 'blk.0.attn_norm.weight'") != std::string::npos);
+    }
+    {
+        model_writer w(hp, th, proto);
+        w.add_tensor("token_embd.weight", format::dtype::f32, {512, 31}, [](uint8_t*) {});
+        w.write(path);
+        auto [code, msg] = load_error(path);
+        CHECK(msg.find("'token_embd.weight' has shape [512, 31], expected [512, 32]") != std::string::npos);
+    }
+}
+
+TEST_CASE("random corruption and truncation never crash the loader") {
+    test::temp_dir dir;
+    const std::string good = dir.file("good.colibri");
+    write_random_model(small_shape(), good, format::dtype::q4_0, {});
+    const auto bytes = test::read_bytes(good);
+    format::header h;
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    const std::string p = dir.file("bad.colibri");
+    uint64_t state = 12345;
+    int refused = 0;
+    for (int i = 0; i < 300; ++i) {
+        auto b = bytes;
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        if (i % 3 == 0) {
+            b.resize(size_t(state >> 33) % b.size());
+        } else {
+            // flip bytes in the header, tokenizer or directory (the data is not checksummed)
+            const size_t at = size_t(state >> 33) % size_t(h.data.offset);
+            b[at] ^= uint8_t(1 + (state >> 20) % 255);
+        }
+        test::write_bytes(p, b);
+        try {
+            model m(p);
+        } catch (const error&) {
+            ++refused;
+        }
+    }
+    CHECK(refused >= 290); // a flip in padding bytes may leave the file valid
+}

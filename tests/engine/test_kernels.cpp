@@ -1,0 +1,292 @@
+// Scalar reference kernels against double-precision maths, and the CPU backend against
+// the reference kernels on odd and large shapes, with 1 and 3 threads.
+
+#include "core/half.h"
+#include "cpu/kernels.h"
+#include "cpu/vec.h"
+#include "ops/backend.h"
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <doctest/doctest.h>
+#include <vector>
+
+using namespace colibri;
+using format::dtype;
+
+namespace {
+
+std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.0f) {
+    xorshift64s rng(seed);
+    std::vector<float> v(n);
+    for (auto& x : v) x = scale * (2.0f * rng.uniform() - 1.0f);
+    return v;
+}
+
+// Tolerance scaled by the magnitude of the summed terms: sum |a_i * b_i|.
+double dot_tolerance(const float* a, const float* b, int64_t n, double rel) {
+    double mag = 0;
+    for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(a[i]) * b[i]);
+    return rel * mag + 1e-30;
+}
+
+std::vector<uint8_t> quantize(dtype t, const std::vector<float>& x, int64_t rows, int64_t cols) {
+    std::vector<uint8_t> q(format::row_bytes(t, cols) * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+        kernels::from_f32_row(t, x.data() + r * cols, q.data() + r * format::row_bytes(t, cols), cols);
+    }
+    return q;
+}
+
+} // namespace
+
+TEST_CASE("rmsnorm matches double precision") {
+    for (int n : {1, 7, 64, 4099}) {
+        auto x = random_vec(n, 1 + n, 3.0f), w = random_vec(n, 2 + n);
+        std::vector<float> out(n);
+        kernels::rmsnorm(out.data(), x.data(), w.data(), n, 1e-6f);
+        double ss = 0;
+        for (float v : x) ss += double(v) * v;
+        const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+        for (int i = 0; i < n; ++i) CHECK(out[i] == doctest::Approx(x[i] * inv * w[i]).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("softmax matches double precision and sums to one") {
+    auto x = random_vec(1000, 3, 20.0f);
+    std::vector<double> ref(x.begin(), x.end());
+    double mx = *std::max_element(ref.begin(), ref.end()), sum = 0;
+    for (double& v : ref) sum += (v = std::exp(v - mx));
+    kernels::softmax(x.data(), 1000);
+    double total = 0;
+    for (int i = 0; i < 1000; ++i) {
+        CHECK(x[i] == doctest::Approx(ref[i] / sum).epsilon(1e-5));
+        total += x[i];
+    }
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-5));
+}
+
+TEST_CASE("half and bfloat16 conversions round to nearest") {
+    CHECK(f16_to_f32(f32_to_f16(1.0f)) == 1.0f);
+    CHECK(f16_to_f32(f32_to_f16(-2.5f)) == -2.5f);
+    CHECK(f16_to_f32(f32_to_f16(65504.0f)) == 65504.0f);
+    CHECK(f16_to_f32(0x0001) == doctest::Approx(5.960464477539063e-08)); // smallest subnormal
+    CHECK(bf16_to_f32(f32_to_bf16(1.0f)) == 1.0f);
+    CHECK(bf16_to_f32(f32_to_bf16(3.140625f)) == 3.140625f);
+    // 1 + 2^-8 is halfway between two bf16 values: ties to even (1.0)
+    CHECK(bf16_to_f32(f32_to_bf16(1.00390625f)) == 1.0f);
+    CHECK(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST_CASE("dot_row of every dtype matches double precision of its stored values") {
+    for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+        for (int64_t n : {32, 96, 4096}) {
+            CAPTURE(format::dtype_name(t));
+            CAPTURE(n);
+            auto w = random_vec(n, 11 + n), x = random_vec(n, 12 + n);
+            auto q = quantize(t, w, 1, n);
+            std::vector<float> stored(n);
+            kernels::to_f32_row(t, q.data(), stored.data(), n);
+            double ref = 0;
+            for (int64_t i = 0; i < n; ++i) ref += double(stored[i]) * x[i];
+            const float got = kernels::dot_row(t, q.data(), x.data(), n);
+            CHECK(std::fabs(got - ref) <= dot_tolerance(stored.data(), x.data(), n, 1e-5));
+        }
+    }
+}
+
+TEST_CASE("quantisation error stays within its bound") {
+    const int64_t n = 4096;
+    auto w = random_vec(n, 99);
+    // symmetric int8: |error| <= d/2 with d = amax/127 per block (plus f16 rounding of d)
+    // 4-bit: levels -8..7 of a fitted scale; the largest error is at most one step amax/8
+    // (a value on the short side of the range), the RMS error far less (checked below)
+    struct bound { dtype t; double max_err_in_amax; } cases[] = {{dtype::q8_0, 0.5 / 127}, {dtype::q4_0, 1.0 / 8}};
+    for (auto c : cases) {
+        auto q = quantize(c.t, w, 1, n);
+        std::vector<float> back(n);
+        kernels::to_f32_row(c.t, q.data(), back.data(), n);
+        for (int64_t b = 0; b < n / 32; ++b) {
+            double amax = 0;
+            for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(double(w[b * 32 + i])));
+            for (int i = 0; i < 32; ++i) {
+                CHECK(std::fabs(back[b * 32 + i] - w[b * 32 + i]) <= amax * c.max_err_in_amax * 1.01 + 1e-7);
+            }
+        }
+        // RMS error relative to the RMS of uniform weights: int8 ~0.3%, 4-bit ~8%
+        double se = 0, sw = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            se += double(back[i] - w[i]) * (back[i] - w[i]);
+            sw += double(w[i]) * w[i];
+        }
+        MESSAGE(format::dtype_name(c.t) << " relative RMS error " << std::sqrt(se / sw));
+        CHECK(std::sqrt(se / sw) < (c.t == dtype::q8_0 ? 0.005 : 0.09));
+    }
+    // an all-zero block stays zero (no division by zero)
+    std::vector<float> zeros(32, 0.0f);
+    auto q = quantize(dtype::q4_0, zeros, 1, 32);
+    std::vector<float> back(32, 1.0f);
+    kernels::to_f32_row(dtype::q4_0, q.data(), back.data(), 32);
+    for (float v : back) CHECK(v == 0.0f);
+}
+
+TEST_CASE("rope rotates pairs i and i+d/2 by the position angle") {
+    const int d = 16;
+    auto x = random_vec(d, 5);
+    auto y = x;
+    kernels::rope_head(y.data(), d, 7, 10000.0f);
+    for (int i = 0; i < d / 2; ++i) {
+        const double a = 7.0 * std::pow(10000.0, -2.0 * i / d);
+        CHECK(y[i] == doctest::Approx(x[i] * std::cos(a) - x[i + d / 2] * std::sin(a)).epsilon(1e-5));
+        CHECK(y[i + d / 2] == doctest::Approx(x[i + d / 2] * std::cos(a) + x[i] * std::sin(a)).epsilon(1e-5));
+    }
+    // position 0 is the identity
+    auto z = x;
+    kernels::rope_head(z.data(), d, 0, 10000.0f);
+    for (int i = 0; i < d; ++i) CHECK(z[i] == x[i]);
+}
+
+TEST_CASE("SIMD row kernels reproduce the scalar reference") {
+    const vec_kernels& ref = reference_vec_kernels();
+    const vec_kernels* simd = avx2_vec_kernels();
+    if (simd == nullptr) {
+        MESSAGE("this CPU has no AVX2: only the scalar kernels run here");
+        return;
+    }
+    for (int64_t n : {32, 96, 1024, 4096 + 32}) {
+        CAPTURE(n);
+        auto w = random_vec(size_t(n), 41 + n, 2.0f), x = random_vec(size_t(n), 42 + n, 3.0f);
+        // activation quantisation: identical blocks
+        std::vector<block_q8_x> xr(size_t(n / 32)), xs(size_t(n / 32));
+        ref.quantize_x(x.data(), xr.data(), n);
+        simd->quantize_x(x.data(), xs.data(), n);
+        for (size_t b = 0; b < xr.size(); ++b) {
+            CHECK(xs[b].d == xr[b].d);
+            CHECK(std::memcmp(xs[b].qs, xr[b].qs, 32) == 0);
+        }
+        for (dtype t : {dtype::q8_0, dtype::q4_0}) {
+            auto q = quantize(t, w, 1, n);
+            std::vector<float> stored(static_cast<size_t>(n));
+            kernels::to_f32_row(t, q.data(), stored.data(), n);
+            auto int_dot = t == dtype::q8_0 ? ref.dot_q8_0 : ref.dot_q4_0;
+            auto int_simd = t == dtype::q8_0 ? simd->dot_q8_0 : simd->dot_q4_0;
+            auto f_dot = t == dtype::q8_0 ? ref.dot_q8_0_f32 : ref.dot_q4_0_f32;
+            auto f_simd = t == dtype::q8_0 ? simd->dot_q8_0_f32 : simd->dot_q4_0_f32;
+            const double tol = dot_tolerance(stored.data(), x.data(), n, 1e-5);
+            CHECK(std::fabs(int_simd(q.data(), xs.data(), n) - int_dot(q.data(), xr.data(), n)) <= tol);
+            CHECK(std::fabs(f_simd(q.data(), x.data(), n) - f_dot(q.data(), x.data(), n)) <= tol);
+            // four rows a stride apart: the same four results as one row at a time
+            std::vector<uint8_t> rows4;
+            const size_t stride = q.size() * 3; // rows 0, 3, 6, 9 of a 10-row buffer
+            rows4.resize(stride * 3 + q.size());
+            for (int k = 0; k < 4; ++k) std::memcpy(rows4.data() + k * stride, q.data(), q.size());
+            auto d4 = t == dtype::q8_0 ? simd->dot4_q8_0_f32 : simd->dot4_q4_0_f32;
+            float out[4];
+            d4(rows4.data(), stride, x.data(), n, out);
+            for (float o : out) CHECK(std::fabs(o - f_dot(q.data(), x.data(), n)) <= tol);
+        }
+    }
+    for (int64_t n : {1, 7, 33, 1000, 4099}) {
+        CAPTURE(n);
+        auto w = random_vec(size_t(n), 51 + n), x = random_vec(size_t(n), 52 + n);
+        const double tol = dot_tolerance(w.data(), x.data(), n, 1e-5);
+        CHECK(std::fabs(simd->dot_f32(w.data(), x.data(), n) - ref.dot_f32(w.data(), x.data(), n)) <= tol);
+        for (dtype t : {dtype::f16, dtype::bf16}) {
+            auto q = quantize(t, w, 1, n);
+            auto r = t == dtype::f16 ? ref.dot_f16 : ref.dot_bf16;
+            auto v = t == dtype::f16 ? simd->dot_f16 : simd->dot_bf16;
+            CHECK(std::fabs(v(q.data(), x.data(), n) - r(q.data(), x.data(), n)) <= tol);
+        }
+    }
+}
+
+TEST_CASE("backend matmul matches the reference on odd and large shapes") {
+    struct shape { int64_t rows, cols; int n; } shapes[] = {{1, 32, 1}, {7, 64, 3}, {257, 96, 1}, {33, 1024, 5}, {1000, 352, 2}};
+    std::vector<const vec_kernels*> tables = {&reference_vec_kernels()};
+    if (avx2_vec_kernels() != nullptr) tables.push_back(avx2_vec_kernels());
+    for (const vec_kernels* vk : tables)
+    for (bool int8_act : {false, true})
+    for (int threads : {1, 3}) {
+        cpu_options o;
+        o.n_threads = threads;
+        o.kernels = vk;
+        o.int8_activations = int8_act;
+        auto be = make_cpu_backend(o, 4096);
+        for (auto s : shapes) {
+            for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+                CAPTURE(vk->name);
+                CAPTURE(int8_act);
+                CAPTURE(threads);
+                CAPTURE(format::dtype_name(t));
+                CAPTURE(s.rows);
+                CAPTURE(s.n);
+                auto w = random_vec(size_t(s.rows * s.cols), 21);
+                auto q = quantize(t, w, s.rows, s.cols);
+                auto x = random_vec(size_t(s.n * s.cols), 22);
+                tensor_view tv;
+                tv.type = t;
+                tv.n_dims = 2;
+                tv.shape[0] = uint64_t(s.rows);
+                tv.shape[1] = uint64_t(s.cols);
+                tv.data = q.data();
+                tv.size = q.size();
+                std::vector<float> y(size_t(s.n * s.rows));
+                be->matmul(tv, x.data(), s.n, y.data());
+                // with int8 activations the reference sees the same quantised activations
+                const bool quant_x = int8_act && format::is_quantized(t);
+                std::vector<float> xs = x;
+                if (quant_x) {
+                    std::vector<block_q8_x> xq(size_t(s.cols / 32));
+                    for (int tok = 0; tok < s.n; ++tok) {
+                        reference_vec_kernels().quantize_x(x.data() + tok * s.cols, xq.data(), s.cols);
+                        for (int64_t c = 0; c < s.cols; ++c) xs[tok * s.cols + c] = xq[c / 32].d * xq[c / 32].qs[c % 32];
+                    }
+                }
+                const uint64_t rb = format::row_bytes(t, s.cols);
+                std::vector<float> row(s.cols);
+                for (int tok = 0; tok < s.n; ++tok) {
+                    for (int64_t r = 0; r < s.rows; ++r) {
+                        kernels::to_f32_row(t, q.data() + r * rb, row.data(), s.cols);
+                        double ref = 0;
+                        for (int64_t c = 0; c < s.cols; ++c) ref += double(row[c]) * xs[tok * s.cols + c];
+                        REQUIRE(std::fabs(y[tok * s.rows + r] - ref) <= dot_tolerance(row.data(), xs.data() + tok * s.cols, s.cols, 1e-5));
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("backend attention matches a direct computation with grouped heads") {
+    const int n_ctx = 9, n_head = 4, n_head_kv = 2, hd = 8, n = 3;
+    cpu_options o;
+    o.n_threads = 2;
+    auto be = make_cpu_backend(o, 64);
+    auto kc = random_vec(n_ctx * n_head_kv * hd, 31), vc = random_vec(n_ctx * n_head_kv * hd, 32);
+    auto q = random_vec(n * n_head * hd, 33);
+    std::vector<float> out(n * n_head * hd), scratch(2 * n_ctx);
+    const int32_t pos[n] = {4, 5, 6};
+    attention_args a{q.data(), kc.data(), vc.data(), pos, out.data(), scratch.data(), n, n_ctx, n_head, n_head_kv, hd, 0.35f};
+    be->attention(a);
+    for (int t = 0; t < n; ++t) {
+        for (int h = 0; h < n_head; ++h) {
+            const int kvh = h / (n_head / n_head_kv);
+            std::vector<double> s(pos[t] + 1);
+            double mx = -1e300, sum = 0;
+            for (int j = 0; j <= pos[t]; ++j) {
+                double d = 0;
+                for (int i = 0; i < hd; ++i) d += double(q[(t * n_head + h) * hd + i]) * kc[(j * n_head_kv + kvh) * hd + i];
+                s[j] = d * 0.35;
+                mx = std::max(mx, s[j]);
+            }
+            for (double& v : s) sum += (v = std::exp(v - mx));
+            for (int i = 0; i < hd; ++i) {
+                double ref = 0;
+                for (int j = 0; j <= pos[t]; ++j) ref += s[j] / sum * vc[(j * n_head_kv + kvh) * hd + i];
+                CHECK(out[(t * n_head + h) * hd + i] == doctest::Approx(ref).epsilon(1e-4));
+            }
+        }
+    }
+}

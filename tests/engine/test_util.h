@@ -1,0 +1,56 @@
+#pragma once
+// Helpers shared by the engine tests.
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace colibri::test {
+
+/// Where the committed reference fixtures live.
+inline std::string fixtures_dir() { return COLIBRI_FIXTURES_DIR; }
+inline std::string fixture(const std::string& rel) { return fixtures_dir() + "/" + rel; }
+
+/// A fresh directory removed with its contents at scope exit.
+class temp_dir {
+public:
+    temp_dir() {
+        std::random_device rd;
+        path_ = std::filesystem::temp_directory_path() / ("colibri-test-" + std::to_string(rd()) + std::to_string(rd()));
+        std::filesystem::create_directories(path_);
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+    std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+private:
+    std::filesystem::path path_;
+};
+
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+template <class T>
+std::vector<T> read_array(const std::string& path) {
+    const auto bytes = read_bytes(path);
+    std::vector<T> v(bytes.size() / sizeof(T));
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+    return v;
+}
+
+} // namespace colibri::test
