@@ -1,0 +1,154 @@
+// End-to-end with the real engine: colibrid + colibri-worker on a small converted
+// fixture model, compared with the engine run in-process through the C API.
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "colibri.h"
+#include "harness.hpp"
+
+using namespace colibri::test;
+
+namespace {
+
+struct reference_params {
+    std::string prompt;
+    int max_tokens = 16;
+    float temperature = 0.0f;
+    int top_k = 40;
+    float top_p = 0.95f;
+    float min_p = 0.05f;
+    std::uint64_t seed = 1;
+    std::vector<std::string> stop;
+};
+
+/// The completion the engine produces in-process for the same request.
+std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
+    colibri_model* model = nullptr;
+    REQUIRE(colibri_model_load(COLIBRI_DAEMON_TEST_MODEL, nullptr, &model) == COLIBRI_OK);
+    colibri_session* session = nullptr;
+    REQUIRE(colibri_session_create(model, nullptr, &session) == COLIBRI_OK);
+    colibri_generate_params gp;
+    colibri_generate_params_init(&gp);
+    gp.max_tokens = rp.max_tokens;
+    gp.temperature = rp.temperature;
+    gp.top_k = rp.top_k;
+    gp.top_p = rp.top_p;
+    gp.min_p = rp.min_p;
+    gp.seed = rp.seed;
+    std::vector<const char*> stop;
+    for (const auto& s : rp.stop) stop.push_back(s.c_str());
+    gp.stop = stop.empty() ? nullptr : stop.data();
+    gp.n_stop = stop.size();
+    std::string text;
+    colibri_generate_result r{};
+    REQUIRE(colibri_generate(
+                session, rp.prompt.data(), rp.prompt.size(), &gp,
+                [](void* user, const char* piece, size_t len) -> int {
+                    static_cast<std::string*>(user)->append(piece, len);
+                    return 0;
+                },
+                &text, &r) == COLIBRI_OK);
+    if (n_tokens) *n_tokens = r.n_generated_tokens;
+    colibri_session_free(session);
+    colibri_model_free(model);
+    return text;
+}
+
+json request_for(const json& id, const reference_params& rp) {
+    json j = {{"id", id},          {"op", "complete"},         {"prompt", rp.prompt},
+              {"max_tokens", rp.max_tokens}, {"temperature", rp.temperature}, {"top_k", rp.top_k},
+              {"top_p", rp.top_p}, {"min_p", rp.min_p},        {"seed", rp.seed}};
+    if (!rp.stop.empty()) j["stop"] = rp.stop;
+    return j;
+}
+
+daemon_process::options engine_daemon() {
+    return {{"--model", COLIBRI_DAEMON_TEST_MODEL}, {"--worker-exe", COLIBRI_WORKER_EXE}, {"--threads", "1"}};
+}
+
+} // namespace
+
+TEST_CASE("engine: status describes the real model") {
+    daemon_process d(engine_daemon());
+    client c(d.socket_path());
+    auto status = c.call({{"id", 1}, {"op", "status"}});
+    CHECK(status["model"]["architecture"] == "llama");
+    CHECK(status["model"]["n_layer"] == 2);
+    CHECK(status["model"]["quant"] == "f32");
+    CHECK(status["backend"] == "cpu");
+    CHECK(status["model"]["path"] == COLIBRI_DAEMON_TEST_MODEL);
+}
+
+TEST_CASE("engine: streamed completion equals the in-process engine's (greedy and sampled)") {
+    daemon_process d(engine_daemon());
+    client c(d.socket_path());
+    reference_params greedy;
+    greedy.prompt = "def add(a, b):";
+    greedy.max_tokens = 24;
+    reference_params sampled = greedy;
+    sampled.temperature = 0.9f;
+    sampled.seed = 1234;
+    sampled.top_k = 20;
+    int n_tokens = 0;
+    for (const auto* rp : {&greedy, &sampled}) {
+        const std::string want = in_process(*rp, &n_tokens);
+        REQUIRE_FALSE(want.empty());
+        c.send(request_for("g", *rp));
+        auto events = c.until_final("g", std::chrono::seconds(20));
+        CHECK(events.back()["event"] == "done");
+        CHECK(concat_pieces(events) == want);
+        CHECK(events.back()["usage"]["completion_tokens"] == n_tokens);
+        CHECK(events.back()["usage"]["prompt_tokens"].get<int>() > 0);
+        CHECK(events.back()["seed"] == rp->seed);
+    }
+    // Non-streamed: the same text in the done event.
+    json req = request_for("n", sampled);
+    req["stream"] = false;
+    c.send(req);
+    auto events = c.until_final("n", std::chrono::seconds(20));
+    REQUIRE(events.size() == 1);
+    CHECK(events[0]["text"] == in_process(sampled));
+}
+
+TEST_CASE("engine: cancel mid-stream and a crashed worker - then the next request matches again") {
+    daemon_process d(engine_daemon());
+    client c(d.socket_path());
+    reference_params rp;
+    rp.prompt = "int main() {";
+    rp.max_tokens = 200;
+    json slow = request_for("s", rp);
+    slow["debug_fault"] = {{"kind", "slow"}, {"delay_ms", 5}};
+    c.send(slow);
+    auto first = c.next(std::chrono::seconds(20));
+    REQUIRE(first.has_value());
+    CHECK((*first)["event"] == "piece");
+    c.send({{"id", "c"}, {"op", "cancel"}, {"target", "s"}});
+    CHECK(c.until_final("s").back()["finish_reason"] == "cancelled");
+
+    json crash = request_for("x", rp);
+    crash["debug_fault"] = {{"kind", "crash"}, {"after_tokens", 2}};
+    c.send(crash);
+    auto crashed = c.until_final("x", std::chrono::seconds(20));
+    CHECK(crashed.back()["code"] == "worker_crashed");
+
+    rp.max_tokens = 12;
+    c.send(request_for("after", rp));
+    auto events = c.until_final("after", std::chrono::seconds(20));
+    CHECK(events.back()["event"] == "done");
+    CHECK(concat_pieces(events) == in_process(rp));
+}
+
+TEST_CASE("engine: a suffix (fill-in-the-middle) is refused clearly while the C API lacks it") {
+    daemon_process d(engine_daemon());
+    client c(d.socket_path());
+    json req = {{"id", 1}, {"op", "complete"}, {"prompt", "def f("}, {"suffix", "):\n"}, {"max_tokens", 4}};
+    auto ev = c.call(req);
+    CHECK(ev["event"] == "error");
+    CHECK(ev["code"] == "invalid_request");
+    CHECK(ev["message"].get<std::string>().find("suffix") != std::string::npos);
+}
