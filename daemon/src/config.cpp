@@ -8,6 +8,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "colibri/protocol/transport.hpp"
+
 namespace colibri::daemon {
 
 namespace po = boost::program_options;
@@ -23,11 +25,7 @@ void require_range(const char* name, T value, T lo, T hi) {
 
 } // namespace
 
-std::string default_socket_path() {
-    if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg)
-        return std::string(xdg) + "/colibri/colibri.sock";
-    return "/tmp/colibri-" + std::to_string(::getuid()) + "/colibri.sock";
-}
+std::string default_socket_path() { return protocol::default_socket_path(); }
 
 command_line parse_command_line(int argc, const char* const* argv) {
     command_line out;

@@ -81,6 +81,7 @@ public:
         gp.top_k = req.top_k;
         gp.top_p = req.top_p;
         gp.min_p = req.min_p;
+        gp.repeat_penalty = req.repeat_penalty;
         gp.seed = job.seed;
         std::vector<const char*> stop;
         for (const auto& s : req.stop) stop.push_back(s.c_str());

@@ -25,6 +25,7 @@ constexpr const char* temperature = "temperature";
 constexpr const char* top_p = "top_p";
 constexpr const char* top_k = "top_k";
 constexpr const char* min_p = "min_p";
+constexpr const char* repeat_penalty = "repeat_penalty";
 constexpr const char* seed = "seed";
 constexpr const char* stop = "stop";
 constexpr const char* stream = "stream";
@@ -206,6 +207,7 @@ complete_request read_complete(object_reader& r, const request_limits& limits) {
     if (auto x = r.number(field::top_p, 0.0, 1.0)) c.top_p = static_cast<float>(*x);
     if (auto n = r.integer(field::top_k, 0, 1 << 24)) c.top_k = static_cast<int>(*n);
     if (auto x = r.number(field::min_p, 0.0, 1.0)) c.min_p = static_cast<float>(*x);
+    if (auto x = r.number(field::repeat_penalty, 0.01, 10.0)) c.repeat_penalty = static_cast<float>(*x);
     if (const json* s = r.get(field::seed)) {
         if (!s->is_number_integer() || (!s->is_number_unsigned() && s->get<std::int64_t>() < 0))
             bad("'seed' must be a non-negative integer");
@@ -317,6 +319,7 @@ json to_json(const request& req) {
                 j[field::top_p] = body.top_p;
                 j[field::top_k] = body.top_k;
                 j[field::min_p] = body.min_p;
+                j[field::repeat_penalty] = body.repeat_penalty;
                 if (body.seed) j[field::seed] = *body.seed;
                 if (!body.stop.empty()) j[field::stop] = body.stop;
                 j[field::stream] = body.stream;

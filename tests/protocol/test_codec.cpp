@@ -51,6 +51,7 @@ TEST_CASE("complete request: defaults") {
     CHECK(c.top_p == doctest::Approx(0.95));
     CHECK(c.top_k == 40);
     CHECK(c.min_p == doctest::Approx(0.05));
+    CHECK(c.repeat_penalty == 1.0f);
     CHECK_FALSE(c.seed.has_value());
     CHECK(c.stop.empty());
     CHECK(c.stream);
@@ -61,7 +62,7 @@ TEST_CASE("complete request: defaults") {
 TEST_CASE("complete request: every field") {
     auto req = parse_ok(R"({"id":7,"op":"complete","prompt":"a\u00e9\ud83d\ude00","suffix":"}\n",
         "max_tokens":16,"temperature":0,"top_p":0.5,"top_k":3,"min_p":0.1,
-        "seed":18446744073709551615,"stop":["\n\n","}"],"stream":false,"timeout_ms":2500})");
+        "repeat_penalty":1.1,"seed":18446744073709551615,"stop":["\n\n","}"],"stream":false,"timeout_ms":2500})");
     CHECK(req.id == 7);
     auto& c = std::get<p::complete_request>(req.body);
     CHECK(c.prompt == "a\xc3\xa9\xf0\x9f\x98\x80");
@@ -71,6 +72,7 @@ TEST_CASE("complete request: every field") {
     CHECK(c.top_p == doctest::Approx(0.5));
     CHECK(c.top_k == 3);
     CHECK(c.min_p == doctest::Approx(0.1));
+    CHECK(c.repeat_penalty == doctest::Approx(1.1));
     CHECK(c.seed == UINT64_MAX);
     REQUIRE(c.stop.size() == 2);
     CHECK(c.stop[0] == "\n\n");
@@ -160,6 +162,7 @@ TEST_CASE("wrong field types and ranges name the field") {
         {R"("prompt":"x","top_k":-1)", "top_k"},
         {R"("prompt":"x","min_p":2)", "min_p"},
         {R"("prompt":"x","seed":-1)", "seed"},
+        {R"("prompt":"x","repeat_penalty":0)", "repeat_penalty"},
         {R"("prompt":"x","seed":1.0)", "seed"},
         {R"("prompt":"x","stop":[1])", "stop"},
         {R"("prompt":"x","stop":[""])", "stop"},
@@ -211,7 +214,7 @@ TEST_CASE("debug_fault only when fault injection is allowed") {
               .code == p::error_code::invalid_request);
 }
 
-TEST_CASE("hello, cancel, health, status") {
+TEST_CASE("hello - cancel - health - status") {
     auto h = std::get<p::hello_request>(parse_ok(R"({"id":0,"op":"hello","protocol":1,"client":"nvim"})").body);
     CHECK(h.protocol == 1);
     CHECK(h.client == "nvim");
@@ -240,6 +243,7 @@ TEST_CASE("to_json round-trips through parse_request") {
     c.top_p = 0.5f;
     c.top_k = 9;
     c.min_p = 0.125f;
+    c.repeat_penalty = 1.25f;
     c.seed = 42;
     c.stop = {"\n", "//"};
     c.stream = false;

@@ -59,6 +59,7 @@ struct complete_request {
     float top_p = 0.95f;
     int top_k = 40;
     float min_p = 0.05f;
+    float repeat_penalty = 1.0f; ///< 1: off
     std::optional<std::uint64_t> seed; ///< the daemon picks (and reports) one when absent
     std::vector<std::string> stop;
     bool stream = true;
