@@ -171,9 +171,13 @@ std::string daemon_process::log() const {
     return ss.str();
 }
 
-run_result run_command(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
+run_result run_command(const std::vector<std::string>& args, std::chrono::milliseconds timeout,
+                       const std::string& input) {
     temp_dir dir;
     const std::string err_path = dir.path() + "/stderr";
+    const std::string out_path = dir.path() + "/stdout";
+    const std::string in_path = dir.path() + "/stdin";
+    std::ofstream(in_path) << input;
     std::vector<std::string> copy = args;
     std::vector<char*> argv;
     for (auto& a : copy) argv.push_back(a.data());
@@ -181,7 +185,11 @@ run_result run_command(const std::vector<std::string>& args, std::chrono::millis
     const pid_t pid = ::fork();
     if (pid == 0) {
         const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        const int in = ::open(in_path.c_str(), O_RDONLY);
         ::dup2(err, 2);
+        ::dup2(out, 1);
+        ::dup2(in, 0);
         ::execv(argv[0], argv.data());
         ::_exit(127);
     }
@@ -193,10 +201,14 @@ run_result run_command(const std::vector<std::string>& args, std::chrono::millis
         throw std::runtime_error("command timed out: " + args[0]);
     }
     r.status = *status;
-    std::ifstream in(err_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    r.err = ss.str();
+    auto slurp = [](const std::string& path) {
+        std::ifstream in(path, std::ios::binary);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
+    };
+    r.err = slurp(err_path);
+    r.out = slurp(out_path);
     return r;
 }
 

@@ -65,12 +65,15 @@ private:
     pid_t pid_ = -1;
 };
 
-/// Runs `exe args...` to completion with a bound; returns exit status and stderr.
+/// Runs `exe args...` to completion with a bound, `input` on its stdin; returns the
+/// exit status, stdout and stderr.
 struct run_result {
     int status = -1;
+    std::string out;
     std::string err;
 };
-run_result run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+run_result run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                       const std::string& input = "");
 
 /// A blocking NDJSON client with timeouts.
 class client {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ struct reference_params {
     int top_k = 40;
     float top_p = 0.95f;
     float min_p = 0.05f;
+    float repeat_penalty = 1.0f;
     std::uint64_t seed = 1;
     std::vector<std::string> stop;
 };
@@ -39,6 +41,7 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
     gp.top_k = rp.top_k;
     gp.top_p = rp.top_p;
     gp.min_p = rp.min_p;
+    gp.repeat_penalty = rp.repeat_penalty;
     gp.seed = rp.seed;
     std::vector<const char*> stop;
     for (const auto& s : rp.stop) stop.push_back(s.c_str());
@@ -62,7 +65,8 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
 json request_for(const json& id, const reference_params& rp) {
     json j = {{"id", id},          {"op", "complete"},         {"prompt", rp.prompt},
               {"max_tokens", rp.max_tokens}, {"temperature", rp.temperature}, {"top_k", rp.top_k},
-              {"top_p", rp.top_p}, {"min_p", rp.min_p},        {"seed", rp.seed}};
+              {"top_p", rp.top_p}, {"min_p", rp.min_p},        {"seed", rp.seed},
+              {"repeat_penalty", rp.repeat_penalty}};
     if (!rp.stop.empty()) j["stop"] = rp.stop;
     return j;
 }
@@ -94,6 +98,7 @@ TEST_CASE("engine: streamed completion equals the in-process engine's (greedy an
     sampled.temperature = 0.9f;
     sampled.seed = 1234;
     sampled.top_k = 20;
+    sampled.repeat_penalty = 1.3f;
     int n_tokens = 0;
     for (const auto* rp : {&greedy, &sampled}) {
         const std::string want = in_process(*rp, &n_tokens);
@@ -151,4 +156,20 @@ TEST_CASE("engine: a suffix (fill-in-the-middle) is refused clearly while the C 
     CHECK(ev["event"] == "error");
     CHECK(ev["code"] == "invalid_request");
     CHECK(ev["message"].get<std::string>().find("suffix") != std::string::npos);
+}
+
+TEST_CASE("engine: colibri-client prints exactly what colibri prints for the same request") {
+    daemon_process d(engine_daemon());
+    const std::vector<std::string> common = {"--max_tokens", "20", "--temperature", "0.7", "--seed", "99",
+                                             "--top_k", "30", "--prompt", "for i in range("};
+    std::vector<std::string> cli = {COLIBRI_CLI_EXE, "--model", COLIBRI_DAEMON_TEST_MODEL, "--threads", "1"};
+    cli.insert(cli.end(), common.begin(), common.end());
+    std::vector<std::string> client_args = {COLIBRI_CLIENT_EXE, "--socket", d.socket_path()};
+    client_args.insert(client_args.end(), common.begin(), common.end());
+    auto want = run_command(cli, std::chrono::seconds(30));
+    auto got = run_command(client_args, std::chrono::seconds(30));
+    CHECK(WEXITSTATUS(want.status) == 0);
+    CHECK(WEXITSTATUS(got.status) == 0);
+    CHECK_FALSE(want.out.empty());
+    CHECK(got.out == want.out);
 }
