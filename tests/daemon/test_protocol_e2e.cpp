@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/socket.h>
+
 #include <string>
 #include <thread>
 #include <vector>
@@ -332,4 +334,17 @@ TEST_CASE("debug_fault is refused unless fault injection is enabled") {
     CHECK(ev["event"] == "error");
     CHECK(ev["code"] == "invalid_request");
     CHECK(ev["message"].get<std::string>().find("debug_fault") != std::string::npos);
+}
+
+TEST_CASE("a client that half-closes after its request (nc -N) still gets the whole answer") {
+    daemon_process d;
+    client c(d.socket_path());
+    json slow = complete_request("h", "half closed", 10, 4);
+    slow["debug_fault"] = {{"kind", "slow"}, {"delay_ms", 5}};
+    c.send(slow);
+    REQUIRE(::shutdown(c.fd(), SHUT_WR) == 0);
+    auto events = c.until_final("h");
+    CHECK(events.back()["event"] == "done");
+    CHECK(concat_pieces(events) == expected("half closed", 10, 4).text());
+    CHECK(c.wait_closed());
 }
