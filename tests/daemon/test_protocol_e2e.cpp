@@ -348,3 +348,24 @@ TEST_CASE("a client that half-closes after its request (nc -N) still gets the wh
     CHECK(concat_pieces(events) == expected("half closed", 10, 4).text());
     CHECK(c.wait_closed());
 }
+
+TEST_CASE("a request whose client left while it was queued never runs") {
+    daemon_process d;
+    client a(d.socket_path());
+    json slow = complete_request("busy", "occupy", 20, 1);
+    slow["debug_fault"] = {{"kind", "slow"}, {"delay_ms", 5}};
+    a.send(slow);
+    REQUIRE(a.next().has_value()); // the worker is busy with it
+    {
+        client b(d.socket_path());
+        b.send(complete_request("left", "never runs", 30, 1));
+        // Make sure the daemon has queued it before b goes away.
+        CHECK(b.call({{"id", "q"}, {"op", "status"}})["queue_depth"] == 1);
+    }
+    CHECK(a.until_final("busy").back()["event"] == "done");
+    auto status = a.call({{"id", "s"}, {"op", "status"}});
+    CHECK(status["requests"]["served"] == 1);
+    CHECK(status["requests"]["cancelled"] == 1);
+    CHECK(status["tokens"]["generated"] == 20); // only the first request's tokens
+    CHECK(status["queue_depth"] == 0);
+}
