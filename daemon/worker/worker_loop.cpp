@@ -108,9 +108,11 @@ out:
 }
 
 [[noreturn]] void trigger_fault(p::fault_kind kind) {
+    // Default dispositions first, so that a handler (a sanitizer's, the engine's) cannot
+    // turn the injected signal into something else.
     switch (kind) {
-    case p::fault_kind::crash: ::raise(SIGSEGV); break;
-    case p::fault_kind::abort: ::raise(SIGABRT); break;
+    case p::fault_kind::crash: ::signal(SIGSEGV, SIG_DFL); ::raise(SIGSEGV); break;
+    case p::fault_kind::abort: ::signal(SIGABRT, SIG_DFL); ::raise(SIGABRT); break;
     case p::fault_kind::kill: ::raise(SIGKILL); break;
     case p::fault_kind::exit: ::_exit(3);
     default: break;

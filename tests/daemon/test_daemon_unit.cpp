@@ -112,3 +112,9 @@ TEST_CASE("listen_socket refuses a path that is not a socket and a path too long
     CHECK_THROWS_WITH_AS(cd::listen_socket::open(dir.path() + "/" + std::string(120, 'a'), std::nullopt),
                          doctest::Contains("longer than"), cd::startup_error);
 }
+
+TEST_CASE("the example config file parses and sets the model") {
+    auto cl = parse({"--config", std::string(COLIBRI_SOURCE_DIR) + "/daemon/colibrid.conf.example"});
+    CHECK(cl.config.model == "/var/lib/colibri/model.colibri");
+    CHECK(cl.config.watchdog.progress_timeout_ms == 120000);
+}

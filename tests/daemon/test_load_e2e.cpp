@@ -126,7 +126,9 @@ TEST_CASE("load: 32 clients x 20 requests with random cancels and disconnects") 
     MESSAGE("round: " << seconds << " s, completed " << r.completed.load() << ", cancelled " << r.cancelled.load()
                       << ", abandoned " << r.abandoned.load() << ", daemon RSS " << rss_before / 1024 << " KiB -> "
                       << rss_after / 1024 << " KiB");
+#if !defined(__SANITIZE_ADDRESS__) // ASan's quarantine keeps freed memory resident
     CHECK(rss_after - rss_before < 2 * 1024 * 1024);
+#endif
     CHECK(status["worker"]["restarts"] == 0);
     CHECK(status["connections"] == 1);
     // The abandoned requests may still be draining from the worker; nothing stays queued.
