@@ -147,10 +147,22 @@ private:
     checkpoint_plan& plan_;
 };
 
+checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, dtype quant);
+
 } // namespace
 
 checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt, dtype quant) {
     const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
+    try {
+        return plan_from_config(cfg_path, ckpt, quant);
+    } catch (const json::exception& e) { // a field of the wrong JSON type
+        throw error(errc::format, cfg_path + ": " + e.what());
+    }
+}
+
+namespace {
+
+checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, dtype quant) {
     std::ifstream in(cfg_path);
     if (!in) throw error(errc::io, cfg_path + ": cannot open");
     json j;
@@ -304,5 +316,7 @@ checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkp
     if (!tied) p.matrix(std::string(names::output), "lm_head.weight", hp.n_vocab, hp.n_embd);
     return plan;
 }
+
+} // namespace
 
 } // namespace colibri

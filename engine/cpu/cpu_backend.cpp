@@ -9,27 +9,33 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
 #include <vector>
 
 namespace colibri {
 
 namespace {
 
+// Anonymous mappings: zero pages that cost memory only once touched (a long KV cache
+// holds no RSS for positions never reached).
 class host_buffer final : public device_buffer {
 public:
-    explicit host_buffer(size_t n) : n_(n) {
-        const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-        data_ = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
-        if (data_ == nullptr) throw error(errc::out_of_memory, "cannot allocate " + std::to_string(bytes) + " bytes");
-        std::memset(data_, 0, bytes);
+    explicit host_buffer(size_t n) : n_(n), bytes_(std::max<size_t>(n * sizeof(float), 1)) {
+        if (n > SIZE_MAX / (2 * sizeof(float))) throw error(errc::out_of_memory, "buffer size overflows");
+        void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            throw error(errc::out_of_memory, "cannot allocate " + std::to_string(bytes_ >> 20) + " MiB of buffers");
+        }
+        data_ = static_cast<float*>(p);
     }
-    ~host_buffer() override { std::free(data_); }
+    ~host_buffer() override { ::munmap(data_, bytes_); }
     float* data() override { return data_; }
     size_t size() const override { return n_; }
 
 private:
-    float* data_;
+    float* data_ = nullptr;
     size_t n_;
+    size_t bytes_;
 };
 
 class cpu_backend final : public backend {

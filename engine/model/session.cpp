@@ -14,7 +14,7 @@ namespace colibri {
 using namespace format;
 
 session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_logits)
-    : model_(m), be_(be), n_ctx_(n_ctx > 0 ? n_ctx : static_cast<int>(m.hp().n_ctx)),
+    : model_(m), be_(be), n_ctx_(n_ctx > 0 ? n_ctx : static_cast<int>(std::min<uint32_t>(m.hp().n_ctx, default_ctx))),
       n_batch_(n_batch), all_logits_(all_logits) {
     const hparams& hp = m.hp();
     if (n_ctx_ <= 0 || n_ctx_ > (1 << 24)) throw error(errc::invalid_argument, "context length out of range");

@@ -19,7 +19,11 @@ struct route_observer {
 
 class session {
 public:
-    /// n_ctx: KV cache length (0: the model's); n_batch: most tokens per eval() call;
+    /// Context length when none is asked for: the model's, at most this (a long trained
+    /// context would otherwise cost gigabytes of KV cache per session).
+    static constexpr uint32_t default_ctx = 4096;
+
+    /// n_ctx: KV cache length (0: default_ctx or the model's, if shorter); n_batch: most tokens per eval() call;
     /// all_logits: keep logits of every token of a batch, not only the last.
     session(const model& m, backend& be, int n_ctx, int n_batch = 32, bool all_logits = false);
 

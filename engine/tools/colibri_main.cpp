@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     both("top_p", po::value(&req.sampling.top_p), po::value(&req.sampling.top_p), "top-p, 1: off (default 0.95)");
     both("min_p", po::value(&req.sampling.min_p), po::value(&req.sampling.min_p), "min-p, 0: off (default 0.05)");
     both("repeat_penalty", po::value(&req.sampling.repeat_penalty), po::value(&req.sampling.repeat_penalty), "1: off (default 1.0)");
-    both("ctx_size", po::value(&n_ctx), po::value(&n_ctx), "context length (default: the model's)");
+    both("ctx_size", po::value(&n_ctx), po::value(&n_ctx), "context length (default: the model's, at most 4096)");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
