@@ -109,6 +109,7 @@ typedef struct colibri_generate_result {
     int n_generated_tokens;
     double prompt_ms;   /**< prefill time */
     double generate_ms; /**< decode time (after the first token) */
+    int n_cached_tokens; /**< prompt tokens reused from the session's cache */
 } colibri_generate_result;
 
 /**
@@ -118,7 +119,11 @@ typedef struct colibri_generate_result {
  */
 typedef int (*colibri_piece_callback)(void* user, const char* piece, size_t len);
 
-/** Tokenizes prompt, prefills, generates. The session's cache is reset first. */
+/**
+ * Tokenizes prompt, prefills, generates. The session keeps its cache between calls: the
+ * longest common token prefix with the previous prompt (and its completion) is reused, so a
+ * prompt that extends the last one pays only for its new tokens.
+ */
 colibri_status colibri_generate(colibri_session* session, const char* prompt, size_t prompt_len,
                                 const colibri_generate_params* params,
                                 colibri_piece_callback callback, void* user,

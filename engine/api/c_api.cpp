@@ -185,6 +185,7 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
         if (result != nullptr) {
             result->finish_reason = static_cast<colibri_finish_reason>(r.reason);
             result->n_prompt_tokens = r.n_prompt_tokens;
+            result->n_cached_tokens = r.n_cached_tokens;
             result->n_generated_tokens = r.n_generated_tokens;
             result->prompt_ms = r.prompt_ms;
             result->generate_ms = r.generate_ms;

@@ -74,9 +74,13 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     res.n_prompt_tokens = static_cast<int>(tokens.size());
     tokens.reserve(tokens.size() + static_cast<size_t>(req.max_tokens));
 
-    // prefill in batches
-    s.truncate(0);
-    for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.n_batch())) {
+    // reuse the cached common prefix, prefill the rest in batches
+    const auto history = s.history();
+    size_t common = 0;
+    while (common < history.size() && common + 1 < tokens.size() && history[common] == tokens[common]) ++common;
+    s.truncate(static_cast<int>(common));
+    res.n_cached_tokens = static_cast<int>(common);
+    for (size_t i = common; i < tokens.size(); i += static_cast<size_t>(s.n_batch())) {
         const int n = static_cast<int>(std::min(tokens.size() - i, static_cast<size_t>(s.n_batch())));
         s.eval(tokens.data() + i, n);
     }

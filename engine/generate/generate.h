@@ -27,6 +27,7 @@ struct generate_request {
 struct generate_result {
     finish_reason reason = finish_reason::length;
     int n_prompt_tokens = 0;
+    int n_cached_tokens = 0; ///< prompt tokens whose cache entries were reused, not recomputed
     int n_generated_tokens = 0;
     double prompt_ms = 0;   ///< tokenisation + prefill, up to the first token's logits
     double generate_ms = 0; ///< the rest
@@ -35,7 +36,10 @@ struct generate_result {
 /// Receives each piece of text; return false to stop (finish reason: cancelled).
 using piece_callback = std::function<bool(std::string_view piece)>;
 
-/// Runs one completion on `s` from an empty cache. Throws colibri::error for a bad request
+/// Runs one completion on `s`. The cache entries of the longest common token prefix of the
+/// prompt and the session's history are reused (at least the last prompt token is
+/// recomputed, for its logits); tokens are compared, so a prompt whose end tokenises
+/// differently reuses only what is still valid. Throws colibri::error for a bad request
 /// (invalid parameters, a prompt that does not fit the context).
 generate_result generate(session& s, const tokenizer& tok, sampler& smp, const generate_request& req,
                          const piece_callback& on_piece);

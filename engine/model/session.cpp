@@ -42,6 +42,7 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     v_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
 
     const size_t k = std::max<size_t>(hp.n_expert_used, 1);
+    history_.reserve(size_t(n_ctx_));
     pos_.resize(B);
     sel_.resize(B * k);
     sel_w_.resize(B * k);
@@ -51,8 +52,8 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
 }
 
 void session::truncate(int n) {
-    COLIBRI_ASSERT(n >= 0 && n <= n_past_);
-    n_past_ = n;
+    COLIBRI_ASSERT(n >= 0 && n <= n_past());
+    history_.resize(static_cast<size_t>(n));
 }
 
 void session::eval(const int32_t* tokens, int n) {
@@ -60,14 +61,15 @@ void session::eval(const int32_t* tokens, int n) {
     if (n <= 0 || n > n_batch_) {
         throw error(errc::invalid_argument, "batch of " + std::to_string(n) + " tokens, expected 1.." + std::to_string(n_batch_));
     }
-    if (n_past_ + n > n_ctx_) {
-        throw error(errc::context_full, "context full: " + std::to_string(n_past_ + n) + " tokens, the context holds " + std::to_string(n_ctx_));
+    const int n_past = this->n_past();
+    if (n_past + n > n_ctx_) {
+        throw error(errc::context_full, "context full: " + std::to_string(n_past + n) + " tokens, the context holds " + std::to_string(n_ctx_));
     }
     for (int t = 0; t < n; ++t) {
         if (tokens[t] < 0 || tokens[t] >= static_cast<int32_t>(hp.n_vocab)) {
             throw error(errc::invalid_argument, "token id " + std::to_string(tokens[t]) + " is outside the vocabulary of " + std::to_string(hp.n_vocab));
         }
-        pos_[t] = n_past_ + t;
+        pos_[t] = n_past + t;
     }
 
     const int n_embd = static_cast<int>(hp.n_embd);
@@ -76,7 +78,7 @@ void session::eval(const int32_t* tokens, int n) {
         attention_block(il, n);
         ffn_block(il, n);
     }
-    n_past_ += n;
+    history_.insert(history_.end(), tokens, tokens + n); // within the reserved capacity
 
     // LM head on the rows the caller wants
     const int first = all_logits_ ? 0 : n - 1;
@@ -124,8 +126,8 @@ void session::attention_block(int il, int n) {
     const size_t layer_off = size_t(il) * size_t(n_ctx_) * size_t(kv_dim);
     float* kc = k_cache_->data() + layer_off;
     float* vc = v_cache_->data() + layer_off;
-    std::copy_n(k_->data(), size_t(n) * kv_dim, kc + size_t(n_past_) * kv_dim);
-    std::copy_n(v_->data(), size_t(n) * kv_dim, vc + size_t(n_past_) * kv_dim);
+    std::copy_n(k_->data(), size_t(n) * kv_dim, kc + size_t(n_past()) * kv_dim);
+    std::copy_n(v_->data(), size_t(n) * kv_dim, vc + size_t(n_past()) * kv_dim);
 
     attention_args a{};
     a.q = q_->data();

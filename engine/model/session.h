@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace colibri {
@@ -36,7 +37,9 @@ public:
     /// [n][n_vocab] with all_logits.
     const float* logits() const { return logits_->data(); }
 
-    int n_past() const { return n_past_; }
+    int n_past() const { return static_cast<int>(history_.size()); }
+    /// The tokens whose keys and values are in the cache, in order.
+    std::span<const int32_t> history() const { return history_; }
     int n_ctx() const { return n_ctx_; }
     int n_batch() const { return n_batch_; }
     /// Forgets cached positions from n on (n <= n_past()).
@@ -55,7 +58,7 @@ private:
     backend& be_;
     int n_ctx_, n_batch_;
     bool all_logits_;
-    int n_past_ = 0;
+    std::vector<int32_t> history_; // [n_past], capacity n_ctx
     route_observer observer_;
 
     // Activations, [n_batch, ...] each.

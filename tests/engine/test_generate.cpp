@@ -46,3 +46,57 @@ TEST_CASE("UTF-8 helpers") {
     append_valid_utf8(out, "\xC0\xAF"); // overlong '/'
     CHECK(out == "\xEF\xBF\xBD\xEF\xBF\xBD");
 }
+
+#include "api/runtime.h"
+#include "convert/convert.h"
+#include "test_util.h"
+
+namespace {
+
+std::string complete(session& s, const runtime& rt, const std::string& prompt, generate_result* out = nullptr) {
+    sampler smp(static_cast<int>(rt.mdl->hp().n_vocab));
+    generate_request req;
+    req.prompt = prompt;
+    req.max_tokens = 12;
+    req.sampling.temperature = 0.0f;
+    std::string text;
+    const generate_result r = generate(s, *rt.tok, smp, req, [&](std::string_view p) {
+        text.append(p);
+        return true;
+    });
+    if (out != nullptr) *out = r;
+    return text;
+}
+
+} // namespace
+
+TEST_CASE("a prompt that extends the last one reuses the cache and completes identically") {
+    test::temp_dir dir;
+    for (format::dtype type : {format::dtype::f32, format::dtype::q8_0}) {
+    CAPTURE(format::dtype_name(type));
+    const std::string path = dir.file("qwen2.colibri");
+    convert_checkpoint(test::fixture("qwen2_moe"), path, type, {});
+    auto rt = load_runtime(path, "cpu", 2);
+    session warm(*rt->mdl, *rt->be, 256, 8);
+    const std::string a = "def route(x):\n    return softmax(x)";
+    const std::string b = a + "[:2] + 1";
+    generate_result r1, r2, r3;
+    const std::string first = complete(warm, *rt, a, &r1);
+    CHECK(r1.n_cached_tokens == 0);
+    const std::string reused = complete(warm, *rt, b, &r2);
+    CHECK(r2.n_cached_tokens > 0);
+    CHECK(r2.n_cached_tokens < r2.n_prompt_tokens);
+    // the same prompt on a fresh session: identical text
+    session cold(*rt->mdl, *rt->be, 256, 8);
+    CHECK(complete(cold, *rt, b, &r3) == reused);
+    CHECK(r3.n_cached_tokens == 0);
+    // the whole prompt again: all but the last token from the cache, same text
+    generate_result r4;
+    CHECK(complete(warm, *rt, b, &r4) == reused);
+    CHECK(r4.n_cached_tokens == r4.n_prompt_tokens - 1);
+    // back to the shorter prompt: only the shared prefix is reused, text as before
+    generate_result r5;
+    CHECK(complete(warm, *rt, a, &r5) == first);
+    CHECK(r5.n_cached_tokens <= r1.n_prompt_tokens - 1);
+    }
+}
