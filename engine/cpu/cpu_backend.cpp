@@ -98,6 +98,24 @@ public:
             });
             return;
         }
+        if (w.type == format::dtype::q8_0 || w.type == format::dtype::q4_0) {
+            // prefill: each row is converted once per block for four tokens at a time
+            auto dotx4 = w.type == format::dtype::q8_0 ? vk_.dotx4_q8_0_f32 : vk_.dotx4_q4_0_f32;
+            auto dot1 = w.type == format::dtype::q8_0 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
+            pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+                float out[4];
+                for (int64_t r = r0; r < r1; ++r) {
+                    const uint8_t* row = w.data + r * rb;
+                    int t = 0;
+                    for (; t + 4 <= n; t += 4) {
+                        dotx4(row, x + t * cols, size_t(cols), cols, out);
+                        for (int k = 0; k < 4; ++k) y[(t + k) * rows + r] = out[k];
+                    }
+                    for (; t < n; ++t) y[t * rows + r] = dot1(row, x + t * cols, cols);
+                }
+            });
+            return;
+        }
         pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r) {
                 const uint8_t* row = w.data + r * rb;
@@ -107,8 +125,6 @@ public:
                     switch (w.type) {
                     case format::dtype::f16: v = vk_.dot_f16(row, xt, cols); break;
                     case format::dtype::bf16: v = vk_.dot_bf16(row, xt, cols); break;
-                    case format::dtype::q8_0: v = vk_.dot_q8_0_f32(row, xt, cols); break;
-                    case format::dtype::q4_0: v = vk_.dot_q4_0_f32(row, xt, cols); break;
                     default: v = vk_.dot_f32(reinterpret_cast<const float*>(row), xt, cols); break;
                     }
                     y[t * rows + r] = v;
