@@ -62,6 +62,7 @@ typedef struct colibri_model_info {
     uint64_t n_params;        /**< all parameters */
     uint64_t n_params_active; /**< parameters touched per token */
     uint64_t file_size;
+    const char* fim; /**< FIM template detected in the vocabulary, "none" when absent */
 } colibri_model_info;
 
 /** Strings in *info stay valid while the model lives. */
@@ -90,6 +91,14 @@ typedef struct colibri_generate_params {
     const char* const* stop; /**< stop strings; generation ends before the match */
     size_t n_stop;
     int add_bos;          /**< -1: the model's default, 0: no, 1: yes */
+    /** Text after the cursor (NULL: none). With a suffix the prompt is the text before the
+     *  cursor and the model fills in the middle with its FIM tokens; a model without them
+     *  completes the prompt alone (see colibri_generate_result.fim). */
+    const char* suffix;
+    size_t suffix_len;
+    /** FIM template: NULL or "auto" detects it from the vocabulary; "starcoder", "qwen",
+     *  "deepseek", "codellama" force one; "none" ignores the suffix. */
+    const char* fim;
 } colibri_generate_params;
 
 void colibri_generate_params_init(colibri_generate_params* params);
@@ -110,6 +119,7 @@ typedef struct colibri_generate_result {
     double prompt_ms;   /**< prefill time */
     double generate_ms; /**< decode time (after the first token) */
     int n_cached_tokens; /**< prompt tokens reused from the session's cache */
+    const char* fim;     /**< FIM template used ("none": plain completion); static string */
 } colibri_generate_result;
 
 /**

@@ -110,6 +110,7 @@ colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_
     info->n_params = model->rt->mdl->n_params();
     info->n_params_active = model->rt->mdl->n_params_active();
     info->file_size = model->rt->mdl->file().file_size();
+    info->fim = colibri::fim_kind_name(colibri::detect_fim(*model->rt->tok).kind).data();
     return COLIBRI_OK;
 }
 
@@ -149,6 +150,9 @@ void colibri_generate_params_init(colibri_generate_params* p) {
     p->stop = nullptr;
     p->n_stop = 0;
     p->add_bos = -1;
+    p->suffix = nullptr;
+    p->suffix_len = 0;
+    p->fim = nullptr;
 }
 
 colibri_status colibri_generate(colibri_session* session, const char* prompt, size_t prompt_len,
@@ -172,6 +176,15 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
         req.sampling.repeat_last_n = p.repeat_last_n;
         req.sampling.seed = p.seed;
         req.add_bos = p.add_bos;
+        if (p.suffix != nullptr) req.suffix = std::string_view(p.suffix, p.suffix_len);
+        if (p.fim != nullptr && std::string_view(p.fim) != "auto") {
+            colibri::fim_kind k;
+            if (!colibri::parse_fim_kind(p.fim, k)) {
+                return fail(COLIBRI_ERR_INVALID_ARGUMENT, std::string("unknown fim template '") + p.fim +
+                                                              "' (auto, starcoder, qwen, deepseek, codellama, none)");
+            }
+            req.fim = k;
+        }
         if (p.n_stop > 0 && p.stop == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "stop is NULL but n_stop > 0");
         for (size_t i = 0; i < p.n_stop; ++i) {
             if (p.stop[i] == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "a stop string is NULL");
@@ -186,6 +199,7 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
             result->finish_reason = static_cast<colibri_finish_reason>(r.reason);
             result->n_prompt_tokens = r.n_prompt_tokens;
             result->n_cached_tokens = r.n_cached_tokens;
+            result->fim = colibri::fim_kind_name(r.fim).data();
             result->n_generated_tokens = r.n_generated_tokens;
             result->prompt_ms = r.prompt_ms;
             result->generate_ms = r.generate_ms;

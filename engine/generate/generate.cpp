@@ -64,13 +64,23 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     std::vector<int32_t> tokens;
     const bool bos = req.add_bos < 0 ? tok.add_bos() : req.add_bos != 0;
     if (bos && tok.bos_id() >= 0) tokens.push_back(tok.bos_id());
-    tok.encode(req.prompt, tokens);
+    generate_result res;
+    fim_template fim;
+    if (req.suffix) fim = req.fim ? fim_for(tok, *req.fim) : detect_fim(tok);
+    if (fim.kind != fim_kind::none) {
+        build_fim_prompt(tok, fim, req.prompt, *req.suffix, tokens);
+    } else {
+        tok.encode(req.prompt, tokens);
+    }
+    res.fim = fim.kind;
+    auto is_stop_token = [&](int32_t id) {
+        return id == tok.eos_id() || std::find(fim.stop.begin(), fim.stop.end(), id) != fim.stop.end();
+    };
     if (tokens.empty()) throw error(errc::invalid_argument, "the prompt is empty and the model has no BOS token");
     if (static_cast<int>(tokens.size()) >= s.n_ctx()) {
         throw error(errc::context_full, "the prompt has " + std::to_string(tokens.size()) +
                                             " tokens; the context holds " + std::to_string(s.n_ctx()));
     }
-    generate_result res;
     res.n_prompt_tokens = static_cast<int>(tokens.size());
     tokens.reserve(tokens.size() + static_cast<size_t>(req.max_tokens));
 
@@ -93,7 +103,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     res.reason = finish_reason::length;
     for (int i = 0; i < req.max_tokens; ++i) {
         const int32_t id = smp.sample(s.logits(), tokens);
-        if (id == tok.eos_id()) {
+        if (is_stop_token(id)) {
             res.reason = finish_reason::eos;
             break;
         }

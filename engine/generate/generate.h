@@ -2,11 +2,13 @@
 // Prompt in, streamed completion text out: tokenise, prefill in batches, sample, detokenise,
 // stop on EOS, stop strings, max tokens or a full context.
 
+#include "generate/fim.h"
 #include "model/session.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,7 +19,12 @@ enum class finish_reason { length, eos, stop, cancelled, context };
 std::string_view finish_reason_name(finish_reason r);
 
 struct generate_request {
-    std::string_view prompt;
+    std::string_view prompt; ///< with a suffix: the text before the cursor
+    /// Text after the cursor: fill-in-the-middle with the model's FIM tokens. A model
+    /// without them completes the prompt alone (generate_result::fim says which).
+    std::optional<std::string_view> suffix;
+    /// FIM template: nullopt detects it from the vocabulary; a kind forces it.
+    std::optional<fim_kind> fim;
     int max_tokens = 128;
     sampling_params sampling;
     std::vector<std::string> stop; ///< generation ends before the first match; never emitted
@@ -29,6 +36,7 @@ struct generate_result {
     int n_prompt_tokens = 0;
     int n_cached_tokens = 0; ///< prompt tokens whose cache entries were reused, not recomputed
     int n_generated_tokens = 0;
+    fim_kind fim = fim_kind::none; ///< the template used (none: plain completion)
     double prompt_ms = 0;   ///< tokenisation + prefill, up to the first token's logits
     double generate_ms = 0; ///< the rest
 };
