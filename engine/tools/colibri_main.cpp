@@ -61,7 +61,7 @@ void print_route(void*, int pos, int layer, const int32_t* experts, const float*
 } // namespace
 
 int main(int argc, char** argv) {
-    std::string model_path, prompt, device = "cpu", dump_path, tokens;
+    std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto";
     std::vector<std::string> stops;
     generate_request req;
     int threads = 0, n_ctx = 0;
@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
     opts.add_options()
         ("help,h", "show this help")
         ("model,m", po::value(&model_path), "the .colibri model file")
-        ("prompt,p", po::value(&prompt), "prompt text ('-' reads standard input)")
+        ("prompt,p", po::value(&prompt), "prompt text ('-' reads standard input); with --suffix, the text before the cursor")
+        ("suffix", po::value(&suffix), "text after the cursor: fill in the middle with the model's FIM tokens")
+        ("fim", po::value(&fim), "FIM template: auto (default: from the vocabulary), starcoder, qwen, deepseek, codellama, none")
         ("device", po::value(&device), "cpu (default) or cuda:N")
         ("threads,t", po::value(&threads), "worker threads (default: the CPUs this process may use)")
         ("seed,s", po::value(&req.sampling.seed), "sampling seed (same seed, same tokens)")
@@ -137,6 +139,12 @@ int main(int argc, char** argv) {
         }
         req.prompt = prompt;
         req.stop = stops;
+        if (vm.count("suffix")) req.suffix = suffix;
+        if (fim != "auto") {
+            fim_kind k;
+            if (!parse_fim_kind(fim, k)) throw error(errc::invalid_argument, "unknown --fim '" + fim + "'");
+            req.fim = k;
+        }
         session s(*rt->mdl, *rt->be, n_ctx);
         if (vm.count("route-debug")) s.set_route_observer({print_route, nullptr});
         sampler smp(static_cast<int>(hp.n_vocab));
@@ -153,6 +161,7 @@ int main(int argc, char** argv) {
         });
         if (!stream) std::fwrite(all.data(), 1, all.size(), stdout);
         std::fflush(stdout);
+        if (req.suffix) std::fprintf(stderr, "\nfill-in-the-middle: %s", fim_kind_name(r.fim).data());
         std::fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f tok/s); generated: %d tokens in %.1f ms (%.1f tok/s); finish: %s\n",
                      r.n_prompt_tokens, r.prompt_ms, r.n_prompt_tokens * 1000.0 / std::max(r.prompt_ms, 1e-3),
                      r.n_generated_tokens, r.generate_ms,
