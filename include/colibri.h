@@ -139,6 +139,20 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
                                 colibri_piece_callback callback, void* user,
                                 colibri_generate_result* result);
 
+/**
+ * How many tokens of the prompt colibri_generate would build from these arguments the
+ * session already holds in its cache (so a caller with several sessions can pick the one
+ * that saves the most work).
+ */
+colibri_status colibri_session_cached_prefix(colibri_session* session, const char* prompt, size_t prompt_len,
+                                             const colibri_generate_params* params, size_t* n_tokens);
+
+/** Forgets the session's cached tokens. */
+colibri_status colibri_session_reset(colibri_session* session);
+
+/** Bytes of memory the session's buffers and KV cache take at most (0 for NULL). */
+size_t colibri_session_memory(const colibri_session* session);
+
 /** Tokenizes text into ids (no BOS). Returns the number of ids; writes at most capacity. */
 colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len,
                                 int32_t* ids, size_t capacity, size_t* n_ids);

@@ -54,17 +54,10 @@ std::string stop_matcher::flush() {
     return out;
 }
 
-generate_result generate(session& s, const tokenizer& tok, sampler& smp, const generate_request& req,
-                         const piece_callback& on_piece) {
-    using clock = std::chrono::steady_clock;
-    const auto t0 = clock::now();
-    if (req.max_tokens < 0) throw error(errc::invalid_argument, "max_tokens must be >= 0");
-    smp.set_params(req.sampling);
-
+std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request& req, fim_template* fim_out) {
     std::vector<int32_t> tokens;
     const bool bos = req.add_bos < 0 ? tok.add_bos() : req.add_bos != 0;
     if (bos && tok.bos_id() >= 0) tokens.push_back(tok.bos_id());
-    generate_result res;
     fim_template fim;
     if (req.suffix) fim = req.fim ? fim_for(tok, *req.fim) : detect_fim(tok);
     if (fim.kind != fim_kind::none) {
@@ -72,6 +65,26 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     } else {
         tok.encode(req.prompt, tokens);
     }
+    if (fim_out != nullptr) *fim_out = std::move(fim);
+    return tokens;
+}
+
+size_t reusable_prefix(std::span<const int32_t> history, std::span<const int32_t> tokens) {
+    size_t common = 0;
+    while (common < history.size() && common + 1 < tokens.size() && history[common] == tokens[common]) ++common;
+    return common;
+}
+
+generate_result generate(session& s, const tokenizer& tok, sampler& smp, const generate_request& req,
+                         const piece_callback& on_piece) {
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    if (req.max_tokens < 0) throw error(errc::invalid_argument, "max_tokens must be >= 0");
+    smp.set_params(req.sampling);
+
+    generate_result res;
+    fim_template fim;
+    std::vector<int32_t> tokens = prompt_tokens(tok, req, &fim);
     res.fim = fim.kind;
     auto is_stop_token = [&](int32_t id) {
         return id == tok.eos_id() || std::find(fim.stop.begin(), fim.stop.end(), id) != fim.stop.end();
@@ -85,9 +98,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     tokens.reserve(tokens.size() + static_cast<size_t>(req.max_tokens));
 
     // reuse the cached common prefix, prefill the rest in batches
-    const auto history = s.history();
-    size_t common = 0;
-    while (common < history.size() && common + 1 < tokens.size() && history[common] == tokens[common]) ++common;
+    const size_t common = reusable_prefix(s.history(), tokens);
     s.truncate(static_cast<int>(common));
     res.n_cached_tokens = static_cast<int>(common);
     for (size_t i = common; i < tokens.size(); i += static_cast<size_t>(s.n_batch())) {

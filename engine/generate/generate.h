@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,14 @@ struct generate_result {
     double prompt_ms = 0;   ///< tokenisation + prefill, up to the first token's logits
     double generate_ms = 0; ///< the rest
 };
+
+/// The prompt's token ids as generate() builds them (BOS, FIM framing); sets *fim to the
+/// template used when fim is not null. Throws colibri::error for a bad request.
+std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request& req, fim_template* fim = nullptr);
+
+/// How many leading tokens of `tokens` a session with this history can reuse: the common
+/// prefix, less one when it covers every token (the last one is recomputed for its logits).
+size_t reusable_prefix(std::span<const int32_t> history, std::span<const int32_t> tokens);
 
 /// Receives each piece of text; return false to stop (finish reason: cancelled).
 using piece_callback = std::function<bool(std::string_view piece)>;

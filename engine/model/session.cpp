@@ -51,6 +51,15 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     probs_.resize(hp.n_expert);
 }
 
+size_t session::memory_bytes() const {
+    size_t floats = 0;
+    for (const auto* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &ffn_out_, &xg_, &hg_, &hu_, &yo_, &router_,
+                          &shared_gate_, &scratch_, &logits_, &k_cache_, &v_cache_}) {
+        floats += (*b)->size();
+    }
+    return floats * sizeof(float) + history_.capacity() * sizeof(int32_t);
+}
+
 void session::truncate(int n) {
     COLIBRI_ASSERT(n >= 0 && n <= n_past());
     history_.resize(static_cast<size_t>(n));

@@ -47,6 +47,8 @@ public:
     void set_route_observer(route_observer obs) { observer_ = obs; }
 
     const model& get_model() const { return model_; }
+    /// Bytes of every buffer the session allocated (the KV cache included), at most.
+    size_t memory_bytes() const;
 
 private:
     void attention_block(int il, int n);

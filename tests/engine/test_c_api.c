@@ -93,6 +93,22 @@ int main(int argc, char** argv) {
     EXPECT(colibri_generate(session, "def f(x):", 9, &gp, on_piece, &b, &res) == COLIBRI_OK);
     EXPECT(a.len == b.len && memcmp(a.text, b.text, a.len) == 0);
 
+    /* the cache is reused: all prompt tokens but the last are cached after a call */
+    size_t cached = 0;
+    EXPECT(colibri_session_cached_prefix(session, "def f(x):", 9, &gp, &cached) == COLIBRI_OK);
+    EXPECT(cached == n_ids);
+    EXPECT(colibri_generate(session, "def f(x):", 9, &gp, NULL, NULL, &res) == COLIBRI_OK);
+    EXPECT(res.n_cached_tokens == (int)n_ids);
+    EXPECT(strcmp(res.fim, "none") == 0);
+    EXPECT(colibri_session_memory(session) > 0);
+    EXPECT(colibri_session_reset(session) == COLIBRI_OK);
+    EXPECT(colibri_session_cached_prefix(session, "def f(x):", 9, &gp, &cached) == COLIBRI_OK);
+    EXPECT(cached == 0);
+    gp.fim = "bogus";
+    EXPECT(colibri_session_cached_prefix(session, "x", 1, &gp, &cached) == COLIBRI_ERR_INVALID_ARGUMENT);
+    gp.fim = NULL;
+    EXPECT(strcmp(info.fim, "none") == 0);
+
     /* the callback stops generation */
     int calls = 0;
     gp.max_tokens = 50;
