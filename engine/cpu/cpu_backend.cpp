@@ -74,7 +74,7 @@ public:
             block_q8_x* xq = xq_.data();
             for (int t = 0; t < n; ++t) vk_.quantize_x(x + t * cols, xq + t * nb, cols);
             auto dot = w.type == format::dtype::q8_0 ? vk_.dot_q8_0 : vk_.dot_q4_0;
-            pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+            split(rows, rows * cols * n, [&](int64_t r0, int64_t r1) {
                 for (int64_t r = r0; r < r1; ++r) {
                     const uint8_t* row = w.data + r * rb;
                     for (int t = 0; t < n; ++t) y[t * rows + r] = dot(row, xq + t * nb, cols);
@@ -87,7 +87,7 @@ public:
             // more hardware prefetch streams busy than one sequential walk
             auto dot4 = w.type == format::dtype::q8_0 ? vk_.dot4_q8_0_f32 : vk_.dot4_q4_0_f32;
             auto dot1 = w.type == format::dtype::q8_0 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
-            pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+            split(rows, rows * cols * n, [&](int64_t r0, int64_t r1) {
                 const int64_t q = (r1 - r0) / 4;
                 float out[4];
                 for (int64_t i = 0; i < q; ++i) {
@@ -102,7 +102,7 @@ public:
             // prefill: each row is converted once per block for four tokens at a time
             auto dotx4 = w.type == format::dtype::q8_0 ? vk_.dotx4_q8_0_f32 : vk_.dotx4_q4_0_f32;
             auto dot1 = w.type == format::dtype::q8_0 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
-            pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+            split(rows, rows * cols * n, [&](int64_t r0, int64_t r1) {
                 float out[4];
                 for (int64_t r = r0; r < r1; ++r) {
                     const uint8_t* row = w.data + r * rb;
@@ -116,7 +116,7 @@ public:
             });
             return;
         }
-        pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        split(rows, rows * cols * n, [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r) {
                 const uint8_t* row = w.data + r * rb;
                 for (int t = 0; t < n; ++t) {
@@ -170,7 +170,9 @@ public:
         const int64_t q_stride = static_cast<int64_t>(a.n_head) * a.head_dim;
         const int64_t kv_stride = static_cast<int64_t>(a.n_head_kv) * a.head_dim;
         const int64_t jobs = static_cast<int64_t>(a.n) * a.n_head;
-        pool_.run([&](int ith, int nth) {
+        int64_t work = 0; // multiply-adds: two per cached key and head dimension
+        for (int t = 0; t < a.n; ++t) work += 2LL * (a.pos[t] + 1) * a.head_dim * a.n_head;
+        auto body = [&](int ith, int nth) {
             float* scores = a.scratch + static_cast<int64_t>(ith) * a.n_ctx;
             for (int64_t job = ith; job < jobs; job += nth) {
                 const int t = static_cast<int>(job / a.n_head), h = static_cast<int>(job % a.n_head);
@@ -192,7 +194,9 @@ public:
                     for (int i = 0; i < a.head_dim; ++i) out[i] += s * v[i];
                 }
             }
-        });
+        };
+        if (work < min_parallel_work) body(0, 1);
+        else pool_.run(body);
     }
 
     void swiglu(float* gate, const float* up, int64_t n) override { kernels::swiglu(gate, up, n); }
@@ -202,6 +206,16 @@ public:
     }
 
 private:
+    // Below this many multiply-adds an operation runs on the calling thread: waking the
+    // pool costs more than it saves (small models, short contexts).
+    static constexpr int64_t min_parallel_work = 1 << 16;
+
+    template <class F>
+    void split(int64_t items, int64_t work, F&& f) {
+        if (work < min_parallel_work) f(int64_t(0), items);
+        else pool_.parallel_for(items, f);
+    }
+
     thread_pool pool_;
     int64_t max_cols_;
     const vec_kernels& vk_;
