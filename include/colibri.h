@@ -99,6 +99,10 @@ typedef struct colibri_generate_params {
     /** FIM template: NULL or "auto" detects it from the vocabulary; "starcoder", "qwen",
      *  "deepseek", "codellama" force one; "none" ignores the suffix. */
     const char* fim;
+    /** Polled between prompt chunks and between tokens (NULL: never); nonzero cancels
+     *  (finish reason CANCELLED), also while the prompt is still being processed. */
+    int (*cancel)(void* cancel_user);
+    void* cancel_user;
 } colibri_generate_params;
 
 void colibri_generate_params_init(colibri_generate_params* params);

@@ -153,6 +153,8 @@ void colibri_generate_params_init(colibri_generate_params* p) {
     p->suffix = nullptr;
     p->suffix_len = 0;
     p->fim = nullptr;
+    p->cancel = nullptr;
+    p->cancel_user = nullptr;
 }
 
 namespace {
@@ -181,6 +183,11 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
                                                           "' (auto, starcoder, qwen, deepseek, codellama, none)");
         }
         req.fim = k;
+    }
+    if (p.cancel != nullptr) {
+        auto cancel = p.cancel;
+        void* user = p.cancel_user;
+        req.cancelled = [cancel, user] { return cancel(user) != 0; };
     }
     if (p.n_stop > 0 && p.stop == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "stop is NULL but n_stop > 0");
     for (size_t i = 0; i < p.n_stop; ++i) {

@@ -101,7 +101,13 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     const size_t common = reusable_prefix(s.history(), tokens);
     s.truncate(static_cast<int>(common));
     res.n_cached_tokens = static_cast<int>(common);
+    auto cancelled = [&] { return req.cancelled && req.cancelled(); };
     for (size_t i = common; i < tokens.size(); i += static_cast<size_t>(s.n_batch())) {
+        if (cancelled()) {
+            res.reason = finish_reason::cancelled;
+            res.prompt_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+            return res;
+        }
         const int n = static_cast<int>(std::min(tokens.size() - i, static_cast<size_t>(s.n_batch())));
         s.eval(tokens.data() + i, n);
     }
@@ -113,6 +119,10 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     auto emit = [&](const std::string& text) { return text.empty() || on_piece(text); };
     res.reason = finish_reason::length;
     for (int i = 0; i < req.max_tokens; ++i) {
+        if (cancelled()) {
+            res.reason = finish_reason::cancelled;
+            break;
+        }
         const int32_t id = smp.sample(s.logits(), tokens);
         if (is_stop_token(id)) {
             res.reason = finish_reason::eos;

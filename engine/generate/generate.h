@@ -30,6 +30,8 @@ struct generate_request {
     sampling_params sampling;
     std::vector<std::string> stop; ///< generation ends before the first match; never emitted
     int add_bos = -1;              ///< -1: the model's default
+    /// Polled between prompt chunks and between tokens; true ends generation (cancelled).
+    std::function<bool()> cancelled;
 };
 
 struct generate_result {

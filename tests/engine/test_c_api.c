@@ -31,6 +31,11 @@ static int on_piece(void* user, const char* piece, size_t len) {
     return 0;
 }
 
+static int cancel_now(void* user) {
+    ++*(int*)user;
+    return 1;
+}
+
 static int stop_after_two(void* user, const char* piece, size_t len) {
     (void)piece;
     (void)len;
@@ -115,6 +120,18 @@ int main(int argc, char** argv) {
     EXPECT(colibri_generate(session, "x", 1, &gp, stop_after_two, &calls, &res) == COLIBRI_OK);
     EXPECT(res.finish_reason == COLIBRI_FINISH_CANCELLED);
     EXPECT(calls == 2);
+
+    /* cancelled before the prompt is processed: no text, finish reason CANCELLED */
+    int polls = 0;
+    struct collected none = {{0}, 0, 0};
+    gp.cancel = cancel_now;
+    gp.cancel_user = &polls;
+    EXPECT(colibri_generate(session, "def g(y):", 9, &gp, on_piece, &none, &res) == COLIBRI_OK);
+    EXPECT(res.finish_reason == COLIBRI_FINISH_CANCELLED);
+    EXPECT(res.n_generated_tokens == 0);
+    EXPECT(none.calls == 0);
+    EXPECT(polls == 1);
+    gp.cancel = NULL;
 
     /* bad parameters are refused, and the session stays usable */
     gp.top_p = 2.0f;
