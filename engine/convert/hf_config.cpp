@@ -234,7 +234,9 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (fam->n_expert_key.empty()) {
         hp.n_ff = cfg.u32("intermediate_size");
     } else {
-        hp.n_expert = cfg.u32(fam->n_expert_key);
+        // newer transformers write num_local_experts where older configs had num_experts
+        const std::string_view other = fam->n_expert_key == "num_experts" ? "num_local_experts" : "num_experts";
+        hp.n_expert = cfg.has(fam->n_expert_key) || !cfg.has(other) ? cfg.u32(fam->n_expert_key) : cfg.u32(other);
         hp.n_expert_used = cfg.u32("num_experts_per_tok");
         hp.n_ff_exp = cfg.u32(fam->n_ff_exp_key);
         if (hp.n_expert == 0 || hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert) {

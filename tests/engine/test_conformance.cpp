@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <doctest/doctest.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -207,4 +208,34 @@ TEST_CASE("quantised types stay within their error budgets") {
             CHECK(st.mean_kl <= b.max_kl);
         }
     }
+}
+
+TEST_CASE("the converter reads the config spellings of newer transformers releases") {
+    // transformers 5 writes rope_parameters instead of rope_theta and num_local_experts
+    // instead of num_experts; the same weights must give the same logits
+    test::temp_dir dir;
+    const std::string ckpt = dir.file("qwen3_moe_v5");
+    std::filesystem::create_directories(ckpt);
+    for (const auto& e : std::filesystem::directory_iterator(test::fixture("qwen3_moe"))) {
+        std::filesystem::copy_file(e.path(), ckpt + "/" + e.path().filename().string());
+    }
+    nlohmann::json cfg;
+    {
+        std::ifstream in(ckpt + "/config.json");
+        cfg = nlohmann::json::parse(in);
+    }
+    REQUIRE(cfg.contains("num_experts"));
+    REQUIRE(cfg.contains("rope_theta"));
+    cfg["num_local_experts"] = cfg["num_experts"];
+    cfg.erase("num_experts");
+    cfg["rope_parameters"] = {{"rope_theta", cfg["rope_theta"]}, {"rope_type", "default"}};
+    cfg.erase("rope_theta");
+    cfg.erase("rope_scaling");
+    std::ofstream(ckpt + "/config.json") << cfg.dump(2);
+    const std::string path = dir.file("v5.colibri");
+    convert_checkpoint(ckpt, path, format::dtype::f32, {});
+    auto rt = load_runtime(path, "cpu", 1);
+    CHECK(rt->mdl->hp().rope_theta == 1e6f);
+    const reference r = load_reference("qwen3_moe");
+    CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel < 1e-5);
 }
