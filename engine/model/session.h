@@ -75,6 +75,7 @@ private:
     std::vector<int32_t> expert_begin_; // [n_expert + 1] offsets into order_
     std::vector<int32_t> order_;        // [n_batch * n_expert_used] token*k + slot, grouped by expert
     std::vector<float> probs_;          // [n_expert]
+    std::vector<matmul_job> jobs_;      // products dispatched together, capacity 2*n_expert+4
 };
 
 } // namespace colibri
