@@ -46,13 +46,12 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     k_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
     v_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
 
-    const size_t k = std::max<size_t>(hp.n_expert_used, 1);
     history_.reserve(size_t(n_ctx_));
     pos_.resize(B);
-    sel_.resize(B * k);
-    sel_w_.resize(B * k);
+    sel_.resize(B * k_used);
+    sel_w_.resize(B * k_used);
     expert_begin_.resize(size_t(hp.n_expert) + 1);
-    order_.resize(B * k);
+    order_.resize(B * k_used);
     probs_.resize(hp.n_expert);
 }
 
