@@ -86,8 +86,12 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     fim_template fim;
     std::vector<int32_t> tokens = prompt_tokens(tok, req, &fim);
     res.fim = fim.kind;
+    // End-of-text tokens of the model's FIM family end generation, and so does a FIM token
+    // itself (the model starting a new infilling frame), with or without a suffix.
+    const fim_template family = fim.kind != fim_kind::none ? fim : detect_fim(tok);
     auto is_stop_token = [&](int32_t id) {
-        return id == tok.eos_id() || std::find(fim.stop.begin(), fim.stop.end(), id) != fim.stop.end();
+        return id == tok.eos_id() || std::find(family.stop.begin(), family.stop.end(), id) != family.stop.end() ||
+               (family.kind != fim_kind::none && (id == family.prefix || id == family.suffix || id == family.middle));
     };
     if (tokens.empty()) throw error(errc::invalid_argument, "the prompt is empty and the model has no BOS token");
     if (static_cast<int>(tokens.size()) >= s.n_ctx()) {

@@ -4,6 +4,7 @@
 
 #include "api/runtime.h"
 #include "convert/convert.h"
+#include "generate/generate.h"
 #include "model/session.h"
 #include "test_util.h"
 
@@ -238,4 +239,33 @@ TEST_CASE("the converter reads the config spellings of newer transformers releas
     CHECK(rt->mdl->hp().rope_theta == 1e6f);
     const reference r = load_reference("qwen3_moe");
     CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel < 1e-5);
+}
+
+TEST_CASE("the shipped default model loads and fills in the middle with its StarCoder tokens") {
+    auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
+    CHECK(detect_fim(*rt->tok).kind == fim_kind::starcoder);
+    CHECK_FALSE(rt->tok->add_bos());
+    session s(*rt->mdl, *rt->be, 512, 32);
+    sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
+    generate_request req;
+    req.prompt = "def add(a, b):\n";
+    req.suffix = "\n\nprint(add(1, 2))\n";
+    req.max_tokens = 24;
+    req.sampling.temperature = 0.0f;
+    std::string first, second;
+    const generate_result r = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
+        first.append(p);
+        return true;
+    });
+    CHECK(r.fim == fim_kind::starcoder);
+    CHECK(r.n_generated_tokens > 0);
+    CHECK_FALSE(first.empty());
+    CHECK(first.find("<fim_") == std::string::npos); // special tokens end generation, never print
+    // greedy is deterministic, and the second run reuses the whole prompt from the cache
+    const generate_result r2 = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
+        second.append(p);
+        return true;
+    });
+    CHECK(second == first);
+    CHECK(r2.n_cached_tokens == r2.n_prompt_tokens - 1);
 }
