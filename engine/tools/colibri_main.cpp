@@ -4,12 +4,14 @@
 #include "api/runtime.h"
 #include "core/error.h"
 #include "generate/generate.h"
+#include "generate/perplexity.h"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <unistd.h>
 
 namespace po = boost::program_options;
 using namespace colibri;
@@ -61,7 +63,7 @@ void print_route(void*, int pos, int layer, const int32_t* experts, const float*
 } // namespace
 
 int main(int argc, char** argv) {
-    std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto";
+    std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto", ppl_path;
     std::vector<std::string> stops;
     generate_request req;
     int threads = 0, n_ctx = 0;
@@ -88,6 +90,8 @@ int main(int argc, char** argv) {
         ("stream", "print text as it is generated")
         ("dump-logits", po::value(&dump_path), "write f32 logits [n_tokens][n_vocab] of --tokens to FILE")
         ("tokens", po::value(&tokens), "comma-separated token ids for --dump-logits")
+        ("perplexity", po::value(&ppl_path), "print the perplexity of the model over a text FILE (sliding windows of "
+                                              "--ctx_size tokens, each half a window after the last; see docs/engine.md)")
         ("route-debug", "print each token's chosen experts and weights per layer to standard error");
     both("max_tokens", po::value(&req.max_tokens), po::value(&req.max_tokens), "tokens to generate at most (default 128)");
     both("temperature", po::value(&req.sampling.temperature), nullptr, "0: greedy (default 0.8)");
@@ -113,11 +117,12 @@ int main(int argc, char** argv) {
         return 2;
     }
     const bool dumping = !dump_path.empty() || !tokens.empty();
+    const bool scoring = !ppl_path.empty();
     if (dumping && (dump_path.empty() || tokens.empty())) {
         std::cerr << "colibri: --dump-logits and --tokens go together\n";
         return 2;
     }
-    if (!dumping && !vm.count("prompt")) {
+    if (!dumping && !scoring && !vm.count("prompt")) {
         std::cerr << "colibri: --prompt is required (see --help)\n";
         return 2;
     }
@@ -130,6 +135,23 @@ int main(int argc, char** argv) {
                      format::dtype_name(static_cast<format::dtype>(hp.weight_type)).data(), rt->be->n_threads());
         if (dumping) {
             dump_logits(*rt, parse_ids(tokens), dump_path);
+            return 0;
+        }
+        if (scoring) {
+            std::ifstream in(ppl_path, std::ios::binary);
+            if (!in) throw error(errc::io, ppl_path + ": cannot open");
+            const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            std::vector<int32_t> ids;
+            if (rt->tok->add_bos() && rt->tok->bos_id() >= 0) ids.push_back(rt->tok->bos_id());
+            rt->tok->encode(text, ids);
+            const int ctx = n_ctx > 0 ? n_ctx : static_cast<int>(std::min<uint32_t>(hp.n_ctx, 512));
+            const bool tty = isatty(STDERR_FILENO) != 0;
+            const perplexity_result r = perplexity(*rt->mdl, *rt->be, ids, ctx, [tty](int w, int nw) {
+                if (tty) std::fprintf(stderr, "\rwindow %d/%d", w, nw);
+            });
+            std::fprintf(stderr, "%s%lld tokens scored in %d windows of %d\n", tty ? "\n" : "", static_cast<long long>(r.n_scored),
+                         r.n_windows, ctx);
+            std::printf("%.4f\n", r.perplexity);
             return 0;
         }
         if (prompt == "-") {

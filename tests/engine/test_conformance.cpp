@@ -5,6 +5,7 @@
 #include "api/runtime.h"
 #include "convert/convert.h"
 #include "generate/generate.h"
+#include "generate/perplexity.h"
 #include "model/session.h"
 #include "test_util.h"
 
@@ -268,4 +269,31 @@ TEST_CASE("the shipped default model loads and fills in the middle with its Star
     });
     CHECK(second == first);
     CHECK(r2.n_cached_tokens == r2.n_prompt_tokens - 1);
+}
+
+TEST_CASE("perplexity scores every token once and matches the reference log-likelihood") {
+    const reference r = load_reference("llama");
+    test::temp_dir dir;
+    auto rt = convert_and_load("llama", format::dtype::f32, dir);
+    // the reference's mean negative log-likelihood of tokens 1..n-1, in double precision
+    const size_t n = r.prompt.size(), V = size_t(r.n_vocab);
+    double nll = 0;
+    for (size_t t = 0; t + 1 < n; ++t) {
+        const float* l = &r.logits[t * V];
+        const double mx = *std::max_element(l, l + V);
+        double sum = 0;
+        for (size_t v = 0; v < V; ++v) sum += std::exp(l[v] - mx);
+        nll += std::log(sum) + mx - l[r.prompt[t + 1]];
+    }
+    nll /= double(n - 1);
+    const perplexity_result one = perplexity(*rt->mdl, *rt->be, r.prompt, 32);
+    CHECK(one.n_windows == 1);
+    CHECK(one.n_scored == int64_t(n - 1));
+    CHECK(one.mean_nll == doctest::Approx(nll).epsilon(1e-5));
+    // short windows: every token still scored exactly once, with less context
+    const perplexity_result many = perplexity(*rt->mdl, *rt->be, r.prompt, 8);
+    CHECK(many.n_windows == 5);
+    CHECK(many.n_scored == int64_t(n - 1));
+    CHECK(many.perplexity > 1.0);
+    CHECK(many.mean_nll != doctest::Approx(nll).epsilon(1e-5)); // less context, another score
 }
