@@ -59,7 +59,7 @@ void append_valid_utf8(std::string& out, std::string_view s) {
 std::string text_stream::push(int32_t id) {
     tok_.append_bytes(id, pending_);
     if (at_start_ && !pending_.empty()) {
-        if (pending_[0] == ' ') pending_.erase(0, 1);
+        if (pending_[0] == ' ' && tok_.strips_leading_space()) pending_.erase(0, 1);
         at_start_ = false;
     }
     const size_t complete = utf8_complete_prefix(pending_);

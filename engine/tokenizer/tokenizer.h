@@ -34,10 +34,14 @@ public:
     int32_t bos_id() const { return bos_; }
     int32_t eos_id() const { return eos_; }
     bool add_bos() const { return add_bos_; }
+    /// True when decode drops one leading space of a text (sentencepiece, and BPE
+    /// tokenizers whose decoder strips it); text_stream does the same at the start.
+    bool strips_leading_space() const { return strips_leading_space_; }
 
 protected:
     int32_t bos_ = -1, eos_ = -1;
     bool add_bos_ = false;
+    bool strips_leading_space_ = true;
 };
 
 /// Builds the tokenizer stored in a model file. Throws colibri::error (format) when the
@@ -46,8 +50,8 @@ std::unique_ptr<tokenizer> make_tokenizer(const model_file& file);
 
 /// Streams decoded text: feed ids one at a time, get back valid UTF-8 that never splits a
 /// character. For a continuation (at_start false) the text keeps its leading space; at the
-/// start of a text, the one leading space sentencepiece adds is dropped, so that the pieces
-/// concatenate to decode(ids).
+/// start of a text, the one leading space sentencepiece adds is dropped (when the
+/// tokenizer strips_leading_space), so that the pieces concatenate to decode(ids).
 class text_stream {
 public:
     text_stream(const tokenizer& tok, bool at_start) : tok_(tok), at_start_(at_start) {}
