@@ -155,20 +155,8 @@ public:
     }
 
     void append_bytes(int32_t id, std::string& out) const override {
-        const std::string_view* t = decodable(id);
-        if (t == nullptr) return;
-        std::string s(*t);
-        for (const auto& d : decoders_) {
-            switch (d.op) {
-            case decoder_op::replace: replace_all(s, d.pattern, d.content); break;
-            case decoder_op::byte_fallback:
-                if (const int b = byte_token_value(s); b >= 0) s.assign(1, static_cast<char>(b));
-                break;
-            case decoder_op::byte_level: s = byte_level_bytes(s); break;
-            case decoder_op::fuse: case decoder_op::strip: break; // text_stream strips at the start
-            }
-        }
-        out += s;
+        if (id < 0 || id >= n_tokens_) return;
+        out.append(stream_pool_, stream_offsets_[id], stream_offsets_[id + 1] - stream_offsets_[id]);
     }
 
     std::string piece(int32_t id) const override {
@@ -201,6 +189,7 @@ private:
         return token_views_[id].empty() ? nullptr : &token_views_[id];
     }
     std::string byte_level_bytes(std::string_view t) const;
+    std::string stream_bytes(int32_t id) const;
     void run_decoder(const decoder_step& d, std::vector<std::string>& toks) const;
 
     void encode_segment(std::string_view seg, encode_state& st, std::vector<int32_t>& out) const;
@@ -232,6 +221,11 @@ private:
     std::vector<split_step> splits_;
     bool byte_level_ = false;
     std::vector<decoder_step> decoders_;
+
+    // What append_bytes gives for each id, computed at load so that streaming a token is
+    // one copy with no allocation.
+    std::string stream_pool_;
+    std::vector<uint32_t> stream_offsets_; // [n_tokens + 1] into stream_pool_
 
     int32_t byte_char_ids_[256];     // byte-level: id of each byte's character, or -1
     int32_t byte_fallback_ids_[256]; // id of "<0xXX>", or -1
@@ -320,6 +314,33 @@ void bpe_tokenizer::read(payload_reader& r, uint32_t n_vocab) {
         byte_fallback_ids_[b] = lookup(name);
     }
     for (int c = 0; c < 128; ++c) ascii_ids_[c] = lookup(std::string(1, static_cast<char>(c)));
+
+    stream_offsets_.reserve(n + 1);
+    for (int32_t id = 0; id < n_tokens_; ++id) {
+        stream_offsets_.push_back(static_cast<uint32_t>(stream_pool_.size()));
+        stream_pool_ += stream_bytes(id);
+    }
+    stream_offsets_.push_back(static_cast<uint32_t>(stream_pool_.size()));
+}
+
+// The bytes one id stands for inside a text: the decoder's per-token steps (Replace,
+// ByteFallback, ByteLevel) on its own; Fuse changes nothing for one token and Strip
+// acts only at the start of a text, which text_stream handles.
+std::string bpe_tokenizer::stream_bytes(int32_t id) const {
+    const std::string_view* t = decodable(id);
+    if (t == nullptr) return {};
+    std::string s(*t);
+    for (const auto& d : decoders_) {
+        switch (d.op) {
+        case decoder_op::replace: replace_all(s, d.pattern, d.content); break;
+        case decoder_op::byte_fallback:
+            if (const int b = byte_token_value(s); b >= 0) s.assign(1, static_cast<char>(b));
+            break;
+        case decoder_op::byte_level: s = byte_level_bytes(s); break;
+        case decoder_op::fuse: case decoder_op::strip: break;
+        }
+    }
+    return s;
 }
 
 void bpe_tokenizer::read_steps(payload_reader& r) {

@@ -13,6 +13,7 @@
 #include "tokenizer/unicode_text.h"
 
 #include <doctest/doctest.h>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -168,6 +169,38 @@ TEST_CASE("a model file carries the BPE tokenizer") {
         std::vector<int32_t> ids;
         tok->encode(c["text"].get<std::string>(), ids);
         CHECK(ids == c["ids"].get<std::vector<int32_t>>());
+    }
+}
+
+TEST_CASE("convert_checkpoint embeds tokenizer.json when there is no tokenizer.model") {
+    namespace fs = std::filesystem;
+    test::temp_dir dir;
+    const fs::path ckpt = dir.file("ckpt");
+    fs::create_directories(ckpt);
+    for (const char* f : {"config.json", "model.safetensors"}) {
+        fs::copy_file(test::fixture(std::string("qwen3_moe/") + f), ckpt / f);
+    }
+    std::ofstream(ckpt / "tokenizer.json") << tiny_tokenizer_json().dump();
+    const std::string out = dir.file("bpe.colibri");
+    convert_checkpoint(ckpt.string(), out, format::dtype::f32, {});
+    const model_file file(out);
+    CHECK(file.tokenizer().kind == static_cast<uint32_t>(format::tokenizer_kind::bpe));
+    const auto tok = make_tokenizer(file);
+    CHECK(tok->bos_id() == 1); // config.json's bos_token_id / eos_token_id
+    CHECK(tok->eos_id() == 2);
+    std::vector<int32_t> ids;
+    tok->encode("abc ab", ids);
+    CHECK(ids == std::vector<int32_t>{8, 5, 8, 4});
+
+    // A vocabulary larger than the model's is refused, naming both sizes.
+    fs::copy_file(tokenizer_dir("qwen3") + "/tokenizer.json", ckpt / "tokenizer.json",
+                  fs::copy_options::overwrite_existing);
+    try {
+        convert_checkpoint(ckpt.string(), dir.file("too-big.colibri"), format::dtype::f32, {});
+        FAIL("accepted a tokenizer larger than the model's vocabulary");
+    } catch (const error& e) {
+        CHECK(std::string(e.what()).find("151669 token ids, more than the model's vocabulary of 512") !=
+              std::string::npos);
     }
 }
 
