@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 using namespace colibri;
 using json = nlohmann::json;
@@ -115,6 +116,59 @@ TEST_CASE("BPE ids match the reference library: DeepSeek-V3 (three split regexes
 
 TEST_CASE("BPE ids match the reference library: Llama-2 (no pre-tokenizer, byte fallback)") {
     CHECK(check_against_reference("llama2") >= 30);
+}
+
+TEST_CASE("byte-level BPE is lossless on random text, ill-formed bytes read as U+FFFD") {
+    // Fragments that NFC leaves alone, so Qwen3's normaliser changes nothing either; no '<',
+    // so no added token can match. Ill-formed fragments may join their neighbours.
+    const std::vector<std::string> fragments = {
+        "a", "Z", "if ", "  ", "\t", "\n", "\r\n", "123", "4567", "\xC3\xA9", "\xE4\xB8\xAD\xE6\x96\x87",
+        "\xF0\x9F\x9A\x80", "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9", "\x80", "\xE2\x82", "\xF0", "'s",
+        "'LL", "::", "->", "\xC2\xA0", "\xC2\x85", "\xD9\xA3", "x_y", "{}", "    ", "\xFF"};
+    std::mt19937 rng(7);
+    for (const char* name : {"qwen3", "deepseek-v3"}) {
+        CAPTURE(name);
+        const auto sec = import_tokenizer_json(tokenizer_dir(name) + "/tokenizer.json");
+        const auto tok = load(sec);
+        for (int n = 0; n < 300; ++n) {
+            std::string text;
+            const int len = static_cast<int>(rng() % 40);
+            for (int k = 0; k < len; ++k) text += fragments[rng() % fragments.size()];
+            CAPTURE(text);
+            std::vector<int32_t> ids;
+            tok->encode(text, ids);
+            std::string expect;
+            unicode::append_utf8_lossy(expect, text);
+            CHECK(tok->decode(ids) == expect);
+        }
+    }
+}
+
+TEST_CASE("any bytes encode to ids inside the vocabulary") {
+    std::mt19937 rng(11);
+    for (const char* name : {"qwen3", "deepseek-v3", "llama2"}) {
+        CAPTURE(name);
+        const auto sec = import_tokenizer_json(tokenizer_dir(name) + "/tokenizer.json");
+        const auto tok = load(sec);
+        int n_ids = 0;
+        for (int n = 0; n < 200; ++n) {
+            std::string text(rng() % 64, '\0');
+            for (auto& c : text) c = static_cast<char>(rng() % 256);
+            std::vector<int32_t> ids;
+            tok->encode(text, ids);
+            for (int32_t id : ids) {
+                REQUIRE(id >= 0);
+                REQUIRE(id < tok->n_vocab());
+            }
+            n_ids += static_cast<int>(ids.size());
+            std::string streamed;
+            text_stream stream(*tok, true);
+            for (int32_t id : ids) streamed += stream.push(id);
+            streamed += stream.flush();
+            CHECK(streamed == tok->decode(ids));
+        }
+        CHECK(n_ids > 1000);
+    }
 }
 
 TEST_CASE("special token ids come from tokenizer_config.json") {
