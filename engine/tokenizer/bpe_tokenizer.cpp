@@ -13,6 +13,8 @@
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode_text.h"
 
+#include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 
 namespace colibri {
@@ -92,6 +94,35 @@ struct decoder_step {
     decoder_op op;
     std::string pattern, content; // replace: both; strip: content
     uint32_t start = 0, stop = 0; // strip
+};
+
+// Ids of words seen before: most words of a text repeat (keywords, identifiers, common
+// English), and a hit skips the merge loop. Shared by all threads that encode; bounded
+// (full means no more inserts, as in the reference library).
+class word_cache {
+public:
+    static constexpr size_t max_entries = 1 << 16;
+    static constexpr size_t max_word = 48; // bytes; longer words are not cached
+
+    bool find(std::string_view word, std::vector<int32_t>& out) const {
+        std::shared_lock lock(mutex_);
+        auto it = map_.find(word);
+        if (it == map_.end()) return false;
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        return true;
+    }
+    void insert(std::string_view word, const std::vector<int32_t>& ids) {
+        std::unique_lock lock(mutex_);
+        if (map_.size() < max_entries) map_.emplace(word, ids);
+    }
+
+private:
+    struct hash {
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    mutable std::shared_mutex mutex_;
+    std::unordered_map<std::string, std::vector<int32_t>, hash, std::equal_to<>> map_;
 };
 
 struct span_t {
@@ -209,6 +240,7 @@ private:
     std::vector<std::string_view> token_views_;
     std::unordered_map<std::string_view, int32_t> vocab_; // model vocabulary only
     merge_table merges_;
+    mutable word_cache cache_;
 
     std::vector<int32_t> added_index_; // [n_tokens] index into added_*, or -1
     std::vector<std::string> added_content_;
@@ -539,6 +571,8 @@ void bpe_tokenizer::encode_word(std::string_view w, encode_state& st, std::vecto
             return;
         }
     }
+    const bool cacheable = w.size() <= word_cache::max_word;
+    if (cacheable && cache_.find(w, out)) return;
     auto& ids = st.word;
     ids.clear();
     bool pending_unk = false;
@@ -588,6 +622,7 @@ void bpe_tokenizer::encode_word(std::string_view w, encode_state& st, std::vecto
     if (pending_unk) ids.push_back(unk_id_);
     apply_merges(merges_, ids, st.merge);
     out.insert(out.end(), ids.begin(), ids.end());
+    if (cacheable) cache_.insert(w, ids);
 }
 
 // ---- decoding -------------------------------------------------------------------------
