@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 using namespace colibri;
 using json = nlohmann::json;
@@ -169,6 +170,28 @@ TEST_CASE("any bytes encode to ids inside the vocabulary") {
         }
         CHECK(n_ids > 1000);
     }
+}
+
+TEST_CASE("threads encoding at once through the shared word cache get the reference ids") {
+    const auto sec = import_tokenizer_json(tokenizer_dir("qwen3") + "/tokenizer.json");
+    const auto tok = load(sec);
+    const json all = cases("qwen3");
+    std::vector<std::thread> threads;
+    std::vector<int> mismatches(4, 0);
+    for (size_t t = 0; t < mismatches.size(); ++t) {
+        threads.emplace_back([&, t] {
+            for (int round = 0; round < 5; ++round) {
+                for (size_t k = 0; k < all.size(); ++k) {
+                    const json& c = all[(k + t * 7) % all.size()];
+                    std::vector<int32_t> ids;
+                    tok->encode(case_text(c), ids);
+                    if (ids != c["ids"].get<std::vector<int32_t>>()) ++mismatches[t];
+                }
+            }
+        });
+    }
+    for (auto& th : threads) th.join();
+    CHECK(mismatches == std::vector<int>(4, 0));
 }
 
 TEST_CASE("special token ids come from tokenizer_config.json") {
