@@ -143,6 +143,8 @@ TEXTS = [
     ("long_word", "supercalifragilisticexpialidocious_" * 8),
     ("long_line", "abcdefghijklmnopqrstuvwxyz0123456789" * 40),
     ("sentencepiece_marker", "▁already▁marked ▁ text"),
+    # Words of more than 64 symbols take the heap merge loop rather than the scan.
+    ("very_long_words", "a" * 300 + " " + "xyz" * 100 + " " * 200 + "end"),
 ]
 
 INVALID = [
