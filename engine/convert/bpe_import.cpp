@@ -238,6 +238,12 @@ tokenizer_section import_tokenizer_json(const std::string& tokenizer_json) {
     };
     std::vector<added> added_tokens;
     uint32_t n_tokens = static_cast<uint32_t>(tokens.size());
+    // The reference library ignores the ids written for added tokens and assigns its own:
+    // the vocabulary's id when the text is a model token, else the next id after the
+    // model's tokens and the added tokens before. A file whose ids differ is refused
+    // rather than tokenized differently from the reference.
+    const auto model_size = static_cast<uint32_t>(vocab.size());
+    int64_t max_assigned = -1;
     if (tj.contains("added_tokens") && tj.at("added_tokens").is_array()) {
         for (const json& a : tj.at("added_tokens")) {
             const json& idv = im.field(a, "id", "added token");
@@ -249,6 +255,17 @@ tokenizer_section import_tokenizer_json(const std::string& tokenizer_json) {
             if (im.bool_field(a, "lstrip", false)) t.flags |= added_lstrip;
             if (im.bool_field(a, "rstrip", false)) t.flags |= added_rstrip;
             if (im.bool_field(a, "normalized", !im.bool_field(a, "special", false))) t.flags |= added_normalized;
+            uint32_t expected = model_size;
+            if (auto it = by_text.find(t.content); it != by_text.end()) {
+                expected = static_cast<uint32_t>(it->second);
+            } else if (max_assigned >= int64_t(model_size)) {
+                expected = static_cast<uint32_t>(max_assigned + 1);
+            }
+            if (expected != t.id) {
+                im.bad("added token '" + t.content + "' has id " + std::to_string(t.id) +
+                       " but the reference library would give it id " + std::to_string(expected));
+            }
+            max_assigned = std::max<int64_t>(max_assigned, expected);
             n_tokens = std::max(n_tokens, t.id + 1);
             by_text[t.content] = static_cast<int32_t>(t.id);
             added_tokens.push_back(std::move(t));

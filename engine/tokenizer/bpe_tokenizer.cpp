@@ -223,6 +223,7 @@ private:
     std::string stream_bytes(int32_t id) const;
     void run_decoder(const decoder_step& d, std::vector<std::string>& toks) const;
 
+    void normalize(std::string& s, std::string& tmp) const;
     void encode_segment(std::string_view seg, encode_state& st, std::vector<int32_t>& out) const;
     void encode_pieces(std::string_view text, encode_state& st, std::vector<int32_t>& out) const;
     void apply_split(const split_step& step, std::string_view text, encode_state& st) const;
@@ -315,6 +316,7 @@ void bpe_tokenizer::read(payload_reader& r, uint32_t n_vocab) {
 
     const uint32_t n_added = r.count("n_added", 12);
     added_index_.assign(n, -1);
+    std::vector<std::pair<std::string, added_token_matcher::token>> normalized_pending;
     for (uint32_t k = 0; k < n_added; ++k) {
         const uint32_t id = r.u32("added token id");
         const uint32_t flags = r.u32("added token flags");
@@ -329,11 +331,19 @@ void bpe_tokenizer::read(payload_reader& r, uint32_t n_vocab) {
         added_by_content_.emplace(content, static_cast<int32_t>(id));
         const added_token_matcher::token t{static_cast<int32_t>(id), (flags & added_lstrip) != 0,
                                            (flags & added_rstrip) != 0};
-        ((flags & added_normalized) ? normalized_added_ : raw_added_).add(content, t);
+        if (flags & added_normalized) normalized_pending.emplace_back(content, t);
+        else raw_added_.add(content, t);
     }
     for (const auto& c : added_content_) added_views_.emplace_back(c);
 
     read_steps(r);
+    // Tokens matched in normalised text are themselves normalised first, as the reference
+    // does (a Prepend normalizer, for one, changes them).
+    for (auto& [content, t] : normalized_pending) {
+        std::string tmp;
+        normalize(content, tmp);
+        normalized_added_.add(content, t);
+    }
     if (!r.at_end()) r.fail(std::to_string(r.left()) + " unexpected bytes after the last field");
 
     const auto& ab = alphabet();
@@ -466,23 +476,26 @@ void bpe_tokenizer::read_steps(payload_reader& r) {
 
 // ---- encoding -------------------------------------------------------------------------
 
+void bpe_tokenizer::normalize(std::string& s, std::string& tmp) const {
+    for (const auto& n : normalizers_) {
+        switch (n.op) {
+        case normalizer_op::prepend:
+            if (!s.empty()) s.insert(0, n.content);
+            break;
+        case normalizer_op::replace: replace_all(s, n.pattern, n.content); break;
+        default:
+            n.form->normalize(s, tmp);
+            s.swap(tmp);
+            break;
+        }
+    }
+}
+
 void bpe_tokenizer::encode_segment(std::string_view seg, encode_state& st, std::vector<int32_t>& out) const {
     if (!normalizers_.empty()) {
-        std::string& s = st.normalized;
-        s.assign(seg);
-        for (const auto& n : normalizers_) {
-            switch (n.op) {
-            case normalizer_op::prepend:
-                if (!s.empty()) s.insert(0, n.content);
-                break;
-            case normalizer_op::replace: replace_all(s, n.pattern, n.content); break;
-            default:
-                n.form->normalize(s, st.tmp);
-                s.swap(st.tmp);
-                break;
-            }
-        }
-        seg = s;
+        st.normalized.assign(seg);
+        normalize(st.normalized, st.tmp);
+        seg = st.normalized;
     }
     normalized_added_.split(
         seg, [&](std::string_view text) { encode_pieces(text, st, out); },

@@ -74,12 +74,13 @@ int check_against_reference(const std::string& name) {
     return lossless;
 }
 
-// A small BPE tokenizer.json that uses every step kind the payload has.
+// A small BPE tokenizer.json that uses every step kind the payload has. The ids and
+// expectations below were checked with the reference library (Tokenizer.from_str).
 json tiny_tokenizer_json() {
     return json::parse(R"json({
-      "added_tokens": [{"id": 6, "content": "<s>", "single_word": false, "lstrip": false,
+      "added_tokens": [{"id": 11, "content": "<s>", "single_word": false, "lstrip": false,
                         "rstrip": false, "normalized": false, "special": true},
-                       {"id": 7, "content": "<mask>", "single_word": false, "lstrip": true,
+                       {"id": 12, "content": "<mask>", "single_word": false, "lstrip": true,
                         "rstrip": true, "normalized": false, "special": false}],
       "normalizer": {"type": "Sequence", "normalizers": [
           {"type": "NFC"}, {"type": "Prepend", "prepend": "▁"},
@@ -93,9 +94,9 @@ json tiny_tokenizer_json() {
           {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
       "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "fuse_unk": true,
                 "byte_fallback": true, "ignore_merges": false,
-                "vocab": {"<unk>": 0, "a": 1, "b": 2, "c": 3, "ab": 4, "abc": 5, "▁": 8,
-                          "<0x41>": 9, "<0xC3>": 10, "<0xA9>": 11, "1": 12},
-                "merges": ["a b", ["ab", "c"]]}
+                "vocab": {"<unk>": 0, "a": 1, "b": 2, "c": 3, "ab": 4, "abc": 5, "▁": 6,
+                          "<0x41>": 7, "<0xC3>": 8, "<0xA9>": 9, "1": 10},
+                "merges": [["a", "b"], ["ab", "c"]]}
     })json");
 }
 
@@ -267,7 +268,7 @@ TEST_CASE("convert_checkpoint embeds tokenizer.json when there is no tokenizer.m
     CHECK(tok->eos_id() == 2);
     std::vector<int32_t> ids;
     tok->encode("abc ab", ids);
-    CHECK(ids == std::vector<int32_t>{8, 5, 8, 4});
+    CHECK(ids == std::vector<int32_t>{6, 5, 6, 4});
 
     // A vocabulary larger than the model's is refused, naming both sizes.
     fs::copy_file(tokenizer_dir("qwen3") + "/tokenizer.json", ckpt / "tokenizer.json",
@@ -286,18 +287,38 @@ TEST_CASE("every step kind of the payload round-trips through a small tokenizer"
     const auto tok = load(tiny_section(dir, tiny_tokenizer_json()));
     std::vector<int32_t> ids;
     tok->encode("abc ab", ids); // "▁abc▁ab": a b -> ab, then ab c -> abc
-    CHECK(ids == std::vector<int32_t>{8, 5, 8, 4});
+    CHECK(ids == std::vector<int32_t>{6, 5, 6, 4});
     CHECK(tok->decode(ids) == "abc ab");
     ids.clear();
     tok->encode("a<s>b", ids); // each stretch between added tokens is normalised alone
-    CHECK(ids == std::vector<int32_t>{8, 1, 6, 8, 2});
+    CHECK(ids == std::vector<int32_t>{6, 1, 11, 6, 2});
+    CHECK(tok->decode(ids) == "a b");
     ids.clear();
     tok->encode("a  <mask>  b", ids); // lstrip and rstrip swallow the spaces around <mask>
-    CHECK(ids == std::vector<int32_t>{8, 1, 7, 8, 2});
+    CHECK(ids == std::vector<int32_t>{6, 1, 12, 6, 2});
+    CHECK(tok->decode(ids) == "a<mask> b");
     ids.clear();
     tok->encode("A\xC3\xA9zz11", ids); // A, é by byte fallback; z z fused into one unk; 1 1
-    CHECK(ids == std::vector<int32_t>{8, 9, 10, 11, 0, 12, 12});
+    CHECK(ids == std::vector<int32_t>{6, 7, 8, 9, 0, 10, 10});
     CHECK(tok->decode(ids) == "A\xC3\xA9<unk>11"); // <unk> is no added token here: it decodes as text
+}
+
+TEST_CASE("tokens matched in normalised text are normalised themselves, as the reference does") {
+    test::temp_dir dir;
+    json j = tiny_tokenizer_json();
+    j["added_tokens"][1]["normalized"] = true; // "<mask>" is looked for as "▁<mask>"
+    j["added_tokens"][1]["lstrip"] = false;
+    j["added_tokens"][1]["rstrip"] = false;
+    const auto tok = load(tiny_section(dir, j));
+    std::vector<int32_t> ids;
+    tok->encode("a <mask> b", ids);
+    CHECK(ids == std::vector<int32_t>{6, 1, 12, 6, 2});
+    ids.clear();
+    tok->encode("a<mask>b", ids); // no "▁<mask>" here: the characters are ordinary text
+    CHECK(ids == std::vector<int32_t>{6, 1, 0, 1, 0, 2});
+    ids.clear();
+    tok->encode("<mask>", ids);
+    CHECK(ids == std::vector<int32_t>{12});
 }
 
 TEST_CASE("corrupt BPE payloads are refused with a clear error") {
@@ -344,6 +365,20 @@ TEST_CASE("corrupt BPE payloads are refused with a clear error") {
     json bad = tiny_tokenizer_json();
     bad["pre_tokenizer"]["pretokenizers"][1]["pattern"]["Regex"] = "(unclosed";
     refuse(tiny_section(dir, bad).payload, "does not compile");
+}
+
+TEST_CASE("added token ids the reference library would reassign are refused") {
+    test::temp_dir dir;
+    json j = tiny_tokenizer_json();
+    j["added_tokens"][1]["id"] = 20; // the library would make <mask> id 12
+    try {
+        tiny_section(dir, j);
+        FAIL("accepted");
+    } catch (const error& e) {
+        CHECK(e.code() == errc::format);
+        CHECK(std::string(e.what()).find("added token '<mask>' has id 20 but the reference library would give it id 12") !=
+              std::string::npos);
+    }
 }
 
 TEST_CASE("tokenizer.json features the engine lacks are refused by name") {
