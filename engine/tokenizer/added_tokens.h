@@ -12,13 +12,16 @@ namespace colibri {
 
 class added_token_matcher {
 public:
+    /// What a match yields.
     struct token {
         int32_t id;
         bool lstrip; ///< the match swallows the whitespace before it
         bool rstrip; ///< and the whitespace after it
     };
 
+    /// Adds a token to look for (an empty content is ignored).
     void add(std::string_view content, token t);
+    /// True when no token was added.
     bool empty() const { return tokens_.empty(); }
 
     /// Splits `text`: calls on_text(std::string_view) for each non-empty stretch between

@@ -47,13 +47,15 @@ private:
     size_t size_ = 0;
 };
 
-/// Applies the merges to `ids` in place: repeatedly the pair of lowest rank, leftmost
-/// first, exactly as the reference library does. `scratch` is reused between calls.
+/// Working memory of apply_merges, reused between calls.
 struct merge_scratch {
     std::vector<uint32_t> ranks;
     std::vector<int32_t> prev, next;
     std::vector<uint64_t> heap;
 };
+
+/// Applies the merges to `ids` in place: repeatedly the pair of lowest rank, leftmost
+/// first, exactly as the reference library does.
 void apply_merges(const merge_table& merges, std::vector<int32_t>& ids, merge_scratch& scratch);
 
 } // namespace colibri

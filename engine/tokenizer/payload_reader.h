@@ -14,12 +14,15 @@ namespace colibri {
 
 class payload_reader {
 public:
+    /// `where` prefixes every error message (the file and section).
     payload_reader(std::span<const uint8_t> bytes, std::string where) : p_(bytes), where_(std::move(where)) {}
 
+    /// Throws colibri::error (format): `where`, `what` and the current offset.
     [[noreturn]] void fail(const std::string& what) const {
         throw error(errc::format, where_ + ": " + what + " (at payload byte " + std::to_string(pos_) + ")");
     }
 
+    /// Reads a little-endian u32 (`field` names it in errors).
     uint32_t u32(const char* field) {
         need(4, field);
         uint32_t v;
@@ -27,6 +30,7 @@ public:
         pos_ += 4;
         return v;
     }
+    /// Reads a little-endian i32.
     int32_t i32(const char* field) { return static_cast<int32_t>(u32(field)); }
 
     /// A u32 length then that many bytes.
@@ -48,7 +52,9 @@ public:
         return n;
     }
 
+    /// Bytes not yet read.
     size_t left() const { return p_.size() - pos_; }
+    /// True when every byte has been read.
     bool at_end() const { return pos_ == p_.size(); }
 
 private:
