@@ -151,6 +151,7 @@ public:
         strips_leading_space_ = false;
         for (const auto& d : decoders_) {
             if (d.op == decoder_op::strip && d.content == " " && d.start >= 1) strips_leading_space_ = true;
+            if (d.op == decoder_op::byte_level) replaces_maximal_subparts_ = true;
         }
     }
 

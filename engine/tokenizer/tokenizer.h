@@ -37,11 +37,16 @@ public:
     /// True when decode drops one leading space of a text (sentencepiece, and BPE
     /// tokenizers whose decoder strips it); text_stream does the same at the start.
     bool strips_leading_space() const { return strips_leading_space_; }
+    /// How decode replaces ill-formed UTF-8: true, one U+FFFD per maximal ill-formed
+    /// subsequence (Hugging Face byte-level decoders); false, one per bad byte
+    /// (sentencepiece). text_stream does the same.
+    bool replaces_maximal_subparts() const { return replaces_maximal_subparts_; }
 
 protected:
     int32_t bos_ = -1, eos_ = -1;
     bool add_bos_ = false;
     bool strips_leading_space_ = true;
+    bool replaces_maximal_subparts_ = false;
 };
 
 /// Builds the tokenizer stored in a model file. Throws colibri::error (format) when the
@@ -61,6 +66,8 @@ public:
     std::string flush();
 
 private:
+    void append_text(std::string& out, std::string_view bytes) const;
+
     const tokenizer& tok_;
     bool at_start_;
     std::string pending_; // bytes not yet returned

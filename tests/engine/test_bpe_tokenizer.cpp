@@ -173,6 +173,38 @@ TEST_CASE("any bytes encode to ids inside the vocabulary") {
     }
 }
 
+TEST_CASE("streaming any ids of a byte-level tokenizer gives decode's text, ill-formed bytes included") {
+    std::mt19937 rng(3);
+    for (const char* name : {"qwen3", "deepseek-v3"}) {
+        CAPTURE(name);
+        const auto tok = load(import_tokenizer_json(tokenizer_dir(name) + "/tokenizer.json"));
+        CHECK(tok->replaces_maximal_subparts());
+        // Ids of single bytes 0xA1..0xFF (byte-level characters U+00A1..U+00FF; none is
+        // UTF-8 on its own), mixed with ordinary ids.
+        std::vector<int32_t> byte_ids;
+        for (uint32_t b = 0xA1; b <= 0xFF; ++b) {
+            if (b == 0xAD) continue; // the soft hyphen is moved out of the way, like controls
+            std::string p;
+            unicode::append_utf8(p, b);
+            if (const int32_t id = tok->piece_to_id(p); id >= 0) byte_ids.push_back(id);
+        }
+        REQUIRE(byte_ids.size() > 80);
+        for (int n = 0; n < 300; ++n) {
+            std::vector<int32_t> ids;
+            const int len = 1 + static_cast<int>(rng() % 12);
+            for (int k = 0; k < len; ++k) {
+                ids.push_back(rng() % 2 ? byte_ids[rng() % byte_ids.size()] : static_cast<int32_t>(rng() % tok->n_vocab()));
+            }
+            CAPTURE(ids);
+            text_stream stream(*tok, true);
+            std::string streamed;
+            for (int32_t id : ids) streamed += stream.push(id);
+            streamed += stream.flush();
+            CHECK(streamed == tok->decode(ids));
+        }
+    }
+}
+
 TEST_CASE("threads encoding at once through the shared word cache get the reference ids") {
     const auto sec = import_tokenizer_json(tokenizer_dir("qwen3") + "/tokenizer.json");
     const auto tok = load(sec);
