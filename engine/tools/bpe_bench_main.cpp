@@ -1,5 +1,8 @@
 // colibri-bpe-bench: single-threaded encode throughput of the BPE tokenizer on a text file.
 //   colibri-bpe-bench <tokenizer.json> <text file> [repeats]
+//   colibri-bpe-bench <tokenizer.json> --ids <text file>...
+// The second form prints, for each file encoded whole, "<tokens> <checksum> <file>" (what
+// tests/reference/compare_bpe.py compares with the reference library).
 // Two modes: the whole file in one encode() call, and the file cut at line ends into
 // chunks of at least 4096 bytes, one call each (prompt-sized inputs). Prints MB/s (best
 // of the repeats), the token count and a checksum of the ids, to compare with
@@ -22,6 +25,19 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
+        if (std::string(argv[2]) == "--ids") {
+            const colibri::tokenizer_section sec = colibri::import_tokenizer_json(argv[1]);
+            const auto tok = colibri::make_bpe_tokenizer(sec.payload, sec.header, sec.n_tokens, argv[1]);
+            for (int i = 3; i < argc; ++i) {
+                const std::vector<uint8_t> bytes = colibri::read_file_bytes(argv[i]);
+                std::vector<int32_t> ids;
+                tok->encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), ids);
+                uint64_t checksum = 0;
+                for (size_t k = 0; k < ids.size(); ++k) checksum += uint64_t(uint32_t(ids[k])) * (k + 1);
+                std::printf("%zu %llu %s\n", ids.size(), static_cast<unsigned long long>(checksum), argv[i]);
+            }
+            return 0;
+        }
         const int repeats = argc > 3 ? std::max(1, std::atoi(argv[3])) : 5;
         const auto t_load = std::chrono::steady_clock::now();
         const colibri::tokenizer_section sec = colibri::import_tokenizer_json(argv[1]);
