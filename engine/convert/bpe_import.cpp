@@ -3,6 +3,8 @@
 #include "core/error.h"
 #include "format/bpe_payload.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -200,7 +202,9 @@ int32_t special_id(const json* config, const char* id_key, const json* tok_confi
 
 } // namespace
 
-tokenizer_section import_tokenizer_json(const std::string& tokenizer_json) {
+namespace {
+
+tokenizer_section import_checked(const std::string& tokenizer_json) {
     const fs::path path(tokenizer_json);
     const json tj = read_json(path);
     importer im(tokenizer_json);
@@ -366,6 +370,16 @@ tokenizer_section import_tokenizer_json(const std::string& tokenizer_json) {
     if (add_bos && th.bos_id >= 0) th.flags |= format::tok_add_bos;
     th.payload_size = sec.payload.size();
     return sec;
+}
+
+} // namespace
+
+tokenizer_section import_tokenizer_json(const std::string& tokenizer_json) {
+    try {
+        return import_checked(tokenizer_json);
+    } catch (const json::exception& e) { // a value of an unexpected JSON type
+        throw error(errc::format, tokenizer_json + ": " + e.what());
+    }
 }
 
 } // namespace colibri

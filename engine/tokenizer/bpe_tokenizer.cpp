@@ -13,6 +13,8 @@
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode_text.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>

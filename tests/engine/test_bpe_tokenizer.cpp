@@ -413,6 +413,22 @@ TEST_CASE("added token ids the reference library would reassign are refused") {
     }
 }
 
+TEST_CASE("a tokenizer.json with values of the wrong JSON type is refused as a format error") {
+    test::temp_dir dir;
+    json j = tiny_tokenizer_json();
+    j["model"]["dropout"] = "high";
+    CHECK_THROWS_AS(tiny_section(dir, j), error);
+    j = tiny_tokenizer_json();
+    j["model"]["merges"][0] = 7;
+    CHECK_THROWS_WITH_AS(tiny_section(dir, j), doctest::Contains("merge 0 is neither"), error);
+    j = tiny_tokenizer_json();
+    j["model"]["vocab"]["a"] = -1;
+    CHECK_THROWS_WITH_AS(tiny_section(dir, j), doctest::Contains("vocab id of 'a' is not a valid id"), error);
+    j = tiny_tokenizer_json();
+    j["model"]["merges"].push_back("a zz");
+    CHECK_THROWS_WITH_AS(tiny_section(dir, j), doctest::Contains("merge 2: 'zz' is not in the vocabulary"), error);
+}
+
 TEST_CASE("tokenizer.json features the engine lacks are refused by name") {
     test::temp_dir dir;
     auto refused = [&](json j, const std::string& name) {
