@@ -62,13 +62,14 @@ typedef struct colibri_model_info {
     uint64_t n_params;        /**< all parameters */
     uint64_t n_params_active; /**< parameters touched per token */
     uint64_t file_size;
+    const char* fim; /**< FIM template detected in the vocabulary, "none" when absent */
 } colibri_model_info;
 
 /** Strings in *info stay valid while the model lives. */
 colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_info* info);
 
 typedef struct colibri_session_params {
-    int n_ctx; /**< 0: the model's context length */
+    int n_ctx; /**< 0: the model's context length, at most 4096 */
 } colibri_session_params;
 
 void colibri_session_params_init(colibri_session_params* params);
@@ -90,6 +91,18 @@ typedef struct colibri_generate_params {
     const char* const* stop; /**< stop strings; generation ends before the match */
     size_t n_stop;
     int add_bos;          /**< -1: the model's default, 0: no, 1: yes */
+    /** Text after the cursor (NULL: none). With a suffix the prompt is the text before the
+     *  cursor and the model fills in the middle with its FIM tokens; a model without them
+     *  completes the prompt alone (see colibri_generate_result.fim). */
+    const char* suffix;
+    size_t suffix_len;
+    /** FIM template: NULL or "auto" detects it from the vocabulary; "starcoder", "qwen",
+     *  "deepseek", "codellama" force one; "none" ignores the suffix. */
+    const char* fim;
+    /** Polled between prompt chunks and between tokens (NULL: never); nonzero cancels
+     *  (finish reason CANCELLED), also while the prompt is still being processed. */
+    int (*cancel)(void* cancel_user);
+    void* cancel_user;
 } colibri_generate_params;
 
 void colibri_generate_params_init(colibri_generate_params* params);
@@ -109,6 +122,8 @@ typedef struct colibri_generate_result {
     int n_generated_tokens;
     double prompt_ms;   /**< prefill time */
     double generate_ms; /**< decode time (after the first token) */
+    int n_cached_tokens; /**< prompt tokens reused from the session's cache */
+    const char* fim;     /**< FIM template used ("none": plain completion); static string */
 } colibri_generate_result;
 
 /**
@@ -118,11 +133,29 @@ typedef struct colibri_generate_result {
  */
 typedef int (*colibri_piece_callback)(void* user, const char* piece, size_t len);
 
-/** Tokenizes prompt, prefills, generates. The session's cache is reset first. */
+/**
+ * Tokenizes prompt, prefills, generates. The session keeps its cache between calls: the
+ * longest common token prefix with the previous prompt (and its completion) is reused, so a
+ * prompt that extends the last one pays only for its new tokens.
+ */
 colibri_status colibri_generate(colibri_session* session, const char* prompt, size_t prompt_len,
                                 const colibri_generate_params* params,
                                 colibri_piece_callback callback, void* user,
                                 colibri_generate_result* result);
+
+/**
+ * How many tokens of the prompt colibri_generate would build from these arguments the
+ * session already holds in its cache (so a caller with several sessions can pick the one
+ * that saves the most work).
+ */
+colibri_status colibri_session_cached_prefix(colibri_session* session, const char* prompt, size_t prompt_len,
+                                             const colibri_generate_params* params, size_t* n_tokens);
+
+/** Forgets the session's cached tokens. */
+colibri_status colibri_session_reset(colibri_session* session);
+
+/** Bytes of memory the session's buffers and KV cache take at most (0 for NULL). */
+size_t colibri_session_memory(const colibri_session* session);
 
 /** Tokenizes text into ids (no BOS). Returns the number of ids; writes at most capacity. */
 colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len,

@@ -110,6 +110,7 @@ colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_
     info->n_params = model->rt->mdl->n_params();
     info->n_params_active = model->rt->mdl->n_params_active();
     info->file_size = model->rt->mdl->file().file_size();
+    info->fim = colibri::fim_kind_name(colibri::detect_fim(*model->rt->tok).kind).data();
     return COLIBRI_OK;
 }
 
@@ -149,7 +150,54 @@ void colibri_generate_params_init(colibri_generate_params* p) {
     p->stop = nullptr;
     p->n_stop = 0;
     p->add_bos = -1;
+    p->suffix = nullptr;
+    p->suffix_len = 0;
+    p->fim = nullptr;
+    p->cancel = nullptr;
+    p->cancel_user = nullptr;
 }
+
+namespace {
+
+// The engine request for C parameters (strings are views into the caller's memory).
+colibri_status to_request(const colibri_generate_params* params, const char* prompt, size_t prompt_len,
+                          colibri::generate_request& req) {
+    colibri_generate_params p;
+    colibri_generate_params_init(&p);
+    if (params != nullptr) p = *params;
+    req.prompt = std::string_view(prompt != nullptr ? prompt : "", prompt_len);
+    req.max_tokens = p.max_tokens;
+    req.sampling.temperature = p.temperature;
+    req.sampling.top_k = p.top_k;
+    req.sampling.top_p = p.top_p;
+    req.sampling.min_p = p.min_p;
+    req.sampling.repeat_penalty = p.repeat_penalty;
+    req.sampling.repeat_last_n = p.repeat_last_n;
+    req.sampling.seed = p.seed;
+    req.add_bos = p.add_bos;
+    if (p.suffix != nullptr) req.suffix = std::string_view(p.suffix, p.suffix_len);
+    if (p.fim != nullptr && std::string_view(p.fim) != "auto") {
+        colibri::fim_kind k;
+        if (!colibri::parse_fim_kind(p.fim, k)) {
+            return fail(COLIBRI_ERR_INVALID_ARGUMENT, std::string("unknown fim template '") + p.fim +
+                                                          "' (auto, starcoder, qwen, deepseek, codellama, none)");
+        }
+        req.fim = k;
+    }
+    if (p.cancel != nullptr) {
+        auto cancel = p.cancel;
+        void* user = p.cancel_user;
+        req.cancelled = [cancel, user] { return cancel(user) != 0; };
+    }
+    if (p.n_stop > 0 && p.stop == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "stop is NULL but n_stop > 0");
+    for (size_t i = 0; i < p.n_stop; ++i) {
+        if (p.stop[i] == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "a stop string is NULL");
+        req.stop.emplace_back(p.stop[i]);
+    }
+    return COLIBRI_OK;
+}
+
+} // namespace
 
 colibri_status colibri_generate(colibri_session* session, const char* prompt, size_t prompt_len,
                                 const colibri_generate_params* params, colibri_piece_callback callback,
@@ -158,25 +206,8 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
         return fail(COLIBRI_ERR_INVALID_ARGUMENT, "session and prompt must not be NULL");
     }
     return guarded([&] {
-        colibri_generate_params p;
-        colibri_generate_params_init(&p);
-        if (params != nullptr) p = *params;
         colibri::generate_request req;
-        req.prompt = std::string_view(prompt != nullptr ? prompt : "", prompt_len);
-        req.max_tokens = p.max_tokens;
-        req.sampling.temperature = p.temperature;
-        req.sampling.top_k = p.top_k;
-        req.sampling.top_p = p.top_p;
-        req.sampling.min_p = p.min_p;
-        req.sampling.repeat_penalty = p.repeat_penalty;
-        req.sampling.repeat_last_n = p.repeat_last_n;
-        req.sampling.seed = p.seed;
-        req.add_bos = p.add_bos;
-        if (p.n_stop > 0 && p.stop == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "stop is NULL but n_stop > 0");
-        for (size_t i = 0; i < p.n_stop; ++i) {
-            if (p.stop[i] == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "a stop string is NULL");
-            req.stop.emplace_back(p.stop[i]);
-        }
+        if (colibri_status st = to_request(params, prompt, prompt_len, req); st != COLIBRI_OK) return st;
         const auto& rt = *session->model->rt;
         const colibri::generate_result r = colibri::generate(
             *session->s, *rt.tok, *session->smp, req, [&](std::string_view piece) {
@@ -185,12 +216,38 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
         if (result != nullptr) {
             result->finish_reason = static_cast<colibri_finish_reason>(r.reason);
             result->n_prompt_tokens = r.n_prompt_tokens;
+            result->n_cached_tokens = r.n_cached_tokens;
+            result->fim = colibri::fim_kind_name(r.fim).data();
             result->n_generated_tokens = r.n_generated_tokens;
             result->prompt_ms = r.prompt_ms;
             result->generate_ms = r.generate_ms;
         }
         return COLIBRI_OK;
     });
+}
+
+colibri_status colibri_session_cached_prefix(colibri_session* session, const char* prompt, size_t prompt_len,
+                                             const colibri_generate_params* params, size_t* n_tokens) {
+    if (session == nullptr || n_tokens == nullptr || (prompt == nullptr && prompt_len != 0)) {
+        return fail(COLIBRI_ERR_INVALID_ARGUMENT, "session, prompt and n_tokens must not be NULL");
+    }
+    return guarded([&] {
+        colibri::generate_request req;
+        if (colibri_status st = to_request(params, prompt, prompt_len, req); st != COLIBRI_OK) return st;
+        const auto tokens = colibri::prompt_tokens(*session->model->rt->tok, req);
+        *n_tokens = colibri::reusable_prefix(session->s->history(), tokens);
+        return COLIBRI_OK;
+    });
+}
+
+colibri_status colibri_session_reset(colibri_session* session) {
+    if (session == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "session must not be NULL");
+    session->s->truncate(0);
+    return COLIBRI_OK;
+}
+
+size_t colibri_session_memory(const colibri_session* session) {
+    return session == nullptr ? 0 : session->s->memory_bytes();
 }
 
 colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len, int32_t* ids,

@@ -1,5 +1,6 @@
 #include "convert/convert.h"
 
+#include "convert/bpe_import.h"
 #include "convert/safetensors.h"
 #include "core/error.h"
 #include "cpu/kernels.h"
@@ -100,19 +101,28 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
 
     const fs::path dir(input);
     const fs::path sp_path = dir / "tokenizer.model";
-    if (!fs::exists(sp_path)) {
-        if (fs::exists(dir / "tokenizer.json")) {
-            throw error(errc::unsupported, input + ": has tokenizer.json but no tokenizer.model; byte-level BPE "
-                                                   "tokenizers are not supported by this version");
+    const fs::path json_path = dir / "tokenizer.json";
+    tokenizer_header th{};
+    std::vector<uint8_t> payload;
+    if (fs::exists(sp_path)) {
+        auto config = read_json_if_present(dir / "config.json");
+        auto tok_config = read_json_if_present(dir / "tokenizer_config.json");
+        payload = read_file_bytes(sp_path.string());
+        th = sentencepiece_header(payload, sp_path.string(), config.get(), tok_config.get(), plan.hp.n_vocab);
+    } else if (fs::exists(json_path)) {
+        tokenizer_section sec = import_tokenizer_json(json_path.string());
+        if (sec.n_tokens > plan.hp.n_vocab) {
+            throw error(errc::format, json_path.string() + ": " + std::to_string(sec.n_tokens) +
+                                          " token ids, more than the model's vocabulary of " +
+                                          std::to_string(plan.hp.n_vocab));
         }
-        throw error(errc::io, input + ": no tokenizer.model");
+        th = sec.header;
+        payload = std::move(sec.payload);
+    } else {
+        throw error(errc::io, input + ": no tokenizer.model or tokenizer.json");
     }
-    auto config = read_json_if_present(dir / "config.json");
-    auto tok_config = read_json_if_present(dir / "tokenizer_config.json");
-    std::vector<uint8_t> proto = read_file_bytes(sp_path.string());
-    const tokenizer_header th = sentencepiece_header(proto, sp_path.string(), config.get(), tok_config.get(), plan.hp.n_vocab);
 
-    model_writer w(plan.hp, th, std::move(proto));
+    model_writer w(plan.hp, th, std::move(payload));
     std::vector<std::pair<std::string, uint64_t>> sizes;
     for (const tensor_plan& tp : plan.tensors) {
         const st_tensor* src = &ckpt.get(tp.src.name);

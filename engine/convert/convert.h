@@ -53,8 +53,8 @@ struct convert_summary {
     double seconds = 0;
 };
 
-/// Converts the checkpoint directory `input` to `output`. `tokenizer_model` overrides the
-/// sentencepiece model (default: input/tokenizer.model).
+/// Converts the checkpoint directory `input` to `output`. The tokenizer is input/tokenizer.model
+/// (sentencepiece) when present, else input/tokenizer.json (byte-level BPE).
 convert_summary convert_checkpoint(const std::string& input, const std::string& output,
                                    format::dtype quant, const model_writer::progress& progress);
 
@@ -64,7 +64,7 @@ struct random_model_options {
     uint32_t n_expert = 8, n_expert_used = 2, n_ff_exp = 512, n_ff = 0, n_ff_shexp = 0;
     uint32_t n_vocab = 32000, n_ctx = 4096;
     uint64_t seed = 1;
-    std::string tokenizer_model; ///< sentencepiece model to embed (required)
+    std::string tokenizer_model; ///< tokenizer.model (sentencepiece) or tokenizer.json (BPE) to embed (required)
 };
 
 /// Writes a model of the given shape with random weights (for benchmarks and tests).

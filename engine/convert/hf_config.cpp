@@ -147,10 +147,22 @@ private:
     checkpoint_plan& plan_;
 };
 
+checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, dtype quant);
+
 } // namespace
 
 checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt, dtype quant) {
     const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
+    try {
+        return plan_from_config(cfg_path, ckpt, quant);
+    } catch (const json::exception& e) { // a field of the wrong JSON type
+        throw error(errc::format, cfg_path + ": " + e.what());
+    }
+}
+
+namespace {
+
+checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, dtype quant) {
     std::ifstream in(cfg_path);
     if (!in) throw error(errc::io, cfg_path + ": cannot open");
     json j;
@@ -222,7 +234,9 @@ checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkp
     if (fam->n_expert_key.empty()) {
         hp.n_ff = cfg.u32("intermediate_size");
     } else {
-        hp.n_expert = cfg.u32(fam->n_expert_key);
+        // newer transformers write num_local_experts where older configs had num_experts
+        const std::string_view other = fam->n_expert_key == "num_experts" ? "num_local_experts" : "num_experts";
+        hp.n_expert = cfg.has(fam->n_expert_key) || !cfg.has(other) ? cfg.u32(fam->n_expert_key) : cfg.u32(other);
         hp.n_expert_used = cfg.u32("num_experts_per_tok");
         hp.n_ff_exp = cfg.u32(fam->n_ff_exp_key);
         if (hp.n_expert == 0 || hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert) {
@@ -304,5 +318,7 @@ checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkp
     if (!tied) p.matrix(std::string(names::output), "lm_head.weight", hp.n_vocab, hp.n_embd);
     return plan;
 }
+
+} // namespace
 
 } // namespace colibri

@@ -2,6 +2,7 @@
 
 #include "convert/convert.h"
 
+#include "convert/bpe_import.h"
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "model/tensor_names.h"
@@ -43,18 +44,29 @@ convert_summary write_random_model(const random_model_options& o, const std::str
         throw error(errc::invalid_argument, "random model: inconsistent shape");
     }
     if (o.tokenizer_model.empty()) throw error(errc::invalid_argument, "random model: a tokenizer model is required");
-    std::vector<uint8_t> proto = read_file_bytes(o.tokenizer_model);
-    sentencepiece::SentencePieceProcessor sp;
-    if (!sp.LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(proto.data()), proto.size())).ok() ||
-        static_cast<uint32_t>(sp.GetPieceSize()) > o.n_vocab) {
-        throw error(errc::format, o.tokenizer_model + ": not a sentencepiece model that fits the vocabulary");
-    }
     tokenizer_header th{};
-    th.kind = static_cast<uint32_t>(tokenizer_kind::sentencepiece);
-    th.bos_id = sp.bos_id();
-    th.eos_id = sp.eos_id();
-    th.pad_id = sp.pad_id();
-    th.flags = th.bos_id >= 0 ? uint32_t(tok_add_bos) : 0u;
+    std::vector<uint8_t> proto;
+    if (o.tokenizer_model.ends_with(".json")) { // a Hugging Face tokenizer.json: BPE
+        tokenizer_section sec = import_tokenizer_json(o.tokenizer_model);
+        if (sec.n_tokens > o.n_vocab) {
+            throw error(errc::format, o.tokenizer_model + ": " + std::to_string(sec.n_tokens) +
+                                          " token ids do not fit the vocabulary of " + std::to_string(o.n_vocab));
+        }
+        th = sec.header;
+        proto = std::move(sec.payload);
+    } else {
+        proto = read_file_bytes(o.tokenizer_model);
+        sentencepiece::SentencePieceProcessor sp;
+        if (!sp.LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(proto.data()), proto.size())).ok() ||
+            static_cast<uint32_t>(sp.GetPieceSize()) > o.n_vocab) {
+            throw error(errc::format, o.tokenizer_model + ": not a sentencepiece model that fits the vocabulary");
+        }
+        th.kind = static_cast<uint32_t>(tokenizer_kind::sentencepiece);
+        th.bos_id = sp.bos_id();
+        th.eos_id = sp.eos_id();
+        th.pad_id = sp.pad_id();
+        th.flags = th.bos_id >= 0 ? uint32_t(tok_add_bos) : 0u;
+    }
 
     model_writer w(hp, th, std::move(proto));
     convert_summary sum;

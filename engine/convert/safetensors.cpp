@@ -57,6 +57,8 @@ void safetensors_checkpoint::open_shard(const std::string& path) {
         throw error(errc::format, path + ": invalid safetensors header: " + e.what());
     }
     const uint64_t data_begin = 8 + header_len;
+    if (!j.is_object()) throw error(errc::format, path + ": safetensors header is not a JSON object");
+    try {
     for (const auto& [name, v] : j.items()) {
         if (name == "__metadata__") continue;
         const std::string where = path + ": tensor '" + name + "': ";
@@ -75,6 +77,9 @@ void safetensors_checkpoint::open_shard(const std::string& path) {
         uint64_t count = 1;
         for (const auto& d : v["shape"]) {
             t.shape.push_back(d.get<uint64_t>());
+            if (t.shape.back() != 0 && count > UINT64_MAX / 8 / t.shape.back()) {
+                throw error(errc::format, where + "shape is too large");
+            }
             count *= t.shape.back();
         }
         const auto off = v["data_offsets"];
@@ -85,6 +90,9 @@ void safetensors_checkpoint::open_shard(const std::string& path) {
         t.data = f->data() + data_begin + b;
         t.size = e - b;
         if (!tensors_.emplace(name, std::move(t)).second) throw error(errc::format, where + "appears in two shards");
+    }
+    } catch (const json::exception& e) { // a field of the wrong JSON type
+        throw error(errc::format, path + ": invalid safetensors header: " + e.what());
     }
     files_.push_back(std::move(f));
 }

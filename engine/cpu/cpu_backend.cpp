@@ -9,34 +9,43 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
 #include <vector>
 
 namespace colibri {
 
 namespace {
 
+// Anonymous mappings: zero pages that cost memory only once touched (a long KV cache
+// holds no RSS for positions never reached).
 class host_buffer final : public device_buffer {
 public:
-    explicit host_buffer(size_t n) : n_(n) {
-        const size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-        data_ = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
-        if (data_ == nullptr) throw error(errc::out_of_memory, "cannot allocate " + std::to_string(bytes) + " bytes");
-        std::memset(data_, 0, bytes);
+    explicit host_buffer(size_t n) : n_(n), bytes_(std::max<size_t>(n * sizeof(float), 1)) {
+        if (n > SIZE_MAX / (2 * sizeof(float))) throw error(errc::out_of_memory, "buffer size overflows");
+        void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            throw error(errc::out_of_memory, "cannot allocate " + std::to_string(bytes_ >> 20) + " MiB of buffers");
+        }
+        data_ = static_cast<float*>(p);
     }
-    ~host_buffer() override { std::free(data_); }
+    ~host_buffer() override { ::munmap(data_, bytes_); }
     float* data() override { return data_; }
     size_t size() const override { return n_; }
 
 private:
-    float* data_;
+    float* data_ = nullptr;
     size_t n_;
+    size_t bytes_;
 };
 
 class cpu_backend final : public backend {
 public:
     cpu_backend(const cpu_options& o, int64_t max_cols)
         : pool_(o.n_threads), max_cols_(max_cols),
-          vk_(o.kernels != nullptr ? *o.kernels : best_vec_kernels()), int8_activations_(o.int8_activations) {}
+          vk_(o.kernels != nullptr ? *o.kernels : best_vec_kernels()), int8_activations_(o.int8_activations) {
+        row_begin_.reserve(512);
+        xq_begin_.reserve(512);
+    }
 
     std::string name() const override { return std::string("cpu/") + vk_.name; }
     int n_threads() const override { return pool_.size(); }
@@ -56,43 +65,91 @@ public:
     }
 
     void matmul(const tensor_view& w, const float* x, int n, float* y) override {
+        const matmul_job job{&w, x, n, y};
+        matmul_many(&job, 1);
+    }
+
+    // All jobs' rows form one range split across the threads: one dispatch for, say, the
+    // gate and up matrices of every selected expert.
+    void matmul_many(const matmul_job* jobs, int n_jobs) override {
+        if (row_begin_.size() < size_t(n_jobs) + 1) row_begin_.resize(size_t(n_jobs) + 1); // grows, then stays
+        if (xq_begin_.size() < size_t(n_jobs)) xq_begin_.resize(size_t(n_jobs));
+        int64_t total = 0, work = 0;
+        size_t xq_blocks = 0;
+        for (int j = 0; j < n_jobs; ++j) {
+            const matmul_job& jb = jobs[j];
+            COLIBRI_ASSERT(static_cast<int64_t>(jb.w->cols()) <= max_cols_);
+            row_begin_[size_t(j)] = total;
+            total += static_cast<int64_t>(jb.w->rows());
+            work += static_cast<int64_t>(jb.w->rows() * jb.w->cols()) * jb.n;
+            xq_begin_[size_t(j)] = xq_blocks;
+            if (uses_int8(*jb.w)) xq_blocks += size_t(jb.n) * (jb.w->cols() / format::qk);
+        }
+        row_begin_[size_t(n_jobs)] = total;
+        if (xq_blocks > 0) {
+            // integer dot products: quantise each job's activations once
+            if (xq_.size() < xq_blocks) xq_.resize(xq_blocks); // grows, then stays
+            for (int j = 0; j < n_jobs; ++j) {
+                const matmul_job& jb = jobs[j];
+                if (!uses_int8(*jb.w)) continue;
+                const int64_t cols = static_cast<int64_t>(jb.w->cols()), nb = cols / format::qk;
+                for (int t = 0; t < jb.n; ++t) vk_.quantize_x(jb.x + t * cols, xq_.data() + xq_begin_[size_t(j)] + t * nb, cols);
+            }
+        }
+        split(total, work, [&](int64_t g0, int64_t g1) {
+            for (int j = 0; j < n_jobs; ++j) {
+                const int64_t b = row_begin_[size_t(j)], e = row_begin_[size_t(j) + 1];
+                const int64_t r0 = std::max(g0, b), r1 = std::min(g1, e);
+                if (r0 < r1) matmul_rows(jobs[j], xq_.data() + xq_begin_[size_t(j)], r0 - b, r1 - b);
+            }
+        });
+    }
+
+    bool uses_int8(const tensor_view& w) const { return int8_activations_ && format::is_quantized(w.type); }
+
+    // Rows [r0, r1) of one job; each weight row is read once for all of its tokens.
+    void matmul_rows(const matmul_job& jb, const block_q8_x* xq, int64_t r0, int64_t r1) const {
+        const tensor_view& w = *jb.w;
+        const float* x = jb.x;
+        float* y = jb.y;
+        const int n = jb.n;
         const int64_t rows = static_cast<int64_t>(w.rows());
         const int64_t cols = static_cast<int64_t>(w.cols());
-        COLIBRI_ASSERT(cols <= max_cols_);
         const uint64_t rb = format::row_bytes(w.type, w.cols());
-        // Each weight row is read once and multiplied with all n tokens while it is in cache.
-        if ((w.type == format::dtype::q8_0 || w.type == format::dtype::q4_0) && int8_activations_) {
-            // integer dot products: quantise the activations once per call
+        const bool q8 = w.type == format::dtype::q8_0;
+        if (uses_int8(w)) {
             const int64_t nb = cols / format::qk;
-            if (xq_.size() < static_cast<size_t>(n * nb)) xq_.resize(static_cast<size_t>(n * nb)); // grows, then stays
-            block_q8_x* xq = xq_.data();
-            for (int t = 0; t < n; ++t) vk_.quantize_x(x + t * cols, xq + t * nb, cols);
-            auto dot = w.type == format::dtype::q8_0 ? vk_.dot_q8_0 : vk_.dot_q4_0;
-            pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r) {
-                    const uint8_t* row = w.data + r * rb;
-                    for (int t = 0; t < n; ++t) y[t * rows + r] = dot(row, xq + t * nb, cols);
+            auto dot = q8 ? vk_.dot_q8_0 : vk_.dot_q4_0;
+            for (int64_t r = r0; r < r1; ++r) {
+                for (int t = 0; t < n; ++t) y[t * rows + r] = dot(w.data + r * rb, xq + t * nb, cols);
+            }
+        } else if (format::is_quantized(w.type) && n == 1) {
+            // decode: the rows are walked as four streams a quarter apart, which keeps more
+            // hardware prefetch streams busy than one sequential walk
+            auto dot4 = q8 ? vk_.dot4_q8_0_f32 : vk_.dot4_q4_0_f32;
+            auto dot1 = q8 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
+            const int64_t q = (r1 - r0) / 4;
+            float out[4];
+            for (int64_t i = 0; i < q; ++i) {
+                dot4(w.data + (r0 + i) * rb, size_t(q) * rb, x, cols, out);
+                for (int k = 0; k < 4; ++k) y[r0 + i + k * q] = out[k];
+            }
+            for (int64_t r = r0 + 4 * q; r < r1; ++r) y[r] = dot1(w.data + r * rb, x, cols);
+        } else if (format::is_quantized(w.type)) {
+            // prefill: each row is converted once per block for four tokens at a time
+            auto dotx4 = q8 ? vk_.dotx4_q8_0_f32 : vk_.dotx4_q4_0_f32;
+            auto dot1 = q8 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
+            float out[4];
+            for (int64_t r = r0; r < r1; ++r) {
+                const uint8_t* row = w.data + r * rb;
+                int t = 0;
+                for (; t + 4 <= n; t += 4) {
+                    dotx4(row, x + t * cols, size_t(cols), cols, out);
+                    for (int k = 0; k < 4; ++k) y[(t + k) * rows + r] = out[k];
                 }
-            });
-            return;
-        }
-        if (n == 1 && (w.type == format::dtype::q8_0 || w.type == format::dtype::q4_0)) {
-            // decode: each thread walks its rows as four streams a quarter apart, which keeps
-            // more hardware prefetch streams busy than one sequential walk
-            auto dot4 = w.type == format::dtype::q8_0 ? vk_.dot4_q8_0_f32 : vk_.dot4_q4_0_f32;
-            auto dot1 = w.type == format::dtype::q8_0 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
-            pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-                const int64_t q = (r1 - r0) / 4;
-                float out[4];
-                for (int64_t i = 0; i < q; ++i) {
-                    dot4(w.data + (r0 + i) * rb, size_t(q) * rb, x, cols, out);
-                    for (int k = 0; k < 4; ++k) y[r0 + i + k * q] = out[k];
-                }
-                for (int64_t r = r0 + 4 * q; r < r1; ++r) y[r] = dot1(w.data + r * rb, x, cols);
-            });
-            return;
-        }
-        pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+                for (; t < n; ++t) y[t * rows + r] = dot1(row, x + t * cols, cols);
+            }
+        } else {
             for (int64_t r = r0; r < r1; ++r) {
                 const uint8_t* row = w.data + r * rb;
                 for (int t = 0; t < n; ++t) {
@@ -101,14 +158,12 @@ public:
                     switch (w.type) {
                     case format::dtype::f16: v = vk_.dot_f16(row, xt, cols); break;
                     case format::dtype::bf16: v = vk_.dot_bf16(row, xt, cols); break;
-                    case format::dtype::q8_0: v = vk_.dot_q8_0_f32(row, xt, cols); break;
-                    case format::dtype::q4_0: v = vk_.dot_q4_0_f32(row, xt, cols); break;
                     default: v = vk_.dot_f32(reinterpret_cast<const float*>(row), xt, cols); break;
                     }
                     y[t * rows + r] = v;
                 }
             }
-        });
+        }
     }
 
     void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override {
@@ -148,7 +203,9 @@ public:
         const int64_t q_stride = static_cast<int64_t>(a.n_head) * a.head_dim;
         const int64_t kv_stride = static_cast<int64_t>(a.n_head_kv) * a.head_dim;
         const int64_t jobs = static_cast<int64_t>(a.n) * a.n_head;
-        pool_.run([&](int ith, int nth) {
+        int64_t work = 0; // multiply-adds: two per cached key and head dimension
+        for (int t = 0; t < a.n; ++t) work += 2LL * (a.pos[t] + 1) * a.head_dim * a.n_head;
+        auto body = [&](int ith, int nth) {
             float* scores = a.scratch + static_cast<int64_t>(ith) * a.n_ctx;
             for (int64_t job = ith; job < jobs; job += nth) {
                 const int t = static_cast<int>(job / a.n_head), h = static_cast<int>(job % a.n_head);
@@ -170,7 +227,9 @@ public:
                     for (int i = 0; i < a.head_dim; ++i) out[i] += s * v[i];
                 }
             }
-        });
+        };
+        if (work < min_parallel_work) body(0, 1);
+        else pool_.run(body);
     }
 
     void swiglu(float* gate, const float* up, int64_t n) override { kernels::swiglu(gate, up, n); }
@@ -180,11 +239,23 @@ public:
     }
 
 private:
+    // Below this many multiply-adds an operation runs on the calling thread: waking the
+    // pool costs more than it saves (small models, short contexts).
+    static constexpr int64_t min_parallel_work = 1 << 16;
+
+    template <class F>
+    void split(int64_t items, int64_t work, F&& f) {
+        if (work < min_parallel_work) f(int64_t(0), items);
+        else pool_.parallel_for(items, f);
+    }
+
     thread_pool pool_;
     int64_t max_cols_;
     const vec_kernels& vk_;
     bool int8_activations_;
-    std::vector<block_q8_x> xq_; // quantised activations [n, cols/32]
+    std::vector<block_q8_x> xq_;      // quantised activations of every job
+    std::vector<int64_t> row_begin_;  // [n_jobs + 1] first global row of each job
+    std::vector<size_t> xq_begin_;    // [n_jobs] first block of each job in xq_
     float cos_[2048];
     float sin_[2048];
 };

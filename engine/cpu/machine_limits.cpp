@@ -42,8 +42,8 @@ double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const ve
 dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk) {
     const int64_t n = 4096, rows = 8, iters = 2000; // 8 rows of 4096: 34 KiB per thread
     thread_pool pool(n_threads);
-    std::vector<float> x(n);
-    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float(i % 7) - 3.0f;
+    std::vector<float> x(size_t(4 * n)); // four activation vectors (the prefill kernel's batch)
+    for (int64_t i = 0; i < 4 * n; ++i) x[size_t(i)] = float(i % 7) - 3.0f;
     std::vector<uint8_t> w(size_t(rows) * format::row_bytes(format::dtype::q8_0, n));
     for (int64_t r = 0; r < rows; ++r) {
         kernels::from_f32_row(format::dtype::q8_0, x.data(), w.data() + size_t(r) * format::row_bytes(format::dtype::q8_0, n), n);
@@ -54,16 +54,21 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk) {
     auto run = [&](bool int8) {
         const auto t0 = clock_type::now();
         pool.run([&](int, int) {
-            float s = 0;
+            float s = 0, out[4];
             for (int64_t it = 0; it < iters; ++it) {
                 for (int64_t r = 0; r < rows; ++r) {
                     const uint8_t* row = w.data() + size_t(r) * format::row_bytes(format::dtype::q8_0, n);
-                    s += int8 ? vk.dot_q8_0(row, xq.data(), n) : vk.dot_q8_0_f32(row, x.data(), n);
+                    if (int8) {
+                        s += vk.dot_q8_0(row, xq.data(), n);
+                    } else {
+                        vk.dotx4_q8_0_f32(row, x.data(), size_t(n), n, out);
+                        s += out[0] + out[3];
+                    }
                 }
             }
             sink = sink + s;
         });
-        return double(n) * rows * iters * n_threads / seconds_since(t0);
+        return double(n) * rows * iters * n_threads * (int8 ? 1 : 4) / seconds_since(t0);
     };
     dot_peak p{run(false), run(true)};
     return p;

@@ -12,7 +12,7 @@ struct vec_kernels;
 double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const vec_kernels& vk);
 
 /// Multiply-adds per second of the q8_0 row kernels on cache-resident data, all threads:
-/// {f32 activations, int8 activations}.
+/// {f32 activations (the four-token prefill kernel), int8 activations}.
 struct dot_peak {
     double f32_act;
     double int8_act;

@@ -31,11 +31,15 @@ struct vec_kernels {
     /// Four rows (`stride` bytes apart) at once: out[i] = row_i . x.
     void (*dot4_q8_0_f32)(const void* rows, size_t stride, const float* x, int64_t n, float* out);
     void (*dot4_q4_0_f32)(const void* rows, size_t stride, const float* x, int64_t n, float* out);
+    /// One row with four activation vectors (x_stride floats apart): out[t] = row . x_t,
+    /// each bit-identical to the one-vector kernel (so batching never changes results).
+    void (*dotx4_q8_0_f32)(const void* row, const float* x, size_t x_stride, int64_t n, float* out);
+    void (*dotx4_q4_0_f32)(const void* row, const float* x, size_t x_stride, int64_t n, float* out);
     float (*dot_f32)(const float* row, const float* x, int64_t n);
     float (*dot_f16)(const void* row, const float* x, int64_t n);
     float (*dot_bf16)(const void* row, const float* x, int64_t n);
-    /// Reads `bytes` (a multiple of 256, 32-byte aligned) as fast as possible; returns a checksum so the
-    /// reads cannot be optimised away. For measuring memory bandwidth.
+    /// Reads `bytes` (a multiple of 256, 32-byte aligned) as fast as possible; returns a
+    /// checksum so the reads cannot be optimised away. For measuring memory bandwidth.
     uint64_t (*read_sum)(const void* p, size_t bytes);
 };
 

@@ -185,6 +185,53 @@ void dot4_q4_0_f32(const void* rows, size_t stride, const float* x, int64_t n, f
     for (int i = 0; i < 4; ++i) out[i] = hsum(acc[i]);
 }
 
+// One row converted to floats once per block, used for four activation vectors; per vector
+// the operations are those of dot_q8_0_f32 in the same order.
+void dotx4_q8_0_f32(const void* row, const float* x, size_t x_stride, int64_t n, float* out) {
+    const auto* w = static_cast<const block_q8_0*>(row);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs));
+        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs + 16));
+        const __m256 w0 = i8_to_ps(lo), w1 = i8_to_ps(_mm_srli_si128(lo, 8));
+        const __m256 w2 = i8_to_ps(hi), w3 = i8_to_ps(_mm_srli_si128(hi, 8));
+        const __m256 d = _mm256_set1_ps(f16(w[ib].d));
+        for (int t = 0; t < 4; ++t) {
+            const float* xb = x + t * x_stride + ib * qk;
+            __m256 s = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
+            s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), s);
+            s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), s);
+            s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), s);
+            acc[t] = _mm256_fmadd_ps(d, s, acc[t]);
+        }
+    }
+    for (int t = 0; t < 4; ++t) out[t] = hsum(acc[t]);
+}
+
+void dotx4_q4_0_f32(const void* row, const float* x, size_t x_stride, int64_t n, float* out) {
+    const auto* w = static_cast<const block_q4_0*>(row);
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m128i eight = _mm_set1_epi8(8);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs));
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, low), eight);
+        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight);
+        const __m256 w0 = i8_to_ps(lo), w1 = i8_to_ps(_mm_srli_si128(lo, 8));
+        const __m256 w2 = i8_to_ps(hi), w3 = i8_to_ps(_mm_srli_si128(hi, 8));
+        const __m256 d = _mm256_set1_ps(f16(w[ib].d));
+        for (int t = 0; t < 4; ++t) {
+            const float* xb = x + t * x_stride + ib * qk;
+            __m256 s = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
+            s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), s);
+            s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), s);
+            s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), s);
+            acc[t] = _mm256_fmadd_ps(d, s, acc[t]);
+        }
+    }
+    for (int t = 0; t < 4; ++t) out[t] = hsum(acc[t]);
+}
+
 float dot_f32(const float* row, const float* x, int64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int64_t i = 0;
@@ -242,7 +289,7 @@ uint64_t read_sum(const void* p, size_t bytes) {
     return out[0] + out[1] + out[2] + out[3];
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum};
+constexpr vec_kernels table = {"avx2", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum};
 
 } // namespace
 

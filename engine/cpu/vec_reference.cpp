@@ -64,6 +64,12 @@ void dot4_q8_0_f32(const void* rows, size_t stride, const float* x, int64_t n, f
 void dot4_q4_0_f32(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
     for (int i = 0; i < 4; ++i) out[i] = dot_q4_0_f32(static_cast<const uint8_t*>(rows) + i * stride, x, n);
 }
+void dotx4_q8_0_f32(const void* row, const float* x, size_t x_stride, int64_t n, float* out) {
+    for (int t = 0; t < 4; ++t) out[t] = dot_q8_0_f32(row, x + t * x_stride, n);
+}
+void dotx4_q4_0_f32(const void* row, const float* x, size_t x_stride, int64_t n, float* out) {
+    for (int t = 0; t < 4; ++t) out[t] = dot_q4_0_f32(row, x + t * x_stride, n);
+}
 float dot_f32(const float* row, const float* x, int64_t n) {
     return kernels::dot_row(format::dtype::f32, row, x, n);
 }
@@ -86,7 +92,7 @@ uint64_t read_sum(const void* p, size_t bytes) {
     return a + b + c + d;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum};
+constexpr vec_kernels table = {"scalar", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum};
 
 } // namespace
 

@@ -139,7 +139,7 @@ struct tensor_entry {
 /// Tokenizer kinds.
 enum class tokenizer_kind : uint32_t {
     sentencepiece = 1, ///< payload: a serialized sentencepiece ModelProto
-    bpe = 2,           ///< payload: Hugging Face tokenizer.json (reserved for byte-level BPE)
+    bpe = 2,           ///< payload: format/bpe_payload.h (from a Hugging Face tokenizer.json)
 };
 
 enum : uint32_t {

@@ -54,6 +54,27 @@ std::string stop_matcher::flush() {
     return out;
 }
 
+std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request& req, fim_template* fim_out) {
+    std::vector<int32_t> tokens;
+    const bool bos = req.add_bos < 0 ? tok.add_bos() : req.add_bos != 0;
+    if (bos && tok.bos_id() >= 0) tokens.push_back(tok.bos_id());
+    fim_template fim;
+    if (req.suffix) fim = req.fim ? fim_for(tok, *req.fim) : detect_fim(tok);
+    if (fim.kind != fim_kind::none) {
+        build_fim_prompt(tok, fim, req.prompt, *req.suffix, tokens);
+    } else {
+        tok.encode(req.prompt, tokens);
+    }
+    if (fim_out != nullptr) *fim_out = std::move(fim);
+    return tokens;
+}
+
+size_t reusable_prefix(std::span<const int32_t> history, std::span<const int32_t> tokens) {
+    size_t common = 0;
+    while (common < history.size() && common + 1 < tokens.size() && history[common] == tokens[common]) ++common;
+    return common;
+}
+
 generate_result generate(session& s, const tokenizer& tok, sampler& smp, const generate_request& req,
                          const piece_callback& on_piece) {
     using clock = std::chrono::steady_clock;
@@ -61,22 +82,36 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     if (req.max_tokens < 0) throw error(errc::invalid_argument, "max_tokens must be >= 0");
     smp.set_params(req.sampling);
 
-    std::vector<int32_t> tokens;
-    const bool bos = req.add_bos < 0 ? tok.add_bos() : req.add_bos != 0;
-    if (bos && tok.bos_id() >= 0) tokens.push_back(tok.bos_id());
-    tok.encode(req.prompt, tokens);
+    generate_result res;
+    fim_template fim;
+    std::vector<int32_t> tokens = prompt_tokens(tok, req, &fim);
+    res.fim = fim.kind;
+    // End-of-text tokens of the model's FIM family end generation, and so does a FIM token
+    // itself (the model starting a new infilling frame), with or without a suffix.
+    const fim_template family = fim.kind != fim_kind::none ? fim : detect_fim(tok);
+    auto is_stop_token = [&](int32_t id) {
+        return id == tok.eos_id() || std::find(family.stop.begin(), family.stop.end(), id) != family.stop.end() ||
+               (family.kind != fim_kind::none && (id == family.prefix || id == family.suffix || id == family.middle));
+    };
     if (tokens.empty()) throw error(errc::invalid_argument, "the prompt is empty and the model has no BOS token");
     if (static_cast<int>(tokens.size()) >= s.n_ctx()) {
         throw error(errc::context_full, "the prompt has " + std::to_string(tokens.size()) +
                                             " tokens; the context holds " + std::to_string(s.n_ctx()));
     }
-    generate_result res;
     res.n_prompt_tokens = static_cast<int>(tokens.size());
     tokens.reserve(tokens.size() + static_cast<size_t>(req.max_tokens));
 
-    // prefill in batches
-    s.truncate(0);
-    for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.n_batch())) {
+    // reuse the cached common prefix, prefill the rest in batches
+    const size_t common = reusable_prefix(s.history(), tokens);
+    s.truncate(static_cast<int>(common));
+    res.n_cached_tokens = static_cast<int>(common);
+    auto cancelled = [&] { return req.cancelled && req.cancelled(); };
+    for (size_t i = common; i < tokens.size(); i += static_cast<size_t>(s.n_batch())) {
+        if (cancelled()) {
+            res.reason = finish_reason::cancelled;
+            res.prompt_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+            return res;
+        }
         const int n = static_cast<int>(std::min(tokens.size() - i, static_cast<size_t>(s.n_batch())));
         s.eval(tokens.data() + i, n);
     }
@@ -88,8 +123,12 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     auto emit = [&](const std::string& text) { return text.empty() || on_piece(text); };
     res.reason = finish_reason::length;
     for (int i = 0; i < req.max_tokens; ++i) {
+        if (cancelled()) {
+            res.reason = finish_reason::cancelled;
+            break;
+        }
         const int32_t id = smp.sample(s.logits(), tokens);
-        if (id == tok.eos_id()) {
+        if (is_stop_token(id)) {
             res.reason = finish_reason::eos;
             break;
         }

@@ -2,11 +2,14 @@
 // Prompt in, streamed completion text out: tokenise, prefill in batches, sample, detokenise,
 // stop on EOS, stop strings, max tokens or a full context.
 
+#include "generate/fim.h"
 #include "model/session.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,25 +20,45 @@ enum class finish_reason { length, eos, stop, cancelled, context };
 std::string_view finish_reason_name(finish_reason r);
 
 struct generate_request {
-    std::string_view prompt;
+    std::string_view prompt; ///< with a suffix: the text before the cursor
+    /// Text after the cursor: fill-in-the-middle with the model's FIM tokens. A model
+    /// without them completes the prompt alone (generate_result::fim says which).
+    std::optional<std::string_view> suffix;
+    /// FIM template: nullopt detects it from the vocabulary; a kind forces it.
+    std::optional<fim_kind> fim;
     int max_tokens = 128;
     sampling_params sampling;
     std::vector<std::string> stop; ///< generation ends before the first match; never emitted
     int add_bos = -1;              ///< -1: the model's default
+    /// Polled between prompt chunks and between tokens; true ends generation (cancelled).
+    std::function<bool()> cancelled;
 };
 
 struct generate_result {
     finish_reason reason = finish_reason::length;
     int n_prompt_tokens = 0;
+    int n_cached_tokens = 0; ///< prompt tokens whose cache entries were reused, not recomputed
     int n_generated_tokens = 0;
+    fim_kind fim = fim_kind::none; ///< the template used (none: plain completion)
     double prompt_ms = 0;   ///< tokenisation + prefill, up to the first token's logits
     double generate_ms = 0; ///< the rest
 };
 
+/// The prompt's token ids as generate() builds them (BOS, FIM framing); sets *fim to the
+/// template used when fim is not null. Throws colibri::error for a bad request.
+std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request& req, fim_template* fim = nullptr);
+
+/// How many leading tokens of `tokens` a session with this history can reuse: the common
+/// prefix, less one when it covers every token (the last one is recomputed for its logits).
+size_t reusable_prefix(std::span<const int32_t> history, std::span<const int32_t> tokens);
+
 /// Receives each piece of text; return false to stop (finish reason: cancelled).
 using piece_callback = std::function<bool(std::string_view piece)>;
 
-/// Runs one completion on `s` from an empty cache. Throws colibri::error for a bad request
+/// Runs one completion on `s`. The cache entries of the longest common token prefix of the
+/// prompt and the session's history are reused (at least the last prompt token is
+/// recomputed, for its logits); tokens are compared, so a prompt whose end tokenises
+/// differently reuses only what is still valid. Throws colibri::error for a bad request
 /// (invalid parameters, a prompt that does not fit the context).
 generate_result generate(session& s, const tokenizer& tok, sampler& smp, const generate_request& req,
                          const piece_callback& on_piece);

@@ -14,7 +14,7 @@ namespace colibri {
 using namespace format;
 
 session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_logits)
-    : model_(m), be_(be), n_ctx_(n_ctx > 0 ? n_ctx : static_cast<int>(m.hp().n_ctx)),
+    : model_(m), be_(be), n_ctx_(n_ctx > 0 ? n_ctx : static_cast<int>(std::min<uint32_t>(m.hp().n_ctx, default_ctx))),
       n_batch_(n_batch), all_logits_(all_logits) {
     const hparams& hp = m.hp();
     if (n_ctx_ <= 0 || n_ctx_ > (1 << 24)) throw error(errc::invalid_argument, "context length out of range");
@@ -30,10 +30,15 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     att_ = be.alloc(B * q_dim);
     o_ = be.alloc(B * hp.n_embd);
     ffn_out_ = be.alloc(B * hp.n_embd);
-    xg_ = be.alloc(B * hp.n_embd);
-    hg_ = be.alloc(B * n_ff);
-    hu_ = be.alloc(B * n_ff);
-    yo_ = be.alloc(B * hp.n_embd);
+    const size_t k_used = std::max<size_t>(hp.n_expert_used, 1);
+    // routed experts see n_batch * k (token, slot) pairs; the shared expert and dense FFN
+    // their own n_batch rows after them
+    const size_t pairs = B * k_used + B;
+    xg_ = be.alloc(B * k_used * hp.n_embd);
+    hg_ = be.alloc(pairs * n_ff);
+    hu_ = be.alloc(pairs * n_ff);
+    yo_ = be.alloc(pairs * hp.n_embd);
+    jobs_.reserve(2 * size_t(hp.n_expert) + 4);
     router_ = be.alloc(B * std::max<size_t>(hp.n_expert, 1));
     shared_gate_ = be.alloc(B);
     scratch_ = be.alloc(size_t(be.n_threads()) * size_t(n_ctx_));
@@ -41,18 +46,27 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     k_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
     v_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
 
-    const size_t k = std::max<size_t>(hp.n_expert_used, 1);
+    history_.reserve(size_t(n_ctx_));
     pos_.resize(B);
-    sel_.resize(B * k);
-    sel_w_.resize(B * k);
+    sel_.resize(B * k_used);
+    sel_w_.resize(B * k_used);
     expert_begin_.resize(size_t(hp.n_expert) + 1);
-    order_.resize(B * k);
+    order_.resize(B * k_used);
     probs_.resize(hp.n_expert);
 }
 
+size_t session::memory_bytes() const {
+    size_t floats = 0;
+    for (const auto* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &ffn_out_, &xg_, &hg_, &hu_, &yo_, &router_,
+                          &shared_gate_, &scratch_, &logits_, &k_cache_, &v_cache_}) {
+        floats += (*b)->size();
+    }
+    return floats * sizeof(float) + history_.capacity() * sizeof(int32_t);
+}
+
 void session::truncate(int n) {
-    COLIBRI_ASSERT(n >= 0 && n <= n_past_);
-    n_past_ = n;
+    COLIBRI_ASSERT(n >= 0 && n <= n_past());
+    history_.resize(static_cast<size_t>(n));
 }
 
 void session::eval(const int32_t* tokens, int n) {
@@ -60,14 +74,15 @@ void session::eval(const int32_t* tokens, int n) {
     if (n <= 0 || n > n_batch_) {
         throw error(errc::invalid_argument, "batch of " + std::to_string(n) + " tokens, expected 1.." + std::to_string(n_batch_));
     }
-    if (n_past_ + n > n_ctx_) {
-        throw error(errc::context_full, "context full: " + std::to_string(n_past_ + n) + " tokens, the context holds " + std::to_string(n_ctx_));
+    const int n_past = this->n_past();
+    if (n_past + n > n_ctx_) {
+        throw error(errc::context_full, "context full: " + std::to_string(n_past + n) + " tokens, the context holds " + std::to_string(n_ctx_));
     }
     for (int t = 0; t < n; ++t) {
         if (tokens[t] < 0 || tokens[t] >= static_cast<int32_t>(hp.n_vocab)) {
             throw error(errc::invalid_argument, "token id " + std::to_string(tokens[t]) + " is outside the vocabulary of " + std::to_string(hp.n_vocab));
         }
-        pos_[t] = n_past_ + t;
+        pos_[t] = n_past + t;
     }
 
     const int n_embd = static_cast<int>(hp.n_embd);
@@ -76,7 +91,7 @@ void session::eval(const int32_t* tokens, int n) {
         attention_block(il, n);
         ffn_block(il, n);
     }
-    n_past_ += n;
+    history_.insert(history_.end(), tokens, tokens + n); // within the reserved capacity
 
     // LM head on the rows the caller wants
     const int first = all_logits_ ? 0 : n - 1;
@@ -98,9 +113,10 @@ void session::attention_block(int il, int n) {
     const int q_dim = static_cast<int>(hp.n_head) * hd, kv_dim = static_cast<int>(hp.n_head_kv) * hd;
 
     be_.rmsnorm(x_->data(), *l.attn_norm, n, n_embd, hp.norm_eps, xn_->data());
-    be_.matmul(*l.wq, xn_->data(), n, q_->data()); // [n, q_dim]
-    be_.matmul(*l.wk, xn_->data(), n, k_->data()); // [n, kv_dim]
-    be_.matmul(*l.wv, xn_->data(), n, v_->data()); // [n, kv_dim]
+    const matmul_job qkv[3] = {{l.wq, xn_->data(), n, q_->data()},  // [n, q_dim]
+                               {l.wk, xn_->data(), n, k_->data()},  // [n, kv_dim]
+                               {l.wv, xn_->data(), n, v_->data()}}; // [n, kv_dim]
+    be_.matmul_many(qkv, 3);
     if (l.bq != nullptr) {
         be_.add_bias(q_->data(), *l.bq, n, q_dim);
         be_.add_bias(k_->data(), *l.bk, n, kv_dim);
@@ -124,8 +140,8 @@ void session::attention_block(int il, int n) {
     const size_t layer_off = size_t(il) * size_t(n_ctx_) * size_t(kv_dim);
     float* kc = k_cache_->data() + layer_off;
     float* vc = v_cache_->data() + layer_off;
-    std::copy_n(k_->data(), size_t(n) * kv_dim, kc + size_t(n_past_) * kv_dim);
-    std::copy_n(v_->data(), size_t(n) * kv_dim, vc + size_t(n_past_) * kv_dim);
+    std::copy_n(k_->data(), size_t(n) * kv_dim, kc + size_t(n_past()) * kv_dim);
+    std::copy_n(v_->data(), size_t(n) * kv_dim, vc + size_t(n_past()) * kv_dim);
 
     attention_args a{};
     a.q = q_->data();
@@ -147,8 +163,9 @@ void session::attention_block(int il, int n) {
 }
 
 void session::swiglu_ffn(const expert_weights& w, const float* x, int n, int n_ff, float* out) {
-    be_.matmul(*w.gate, x, n, hg_->data()); // [n, n_ff]
-    be_.matmul(*w.up, x, n, hu_->data());   // [n, n_ff]
+    const matmul_job gate_up[2] = {{w.gate, x, n, hg_->data()},  // [n, n_ff]
+                                   {w.up, x, n, hu_->data()}}; // [n, n_ff]
+    be_.matmul_many(gate_up, 2);
     be_.swiglu(hg_->data(), hu_->data(), int64_t(n) * n_ff);
     be_.matmul(*w.down, hg_->data(), n, out); // [n, n_embd]
 }
@@ -212,33 +229,59 @@ void session::moe(const layer_weights& l, int n) {
     for (int e = n_expert; e > 0; --e) expert_begin_[e] = expert_begin_[e - 1];
     expert_begin_[0] = 0;
 
-    // 3. run each selected expert on its gathered tokens and scatter-add the weighted output
-    float* out = ffn_out_->data();
-    std::fill_n(out, size_t(n) * n_embd, 0.0f);
+    // 3. every selected expert on its gathered tokens, and the shared expert on all tokens:
+    //    gate and up products in one dispatch, down products in another
+    const int n_ff = static_cast<int>(hp.n_ff_exp);
+    const int n_sh = static_cast<int>(hp.n_ff_shexp);
+    const bool shared = l.shared.gate != nullptr;
+    const size_t n_pairs = size_t(n) * k;
     const float* xn = xn_->data();
     float* xg = xg_->data();
+    for (size_t i = 0; i < n_pairs; ++i) {
+        std::copy_n(xn + size_t(order_[i] / k) * n_embd, n_embd, xg + i * n_embd); // [n*k, n_embd], grouped by expert
+    }
+    float* hg = hg_->data();
+    float* hu = hu_->data();
     float* yo = yo_->data();
+    float* hg_sh = hg + n_pairs * n_ff; // the shared expert's rows follow the routed ones
+    float* hu_sh = hu + n_pairs * n_ff;
+    float* yo_sh = yo + n_pairs * n_embd;
+    jobs_.clear();
     for (int e = 0; e < n_expert; ++e) {
         const int begin = expert_begin_[e], count = expert_begin_[e + 1] - begin;
         if (count == 0) continue;
-        for (int i = 0; i < count; ++i) {
-            const int t = order_[begin + i] / k;
-            std::copy_n(xn + size_t(t) * n_embd, n_embd, xg + size_t(i) * n_embd);
-        }
-        swiglu_ffn(l.experts[e], xg, count, static_cast<int>(hp.n_ff_exp), yo);
-        for (int i = 0; i < count; ++i) {
-            const int pair = order_[begin + i];
-            be_.add_scaled(out + size_t(pair / k) * n_embd, yo + size_t(i) * n_embd, n_embd, sel_w_[pair]);
-        }
+        jobs_.push_back({l.experts[e].gate, xg + size_t(begin) * n_embd, count, hg + size_t(begin) * n_ff});
+        jobs_.push_back({l.experts[e].up, xg + size_t(begin) * n_embd, count, hu + size_t(begin) * n_ff});
     }
+    if (shared) {
+        jobs_.push_back({l.shared.gate, xn, n, hg_sh});
+        jobs_.push_back({l.shared.up, xn, n, hu_sh});
+        if (l.shared_gate != nullptr) jobs_.push_back({l.shared_gate, xn, n, shared_gate_->data()}); // [n, 1]
+    }
+    be_.matmul_many(jobs_.data(), static_cast<int>(jobs_.size()));
+    be_.swiglu(hg, hu, int64_t(n_pairs) * n_ff);
+    if (shared) be_.swiglu(hg_sh, hu_sh, int64_t(n) * n_sh);
+    jobs_.clear();
+    for (int e = 0; e < n_expert; ++e) {
+        const int begin = expert_begin_[e], count = expert_begin_[e + 1] - begin;
+        if (count == 0) continue;
+        jobs_.push_back({l.experts[e].down, hg + size_t(begin) * n_ff, count, yo + size_t(begin) * n_embd});
+    }
+    if (shared) jobs_.push_back({l.shared.down, hg_sh, n, yo_sh});
+    be_.matmul_many(jobs_.data(), static_cast<int>(jobs_.size()));
 
-    // 4. shared expert, optionally gated per token by sigmoid(x . w_gate)
-    if (l.shared.gate != nullptr) {
-        swiglu_ffn(l.shared, xn, n, static_cast<int>(hp.n_ff_shexp), yo);
-        if (l.shared_gate != nullptr) be_.matmul(*l.shared_gate, xn, n, shared_gate_->data()); // [n, 1]
+    // 4. weighted sum per token: routed experts in expert order, then the shared expert
+    //    scaled by sigmoid(x . w_gate) when it has a gate
+    float* out = ffn_out_->data();
+    std::fill_n(out, size_t(n) * n_embd, 0.0f);
+    for (size_t i = 0; i < n_pairs; ++i) {
+        const int pair = order_[i];
+        be_.add_scaled(out + size_t(pair / k) * n_embd, yo + i * n_embd, n_embd, sel_w_[pair]);
+    }
+    if (shared) {
         for (int t = 0; t < n; ++t) {
             const float g = l.shared_gate != nullptr ? 1.0f / (1.0f + std::exp(-shared_gate_->data()[t])) : 1.0f;
-            be_.add_scaled(out + size_t(t) * n_embd, yo + size_t(t) * n_embd, n_embd, g);
+            be_.add_scaled(out + size_t(t) * n_embd, yo_sh + size_t(t) * n_embd, n_embd, g);
         }
     }
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace colibri {
@@ -19,7 +20,11 @@ struct route_observer {
 
 class session {
 public:
-    /// n_ctx: KV cache length (0: the model's); n_batch: most tokens per eval() call;
+    /// Context length when none is asked for: the model's, at most this (a long trained
+    /// context would otherwise cost gigabytes of KV cache per session).
+    static constexpr uint32_t default_ctx = 4096;
+
+    /// n_ctx: KV cache length (0: default_ctx or the model's, if shorter); n_batch: most tokens per eval() call;
     /// all_logits: keep logits of every token of a batch, not only the last.
     session(const model& m, backend& be, int n_ctx, int n_batch = 32, bool all_logits = false);
 
@@ -32,7 +37,9 @@ public:
     /// [n][n_vocab] with all_logits.
     const float* logits() const { return logits_->data(); }
 
-    int n_past() const { return n_past_; }
+    int n_past() const { return static_cast<int>(history_.size()); }
+    /// The tokens whose keys and values are in the cache, in order.
+    std::span<const int32_t> history() const { return history_; }
     int n_ctx() const { return n_ctx_; }
     int n_batch() const { return n_batch_; }
     /// Forgets cached positions from n on (n <= n_past()).
@@ -40,6 +47,8 @@ public:
     void set_route_observer(route_observer obs) { observer_ = obs; }
 
     const model& get_model() const { return model_; }
+    /// Bytes of every buffer the session allocated (the KV cache included), at most.
+    size_t memory_bytes() const;
 
 private:
     void attention_block(int il, int n);
@@ -51,7 +60,7 @@ private:
     backend& be_;
     int n_ctx_, n_batch_;
     bool all_logits_;
-    int n_past_ = 0;
+    std::vector<int32_t> history_; // [n_past], capacity n_ctx
     route_observer observer_;
 
     // Activations, [n_batch, ...] each.
@@ -66,6 +75,7 @@ private:
     std::vector<int32_t> expert_begin_; // [n_expert + 1] offsets into order_
     std::vector<int32_t> order_;        // [n_batch * n_expert_used] token*k + slot, grouped by expert
     std::vector<float> probs_;          // [n_expert]
+    std::vector<matmul_job> jobs_;      // products dispatched together, capacity 2*n_expert+4
 };
 
 } // namespace colibri

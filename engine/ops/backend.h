@@ -30,6 +30,14 @@ struct attention_args {
     float scale;
 };
 
+/// One matrix product of matmul_many: y[n, w.rows] = x[n, w.cols] . w^T
+struct matmul_job {
+    const tensor_view* w;
+    const float* x;
+    int n;
+    float* y;
+};
+
 class backend {
 public:
     virtual ~backend() = default;
@@ -43,6 +51,8 @@ public:
     virtual void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) = 0;
     /// y[n, w.rows] = x[n, w.cols] . w^T
     virtual void matmul(const tensor_view& w, const float* x, int n, float* y) = 0;
+    /// Several independent products at once (one synchronisation for all of them).
+    virtual void matmul_many(const matmul_job* jobs, int n_jobs) = 0;
     /// RMSNorm of n rows of dim elements with weight w [dim]; out may alias x.
     virtual void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) = 0;
     /// y[t] += b for n rows of dim

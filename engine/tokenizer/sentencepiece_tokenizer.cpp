@@ -1,6 +1,7 @@
 // Sentencepiece tokenizer: the payload is the serialized ModelProto, loaded as is.
 
 #include "core/error.h"
+#include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 #include <sentencepiece_processor.h>
@@ -92,7 +93,7 @@ std::unique_ptr<tokenizer> make_tokenizer(const model_file& file) {
     switch (static_cast<format::tokenizer_kind>(file.tokenizer().kind)) {
     case format::tokenizer_kind::sentencepiece: return std::make_unique<sentencepiece_tokenizer>(file);
     case format::tokenizer_kind::bpe:
-        throw error(errc::unsupported, file.path() + ": byte-level BPE tokenizers are not supported by this build");
+        return make_bpe_tokenizer(file.tokenizer_payload(), file.tokenizer(), file.hp().n_vocab, file.path());
     }
     throw error(errc::format, file.path() + ": unknown tokenizer kind");
 }

@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include "tokenizer/unicode_text.h"
+
 namespace colibri {
 
 namespace {
@@ -59,19 +61,24 @@ void append_valid_utf8(std::string& out, std::string_view s) {
 std::string text_stream::push(int32_t id) {
     tok_.append_bytes(id, pending_);
     if (at_start_ && !pending_.empty()) {
-        if (pending_[0] == ' ') pending_.erase(0, 1);
+        if (pending_[0] == ' ' && tok_.strips_leading_space()) pending_.erase(0, 1);
         at_start_ = false;
     }
     const size_t complete = utf8_complete_prefix(pending_);
     std::string out;
-    append_valid_utf8(out, std::string_view(pending_).substr(0, complete));
+    append_text(out, std::string_view(pending_).substr(0, complete));
     pending_.erase(0, complete);
     return out;
 }
 
+void text_stream::append_text(std::string& out, std::string_view bytes) const {
+    if (tok_.replaces_maximal_subparts()) unicode::append_utf8_lossy(out, bytes);
+    else append_valid_utf8(out, bytes);
+}
+
 std::string text_stream::flush() {
     std::string out;
-    append_valid_utf8(out, pending_);
+    append_text(out, pending_);
     pending_.clear();
     return out;
 }

@@ -34,10 +34,19 @@ public:
     int32_t bos_id() const { return bos_; }
     int32_t eos_id() const { return eos_; }
     bool add_bos() const { return add_bos_; }
+    /// True when decode drops one leading space of a text (sentencepiece, and BPE
+    /// tokenizers whose decoder strips it); text_stream does the same at the start.
+    bool strips_leading_space() const { return strips_leading_space_; }
+    /// How decode replaces ill-formed UTF-8: true, one U+FFFD per maximal ill-formed
+    /// subsequence (Hugging Face byte-level decoders); false, one per bad byte
+    /// (sentencepiece). text_stream does the same.
+    bool replaces_maximal_subparts() const { return replaces_maximal_subparts_; }
 
 protected:
     int32_t bos_ = -1, eos_ = -1;
     bool add_bos_ = false;
+    bool strips_leading_space_ = true;
+    bool replaces_maximal_subparts_ = false;
 };
 
 /// Builds the tokenizer stored in a model file. Throws colibri::error (format) when the
@@ -46,8 +55,8 @@ std::unique_ptr<tokenizer> make_tokenizer(const model_file& file);
 
 /// Streams decoded text: feed ids one at a time, get back valid UTF-8 that never splits a
 /// character. For a continuation (at_start false) the text keeps its leading space; at the
-/// start of a text, the one leading space sentencepiece adds is dropped, so that the pieces
-/// concatenate to decode(ids).
+/// start of a text, the one leading space sentencepiece adds is dropped (when the
+/// tokenizer strips_leading_space), so that the pieces concatenate to decode(ids).
 class text_stream {
 public:
     text_stream(const tokenizer& tok, bool at_start) : tok_(tok), at_start_(at_start) {}
@@ -57,6 +66,8 @@ public:
     std::string flush();
 
 private:
+    void append_text(std::string& out, std::string_view bytes) const;
+
     const tokenizer& tok_;
     bool at_start_;
     std::string pending_; // bytes not yet returned

@@ -88,7 +88,7 @@ long peak_rss_kib() {
 
 int main(int argc, char** argv) {
     const auto process_start = clock_type::now();
-    std::string model_path, shape, quant = "q8_0", threads_list, cache_dir;
+    std::string model_path, shape, quant = "q8_0", threads_list, cache_dir, json_file;
     int prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 1024;
     po::options_description opts("colibri-bench: measure a model on the CPU against this machine's limits\n\n"
                                  "  colibri-bench --model FILE [options]\n"
@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
         ("bandwidth-mib", po::value(&bandwidth_mib), "buffer of the bandwidth probe (default 1024 MiB)")
         ("int8-act", "quantise activations to int8 for q8_0/q4_0 weights")
         ("routing", "print per-layer expert selection counts of the decode phase")
-        ("json", "print one JSON object instead of text");
+        ("json", "print one JSON object instead of text")
+        ("json-file", po::value(&json_file), "also append the JSON object as one line to this file");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -233,8 +234,8 @@ int main(int argc, char** argv) {
         }
 
         const std::string weight_type(format::dtype_name(static_cast<format::dtype>(hp.weight_type)));
-        if (json) {
-            std::printf("{\"model\":\"%s\",\"arch\":\"%s\",\"weight_type\":\"%s\",\"kernels\":\"%s\",\"int8_activations\":%s,"
+        auto write_json = [&](FILE* f) {
+            std::fprintf(f, "{\"model\":\"%s\",\"arch\":\"%s\",\"weight_type\":\"%s\",\"kernels\":\"%s\",\"int8_activations\":%s,"
                         "\"file_bytes\":%llu,\"params\":%llu,\"params_active\":%llu,\"bytes_per_token\":%.0f,"
                         "\"prompt_tokens\":%d,\"gen_tokens\":%d,\"reps\":%d,\"load_ms\":%.2f,\"process_start_to_ready_ms\":%.2f,"
                         "\"peak_rss_kib\":%ld,\"runs\":[",
@@ -248,7 +249,7 @@ int main(int argc, char** argv) {
                 const result& r = results[i];
                 const double ceiling = r.bandwidth / bytes_per_token;
                 const double peak = vm.count("int8-act") ? r.peak_int8 : r.peak_f32;
-                std::printf("%s{\"threads\":%d,\"read_bandwidth_gbs\":%.3f,\"decode_ceiling_tps\":%.3f,"
+                std::fprintf(f, "%s{\"threads\":%d,\"read_bandwidth_gbs\":%.3f,\"decode_ceiling_tps\":%.3f,"
                             "\"decode_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"decode_fraction\":%.4f,"
                             "\"prefill_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"ttft_ms\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f},"
                             "\"dot_peak_gmacs\":{\"f32_act\":%.2f,\"int8_act\":%.2f},\"prefill_fraction_of_int8_peak\":%.4f,\"prefill_fraction_of_used_peak\":%.4f}",
@@ -258,7 +259,16 @@ int main(int argc, char** argv) {
                             r.peak_int8 / 1e9, r.prefill_tps.median * macs_per_token / r.peak_int8,
                             r.prefill_tps.median * macs_per_token / peak);
             }
-            std::printf("]}\n");
+            std::fprintf(f, "]}\n");
+        };
+        if (!json_file.empty()) {
+            FILE* f = std::fopen(json_file.c_str(), "a");
+            if (f == nullptr) throw error(errc::io, json_file + ": cannot open");
+            write_json(f);
+            std::fclose(f);
+        }
+        if (json) {
+            write_json(stdout);
         } else {
             std::printf("model %s: %s, %s weights, %.1f MiB, %.1fM parameters (%.1fM active), %s kernels%s\n",
                         model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),

@@ -4,12 +4,14 @@
 #include "api/runtime.h"
 #include "core/error.h"
 #include "generate/generate.h"
+#include "generate/perplexity.h"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <unistd.h>
 
 namespace po = boost::program_options;
 using namespace colibri;
@@ -61,7 +63,7 @@ void print_route(void*, int pos, int layer, const int32_t* experts, const float*
 } // namespace
 
 int main(int argc, char** argv) {
-    std::string model_path, prompt, device = "cpu", dump_path, tokens;
+    std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto", ppl_path;
     std::vector<std::string> stops;
     generate_request req;
     int threads = 0, n_ctx = 0;
@@ -78,7 +80,9 @@ int main(int argc, char** argv) {
     opts.add_options()
         ("help,h", "show this help")
         ("model,m", po::value(&model_path), "the .colibri model file")
-        ("prompt,p", po::value(&prompt), "prompt text ('-' reads standard input)")
+        ("prompt,p", po::value(&prompt), "prompt text ('-' reads standard input); with --suffix, the text before the cursor")
+        ("suffix", po::value(&suffix), "text after the cursor: fill in the middle with the model's FIM tokens")
+        ("fim", po::value(&fim), "FIM template: auto (default: from the vocabulary), starcoder, qwen, deepseek, codellama, none")
         ("device", po::value(&device), "cpu (default) or cuda:N")
         ("threads,t", po::value(&threads), "worker threads (default: the CPUs this process may use)")
         ("seed,s", po::value(&req.sampling.seed), "sampling seed (same seed, same tokens)")
@@ -86,6 +90,8 @@ int main(int argc, char** argv) {
         ("stream", "print text as it is generated")
         ("dump-logits", po::value(&dump_path), "write f32 logits [n_tokens][n_vocab] of --tokens to FILE")
         ("tokens", po::value(&tokens), "comma-separated token ids for --dump-logits")
+        ("perplexity", po::value(&ppl_path), "print the perplexity of the model over a text FILE (sliding windows of "
+                                              "--ctx_size tokens, each half a window after the last; see docs/engine.md)")
         ("route-debug", "print each token's chosen experts and weights per layer to standard error");
     both("max_tokens", po::value(&req.max_tokens), po::value(&req.max_tokens), "tokens to generate at most (default 128)");
     both("temperature", po::value(&req.sampling.temperature), nullptr, "0: greedy (default 0.8)");
@@ -93,7 +99,7 @@ int main(int argc, char** argv) {
     both("top_p", po::value(&req.sampling.top_p), po::value(&req.sampling.top_p), "top-p, 1: off (default 0.95)");
     both("min_p", po::value(&req.sampling.min_p), po::value(&req.sampling.min_p), "min-p, 0: off (default 0.05)");
     both("repeat_penalty", po::value(&req.sampling.repeat_penalty), po::value(&req.sampling.repeat_penalty), "1: off (default 1.0)");
-    both("ctx_size", po::value(&n_ctx), po::value(&n_ctx), "context length (default: the model's)");
+    both("ctx_size", po::value(&n_ctx), po::value(&n_ctx), "context length (default: the model's, at most 4096)");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -111,11 +117,12 @@ int main(int argc, char** argv) {
         return 2;
     }
     const bool dumping = !dump_path.empty() || !tokens.empty();
+    const bool scoring = !ppl_path.empty();
     if (dumping && (dump_path.empty() || tokens.empty())) {
         std::cerr << "colibri: --dump-logits and --tokens go together\n";
         return 2;
     }
-    if (!dumping && !vm.count("prompt")) {
+    if (!dumping && !scoring && !vm.count("prompt")) {
         std::cerr << "colibri: --prompt is required (see --help)\n";
         return 2;
     }
@@ -130,6 +137,23 @@ int main(int argc, char** argv) {
             dump_logits(*rt, parse_ids(tokens), dump_path);
             return 0;
         }
+        if (scoring) {
+            std::ifstream in(ppl_path, std::ios::binary);
+            if (!in) throw error(errc::io, ppl_path + ": cannot open");
+            const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            std::vector<int32_t> ids;
+            if (rt->tok->add_bos() && rt->tok->bos_id() >= 0) ids.push_back(rt->tok->bos_id());
+            rt->tok->encode(text, ids);
+            const int ctx = n_ctx > 0 ? n_ctx : static_cast<int>(std::min<uint32_t>(hp.n_ctx, 512));
+            const bool tty = isatty(STDERR_FILENO) != 0;
+            const perplexity_result r = perplexity(*rt->mdl, *rt->be, ids, ctx, [tty](int w, int nw) {
+                if (tty) std::fprintf(stderr, "\rwindow %d/%d", w, nw);
+            });
+            std::fprintf(stderr, "%s%lld tokens scored in %d windows of %d\n", tty ? "\n" : "", static_cast<long long>(r.n_scored),
+                         r.n_windows, ctx);
+            std::printf("%.4f\n", r.perplexity);
+            return 0;
+        }
         if (prompt == "-") {
             std::stringstream ss;
             ss << std::cin.rdbuf();
@@ -137,6 +161,12 @@ int main(int argc, char** argv) {
         }
         req.prompt = prompt;
         req.stop = stops;
+        if (vm.count("suffix")) req.suffix = suffix;
+        if (fim != "auto") {
+            fim_kind k;
+            if (!parse_fim_kind(fim, k)) throw error(errc::invalid_argument, "unknown --fim '" + fim + "'");
+            req.fim = k;
+        }
         session s(*rt->mdl, *rt->be, n_ctx);
         if (vm.count("route-debug")) s.set_route_observer({print_route, nullptr});
         sampler smp(static_cast<int>(hp.n_vocab));
@@ -153,6 +183,7 @@ int main(int argc, char** argv) {
         });
         if (!stream) std::fwrite(all.data(), 1, all.size(), stdout);
         std::fflush(stdout);
+        if (req.suffix) std::fprintf(stderr, "\nfill-in-the-middle: %s", fim_kind_name(r.fim).data());
         std::fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f tok/s); generated: %d tokens in %.1f ms (%.1f tok/s); finish: %s\n",
                      r.n_prompt_tokens, r.prompt_ms, r.n_prompt_tokens * 1000.0 / std::max(r.prompt_ms, 1e-3),
                      r.n_generated_tokens, r.generate_ms,

@@ -28,18 +28,9 @@ using namespace colibri;
 
 TEST_CASE("decode steps and sampling allocate nothing") {
     test::temp_dir dir;
-    random_model_options o;
-    o.n_layer = 2;
-    o.n_embd = 64;
-    o.n_head = 4;
-    o.n_head_kv = 2;
-    o.head_dim = 16;
-    o.n_expert = 4;
-    o.n_expert_used = 2;
+    random_model_options o = test::small_random_model();
     o.n_ff_exp = 64;
-    o.n_ff_shexp = 32;
-    o.n_vocab = 512;
-    o.tokenizer_model = test::fixture("tokenizer/tokenizer.model");
+    o.n_ff_shexp = 32; // a shared expert too
     const std::string path = dir.file("m.colibri");
     write_random_model(o, path, format::dtype::q8_0, {});
     for (int threads : {1, 2}) {

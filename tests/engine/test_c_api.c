@@ -31,6 +31,11 @@ static int on_piece(void* user, const char* piece, size_t len) {
     return 0;
 }
 
+static int cancel_now(void* user) {
+    ++*(int*)user;
+    return 1;
+}
+
 static int stop_after_two(void* user, const char* piece, size_t len) {
     (void)piece;
     (void)len;
@@ -93,12 +98,40 @@ int main(int argc, char** argv) {
     EXPECT(colibri_generate(session, "def f(x):", 9, &gp, on_piece, &b, &res) == COLIBRI_OK);
     EXPECT(a.len == b.len && memcmp(a.text, b.text, a.len) == 0);
 
+    /* the cache is reused: all prompt tokens but the last are cached after a call */
+    size_t cached = 0;
+    EXPECT(colibri_session_cached_prefix(session, "def f(x):", 9, &gp, &cached) == COLIBRI_OK);
+    EXPECT(cached == n_ids);
+    EXPECT(colibri_generate(session, "def f(x):", 9, &gp, NULL, NULL, &res) == COLIBRI_OK);
+    EXPECT(res.n_cached_tokens == (int)n_ids);
+    EXPECT(strcmp(res.fim, "none") == 0);
+    EXPECT(colibri_session_memory(session) > 0);
+    EXPECT(colibri_session_reset(session) == COLIBRI_OK);
+    EXPECT(colibri_session_cached_prefix(session, "def f(x):", 9, &gp, &cached) == COLIBRI_OK);
+    EXPECT(cached == 0);
+    gp.fim = "bogus";
+    EXPECT(colibri_session_cached_prefix(session, "x", 1, &gp, &cached) == COLIBRI_ERR_INVALID_ARGUMENT);
+    gp.fim = NULL;
+    EXPECT(strcmp(info.fim, "none") == 0);
+
     /* the callback stops generation */
     int calls = 0;
     gp.max_tokens = 50;
     EXPECT(colibri_generate(session, "x", 1, &gp, stop_after_two, &calls, &res) == COLIBRI_OK);
     EXPECT(res.finish_reason == COLIBRI_FINISH_CANCELLED);
     EXPECT(calls == 2);
+
+    /* cancelled before the prompt is processed: no text, finish reason CANCELLED */
+    int polls = 0;
+    struct collected none = {{0}, 0, 0};
+    gp.cancel = cancel_now;
+    gp.cancel_user = &polls;
+    EXPECT(colibri_generate(session, "def g(y):", 9, &gp, on_piece, &none, &res) == COLIBRI_OK);
+    EXPECT(res.finish_reason == COLIBRI_FINISH_CANCELLED);
+    EXPECT(res.n_generated_tokens == 0);
+    EXPECT(none.calls == 0);
+    EXPECT(polls == 1);
+    gp.cancel = NULL;
 
     /* bad parameters are refused, and the session stays usable */
     gp.top_p = 2.0f;

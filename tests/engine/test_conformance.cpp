@@ -4,11 +4,14 @@
 
 #include "api/runtime.h"
 #include "convert/convert.h"
+#include "generate/generate.h"
+#include "generate/perplexity.h"
 #include "model/session.h"
 #include "test_util.h"
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <doctest/doctest.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -207,4 +210,90 @@ TEST_CASE("quantised types stay within their error budgets") {
             CHECK(st.mean_kl <= b.max_kl);
         }
     }
+}
+
+TEST_CASE("the converter reads the config spellings of newer transformers releases") {
+    // transformers 5 writes rope_parameters instead of rope_theta and num_local_experts
+    // instead of num_experts; the same weights must give the same logits
+    test::temp_dir dir;
+    const std::string ckpt = dir.file("qwen3_moe_v5");
+    std::filesystem::create_directories(ckpt);
+    for (const auto& e : std::filesystem::directory_iterator(test::fixture("qwen3_moe"))) {
+        std::filesystem::copy_file(e.path(), ckpt + "/" + e.path().filename().string());
+    }
+    nlohmann::json cfg;
+    {
+        std::ifstream in(ckpt + "/config.json");
+        cfg = nlohmann::json::parse(in);
+    }
+    REQUIRE(cfg.contains("num_experts"));
+    REQUIRE(cfg.contains("rope_theta"));
+    cfg["num_local_experts"] = cfg["num_experts"];
+    cfg.erase("num_experts");
+    cfg["rope_parameters"] = {{"rope_theta", cfg["rope_theta"]}, {"rope_type", "default"}};
+    cfg.erase("rope_theta");
+    cfg.erase("rope_scaling");
+    std::ofstream(ckpt + "/config.json") << cfg.dump(2);
+    const std::string path = dir.file("v5.colibri");
+    convert_checkpoint(ckpt, path, format::dtype::f32, {});
+    auto rt = load_runtime(path, "cpu", 1);
+    CHECK(rt->mdl->hp().rope_theta == 1e6f);
+    const reference r = load_reference("qwen3_moe");
+    CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel < 1e-5);
+}
+
+TEST_CASE("the shipped default model loads and fills in the middle with its StarCoder tokens") {
+    auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
+    CHECK(detect_fim(*rt->tok).kind == fim_kind::starcoder);
+    CHECK_FALSE(rt->tok->add_bos());
+    session s(*rt->mdl, *rt->be, 512, 32);
+    sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
+    generate_request req;
+    req.prompt = "def add(a, b):\n";
+    req.suffix = "\n\nprint(add(1, 2))\n";
+    req.max_tokens = 24;
+    req.sampling.temperature = 0.0f;
+    std::string first, second;
+    const generate_result r = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
+        first.append(p);
+        return true;
+    });
+    CHECK(r.fim == fim_kind::starcoder);
+    CHECK(r.n_generated_tokens > 0);
+    CHECK_FALSE(first.empty());
+    CHECK(first.find("<fim_") == std::string::npos); // special tokens end generation, never print
+    // greedy is deterministic, and the second run reuses the whole prompt from the cache
+    const generate_result r2 = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
+        second.append(p);
+        return true;
+    });
+    CHECK(second == first);
+    CHECK(r2.n_cached_tokens == r2.n_prompt_tokens - 1);
+}
+
+TEST_CASE("perplexity scores every token once and matches the reference log-likelihood") {
+    const reference r = load_reference("llama");
+    test::temp_dir dir;
+    auto rt = convert_and_load("llama", format::dtype::f32, dir);
+    // the reference's mean negative log-likelihood of tokens 1..n-1, in double precision
+    const size_t n = r.prompt.size(), V = size_t(r.n_vocab);
+    double nll = 0;
+    for (size_t t = 0; t + 1 < n; ++t) {
+        const float* l = &r.logits[t * V];
+        const double mx = *std::max_element(l, l + V);
+        double sum = 0;
+        for (size_t v = 0; v < V; ++v) sum += std::exp(l[v] - mx);
+        nll += std::log(sum) + mx - l[r.prompt[t + 1]];
+    }
+    nll /= double(n - 1);
+    const perplexity_result one = perplexity(*rt->mdl, *rt->be, r.prompt, 32);
+    CHECK(one.n_windows == 1);
+    CHECK(one.n_scored == int64_t(n - 1));
+    CHECK(one.mean_nll == doctest::Approx(nll).epsilon(1e-5));
+    // short windows: every token still scored exactly once, with less context
+    const perplexity_result many = perplexity(*rt->mdl, *rt->be, r.prompt, 8);
+    CHECK(many.n_windows == 5);
+    CHECK(many.n_scored == int64_t(n - 1));
+    CHECK(many.perplexity > 1.0);
+    CHECK(many.mean_nll != doctest::Approx(nll).epsilon(1e-5)); // less context, another score
 }

@@ -16,22 +16,6 @@ using namespace colibri;
 
 namespace {
 
-random_model_options small_shape() {
-    random_model_options o;
-    o.n_layer = 2;
-    o.n_embd = 64;
-    o.n_head = 4;
-    o.n_head_kv = 2;
-    o.head_dim = 16;
-    o.n_expert = 4;
-    o.n_expert_used = 2;
-    o.n_ff_exp = 32;
-    o.n_vocab = 512;
-    o.n_ctx = 128;
-    o.tokenizer_model = test::fixture("tokenizer/tokenizer.model");
-    return o;
-}
-
 // Loads path and returns the error (code, message); fails the test if loading succeeds.
 std::pair<errc, std::string> load_error(const std::string& path) {
     try {
@@ -56,7 +40,7 @@ void fix_header_crc(std::vector<uint8_t>& bytes) {
 TEST_CASE("a written model loads back with the same hyperparameters and tensors") {
     test::temp_dir dir;
     const std::string path = dir.file("m.colibri");
-    const auto sum = write_random_model(small_shape(), path, format::dtype::q8_0, {});
+    const auto sum = write_random_model(test::small_random_model(), path, format::dtype::q8_0, {});
     model m(path);
     CHECK(m.hp().n_layer == 2);
     CHECK(m.hp().n_expert == 4);
@@ -84,7 +68,7 @@ TEST_CASE("a written model loads back with the same hyperparameters and tensors"
 TEST_CASE("broken model files are refused with a clear error") {
     test::temp_dir dir;
     const std::string good = dir.file("good.colibri");
-    write_random_model(small_shape(), good, format::dtype::f16, {});
+    write_random_model(test::small_random_model(), good, format::dtype::f16, {});
     const auto bytes = test::read_bytes(good);
     auto variant = [&](const std::string& name, const std::vector<uint8_t>& b) {
         const std::string p = dir.file(name);
@@ -224,7 +208,7 @@ TEST_CASE("a missing or mis-shaped tensor is named") {
 TEST_CASE("random corruption and truncation never crash the loader") {
     test::temp_dir dir;
     const std::string good = dir.file("good.colibri");
-    write_random_model(small_shape(), good, format::dtype::q4_0, {});
+    write_random_model(test::small_random_model(), good, format::dtype::q4_0, {});
     const auto bytes = test::read_bytes(good);
     format::header h;
     std::memcpy(&h, bytes.data(), sizeof(h));

@@ -186,6 +186,11 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             float out[4];
             d4(rows4.data(), stride, x.data(), n, out);
             for (float o : out) CHECK(std::fabs(o - f_dot(q.data(), x.data(), n)) <= tol);
+            // one row with four activation vectors: bit-identical to one vector at a time
+            auto x4 = random_vec(size_t(4 * n), 43 + n, 3.0f);
+            auto dx4 = t == dtype::q8_0 ? simd->dotx4_q8_0_f32 : simd->dotx4_q4_0_f32;
+            dx4(q.data(), x4.data(), size_t(n), n, out);
+            for (int k = 0; k < 4; ++k) CHECK(out[k] == f_simd(q.data(), x4.data() + k * n, n));
         }
     }
     for (int64_t n : {1, 7, 33, 1000, 4099}) {

@@ -18,17 +18,7 @@ struct tokenizer_fixture {
     std::unique_ptr<model_file> file;
     std::unique_ptr<tokenizer> tok;
     tokenizer_fixture() {
-        random_model_options o;
-        o.n_layer = 1;
-        o.n_embd = 32;
-        o.n_head = 2;
-        o.n_head_kv = 1;
-        o.head_dim = 16;
-        o.n_expert = 2;
-        o.n_expert_used = 1;
-        o.n_ff_exp = 32;
-        o.n_vocab = 512;
-        o.tokenizer_model = test::fixture("tokenizer/tokenizer.model");
+        const random_model_options o = test::small_random_model();
         const std::string path = dir.file("tok.colibri");
         write_random_model(o, path, format::dtype::f32, {});
         file = std::make_unique<model_file>(path);

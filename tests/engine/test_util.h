@@ -1,6 +1,8 @@
 #pragma once
 // Helpers shared by the engine tests.
 
+#include "convert/convert.h"
+
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -43,6 +45,24 @@ inline std::vector<uint8_t> read_bytes(const std::string& path) {
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// A small random-weight MoE shape with the fixture tokenizer: 2 layers, n_embd 64,
+/// 4 heads (2 KV), 4 experts top-2, vocabulary 512.
+inline random_model_options small_random_model() {
+    random_model_options o;
+    o.n_layer = 2;
+    o.n_embd = 64;
+    o.n_head = 4;
+    o.n_head_kv = 2;
+    o.head_dim = 16;
+    o.n_expert = 4;
+    o.n_expert_used = 2;
+    o.n_ff_exp = 32;
+    o.n_vocab = 512;
+    o.n_ctx = 128;
+    o.tokenizer_model = fixture("tokenizer/tokenizer.model");
+    return o;
 }
 
 template <class T>

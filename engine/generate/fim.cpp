@@ -1,0 +1,101 @@
+#include "generate/fim.h"
+
+#include "core/error.h"
+
+#include <array>
+
+namespace colibri {
+
+namespace {
+
+struct family_tokens {
+    fim_kind kind;
+    std::string_view name;
+    std::string_view prefix, suffix, middle;
+    std::array<std::string_view, 5> stop; // empty entries unused
+};
+
+constexpr family_tokens families[] = {
+    {fim_kind::starcoder, "starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
+     {"<|endoftext|>", "<fim_pad>", "<file_sep>", "</s>", ""}},
+    {fim_kind::qwen, "qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+     {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>"}},
+    {fim_kind::deepseek, "deepseek", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
+     "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
+     {"<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "<|EOT|>", "", "", ""}},
+    {fim_kind::codellama, "codellama", "\xE2\x96\x81<PRE>", "\xE2\x96\x81<SUF>", "\xE2\x96\x81<MID>",
+     {"\xE2\x96\x81<EOT>", "", "", "", ""}},
+};
+
+fim_template make(const tokenizer& tok, const family_tokens& f, bool strict) {
+    fim_template t;
+    t.prefix = tok.piece_to_id(f.prefix);
+    t.suffix = tok.piece_to_id(f.suffix);
+    t.middle = tok.piece_to_id(f.middle);
+    if (t.prefix < 0 || t.suffix < 0 || t.middle < 0) {
+        if (strict) {
+            const std::string_view missing = t.prefix < 0 ? f.prefix : t.suffix < 0 ? f.suffix : f.middle;
+            throw error(errc::invalid_argument, "fill-in-the-middle template '" + std::string(f.name) +
+                                                    "': the vocabulary has no token '" + std::string(missing) + "'");
+        }
+        return {};
+    }
+    t.kind = f.kind;
+    for (std::string_view s : f.stop) {
+        if (s.empty()) continue;
+        const int32_t id = tok.piece_to_id(s);
+        if (id >= 0) t.stop.push_back(id);
+    }
+    return t;
+}
+
+} // namespace
+
+std::string_view fim_kind_name(fim_kind k) {
+    if (k == fim_kind::none) return "none";
+    for (const auto& f : families) {
+        if (f.kind == k) return f.name;
+    }
+    return "none";
+}
+
+bool parse_fim_kind(std::string_view name, fim_kind& out) {
+    if (name == "none") {
+        out = fim_kind::none;
+        return true;
+    }
+    for (const auto& f : families) {
+        if (f.name == name) {
+            out = f.kind;
+            return true;
+        }
+    }
+    return false;
+}
+
+fim_template detect_fim(const tokenizer& tok) {
+    for (const auto& f : families) {
+        fim_template t = make(tok, f, false);
+        if (t.kind != fim_kind::none) return t;
+    }
+    return {};
+}
+
+fim_template fim_for(const tokenizer& tok, fim_kind kind) {
+    for (const auto& f : families) {
+        if (f.kind == kind) return make(tok, f, true);
+    }
+    return {};
+}
+
+void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix,
+                      std::string_view suffix, std::vector<int32_t>& out) {
+    COLIBRI_ASSERT(t.kind != fim_kind::none);
+    out.push_back(t.prefix);
+    tok.encode(prefix, out);
+    out.push_back(t.suffix);
+    tok.encode(suffix, out);
+    out.push_back(t.middle);
+}
+
+} // namespace colibri
