@@ -66,14 +66,12 @@ public:
                 {"n_ctx", mi.n_ctx},
                 {"n_params", mi.n_params},
                 {"n_params_active", mi.n_params_active},
-                {"file_size", mi.file_size}};
+                {"file_size", mi.file_size},
+                {"fim", mi.fim ? mi.fim : "none"}};
     }
 
     result generate(const p::worker::run_msg& job, piece_sink& sink) override {
         const auto& req = job.req;
-        if (!req.suffix.empty())
-            throw generate_error(p::error_code::invalid_request,
-                                 "fill-in-the-middle ('suffix') is not supported by this engine yet");
         colibri_generate_params gp;
         colibri_generate_params_init(&gp);
         gp.max_tokens = req.max_tokens;
@@ -87,6 +85,13 @@ public:
         for (const auto& s : req.stop) stop.push_back(s.c_str());
         gp.stop = stop.empty() ? nullptr : stop.data();
         gp.n_stop = stop.size();
+        if (!req.suffix.empty()) {
+            gp.suffix = req.suffix.data();
+            gp.suffix_len = req.suffix.size();
+        }
+        // Polled between prompt chunks too: a cancel stops a long prefill promptly.
+        gp.cancel = [](void* user) -> int { return static_cast<const piece_sink*>(user)->cancelled() ? 1 : 0; };
+        gp.cancel_user = &sink;
 
         colibri_generate_result r{};
         const auto status = colibri_generate(
@@ -103,7 +108,7 @@ public:
         out.reason = map_finish(r.finish_reason);
         out.tokens.prompt_tokens = r.n_prompt_tokens;
         out.tokens.completion_tokens = r.n_generated_tokens;
-        out.tokens.cached_tokens = 0; // the C API does not report prefix reuse yet
+        out.tokens.cached_tokens = r.n_cached_tokens;
         out.prefill_ms = r.prompt_ms;
         out.decode_ms = r.generate_ms;
         return out;

@@ -152,7 +152,7 @@ public:
         if (fault_.kind != p::fault_kind::none && fault_.kind != p::fault_kind::slow) trigger_fault(fault_.kind);
     }
 
-    bool cancelled() const { return st_.cancelled.load() == job_ || st_.stopping.load(); }
+    bool cancelled() const override { return st_.cancelled.load() == job_ || st_.stopping.load(); }
 
 private:
     channel& ch_;

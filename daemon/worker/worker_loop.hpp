@@ -18,10 +18,14 @@
 
 namespace colibri::worker {
 
-/// Receives the pieces of one completion. Returns false to stop generation.
+/// Receives the pieces of one completion.
 class piece_sink {
 public:
+    /// Returns false to stop generation.
     virtual bool piece(std::string_view text) = 0;
+    /// true once the job should stop (cancel, deadline, supervisor gone); generators poll
+    /// it where they can, e.g. between prompt chunks.
+    virtual bool cancelled() const = 0;
 
 protected:
     ~piece_sink() = default;

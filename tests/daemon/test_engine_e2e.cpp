@@ -18,6 +18,7 @@ namespace {
 
 struct reference_params {
     std::string prompt;
+    std::string suffix;
     int max_tokens = 16;
     float temperature = 0.0f;
     int top_k = 40;
@@ -47,6 +48,10 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
     for (const auto& s : rp.stop) stop.push_back(s.c_str());
     gp.stop = stop.empty() ? nullptr : stop.data();
     gp.n_stop = stop.size();
+    if (!rp.suffix.empty()) {
+        gp.suffix = rp.suffix.data();
+        gp.suffix_len = rp.suffix.size();
+    }
     std::string text;
     colibri_generate_result r{};
     REQUIRE(colibri_generate(
@@ -68,6 +73,7 @@ json request_for(const json& id, const reference_params& rp) {
               {"top_p", rp.top_p}, {"min_p", rp.min_p},        {"seed", rp.seed},
               {"repeat_penalty", rp.repeat_penalty}};
     if (!rp.stop.empty()) j["stop"] = rp.stop;
+    if (!rp.suffix.empty()) j["suffix"] = rp.suffix;
     return j;
 }
 
@@ -148,14 +154,36 @@ TEST_CASE("engine: cancel mid-stream and a crashed worker - then the next reques
     CHECK(concat_pieces(events) == in_process(rp));
 }
 
-TEST_CASE("engine: a suffix (fill-in-the-middle) is refused clearly while the C API lacks it") {
+TEST_CASE("engine: a suffix (fill-in-the-middle) gives what the engine gives in-process") {
     daemon_process d(engine_daemon());
     client c(d.socket_path());
-    json req = {{"id", 1}, {"op", "complete"}, {"prompt", "def f("}, {"suffix", "):\n"}, {"max_tokens", 4}};
-    auto ev = c.call(req);
-    CHECK(ev["event"] == "error");
-    CHECK(ev["code"] == "invalid_request");
-    CHECK(ev["message"].get<std::string>().find("suffix") != std::string::npos);
+    reference_params rp;
+    rp.prompt = "def f(";
+    rp.suffix = "):\n    return x\n";
+    rp.max_tokens = 8;
+    json req = request_for(1, rp);
+    c.send(req);
+    auto events = c.until_final(1, std::chrono::seconds(20));
+    CHECK(events.back()["event"] == "done");
+    CHECK(concat_pieces(events) == in_process(rp));
+}
+
+TEST_CASE("engine: a prompt that extends the previous one reuses the cached prefix") {
+    daemon_process d(engine_daemon());
+    client c(d.socket_path());
+    reference_params rp;
+    rp.prompt = "def add(a, b):\n    return a";
+    rp.max_tokens = 2;
+    c.send(request_for("first", rp));
+    auto first = c.until_final("first", std::chrono::seconds(20));
+    CHECK(first.back()["usage"]["cached_tokens"] == 0);
+    rp.prompt += " + b";
+    c.send(request_for("second", rp));
+    auto second = c.until_final("second", std::chrono::seconds(20));
+    const int cached = second.back()["usage"]["cached_tokens"].get<int>();
+    CHECK(cached > 0);
+    CHECK(cached < second.back()["usage"]["prompt_tokens"].get<int>());
+    CHECK(concat_pieces(second) == in_process(rp));
 }
 
 TEST_CASE("engine: colibri-client prints exactly what colibri prints for the same request") {
