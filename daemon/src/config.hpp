@@ -15,7 +15,7 @@ struct watchdog_config {
     int ping_interval_ms = 1000;     ///< liveness probe period
     int liveness_timeout_ms = 5000;  ///< a ping unanswered this long kills the worker
     int progress_timeout_ms = 120000; ///< a busy worker silent this long is killed (timeout);
-                                      ///< generous: the C API has no hook during prompt processing
+                                      ///< the worker reports progress between prompt chunks
     int start_timeout_ms = 120000;   ///< spawn to ready
     int restart_backoff_ms = 100;    ///< first restart delay, doubled per consecutive crash
     int restart_backoff_max_ms = 10000;

@@ -236,6 +236,8 @@ void supervisor::handle_line(std::string_view line) {
                 if (state_ == worker_state::ready && h_.on_ready) h_.on_ready();
             } else if constexpr (std::is_same_v<T, w::pong_msg>) {
                 if (m.n == ping_n_) ping_outstanding_ = false;
+            } else if constexpr (std::is_same_v<T, w::progress_msg>) {
+                if (m.job == job_ && job_ != 0) arm_progress();
             } else {
                 fatal_message_ = m.message;
                 logger()->error("worker cannot start: {}", m.message);

@@ -89,8 +89,9 @@ public:
             gp.suffix = req.suffix.data();
             gp.suffix_len = req.suffix.size();
         }
-        // Polled between prompt chunks too: a cancel stops a long prefill promptly.
-        gp.cancel = [](void* user) -> int { return static_cast<const piece_sink*>(user)->cancelled() ? 1 : 0; };
+        // Polled between prompt chunks too: a cancel stops a long prefill promptly, and the
+        // watchdog hears that a long prefill is progressing.
+        gp.cancel = [](void* user) -> int { return static_cast<piece_sink*>(user)->poll() ? 1 : 0; };
         gp.cancel_user = &sink;
 
         colibri_generate_result r{};

@@ -147,6 +147,16 @@ public:
         return true;
     }
 
+    bool poll() override {
+        // Rate-limited: the watchdog needs a sign of life, not one message per chunk.
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_progress_ >= std::chrono::milliseconds(100)) {
+            last_progress_ = now;
+            if (!ch_.send(w::progress_msg{job_})) st_.stopping = true;
+        }
+        return cancelled();
+    }
+
     /// A fault scheduled after more pieces than the job produced fires at its end.
     void at_end() {
         if (fault_.kind != p::fault_kind::none && fault_.kind != p::fault_kind::slow) trigger_fault(fault_.kind);
@@ -160,6 +170,7 @@ private:
     std::uint64_t job_;
     p::fault_spec fault_;
     int emitted_ = 0;
+    std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
 };
 
 int parse_int(const std::string& flag, const char* value) {

@@ -23,9 +23,11 @@ class piece_sink {
 public:
     /// Returns false to stop generation.
     virtual bool piece(std::string_view text) = 0;
-    /// true once the job should stop (cancel, deadline, supervisor gone); generators poll
-    /// it where they can, e.g. between prompt chunks.
+    /// true once the job should stop (cancel, deadline, supervisor gone).
     virtual bool cancelled() const = 0;
+    /// Called where a generator can between pieces (between prompt chunks): tells the
+    /// supervisor's watchdog the job is alive. Returns true when the job should stop.
+    virtual bool poll() = 0;
 
 protected:
     ~piece_sink() = default;

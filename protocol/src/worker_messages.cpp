@@ -72,6 +72,8 @@ std::string encode(const from_worker& msg) {
                         {"message", m.message}};
             } else if constexpr (std::is_same_v<T, pong_msg>) {
                 return {{"t", "pong"}, {"n", m.n}};
+            } else if constexpr (std::is_same_v<T, progress_msg>) {
+                return {{"t", "progress"}, {"job", m.job}};
             } else {
                 return {{"t", "fatal"}, {"message", m.message}};
             }
@@ -125,6 +127,7 @@ from_worker decode_from_worker(std::string_view line) {
             return d;
         }
         if (t == "pong") return pong_msg{j.at("n").get<std::uint64_t>()};
+        if (t == "progress") return progress_msg{j.at("job").get<std::uint64_t>()};
         if (t == "ready") return ready_msg{j.at("info")};
         if (t == "error") {
             const auto c = error_code_from_string(j.at("code").get<std::string>());

@@ -45,6 +45,7 @@ TEST_CASE("worker-to-supervisor messages round-trip") {
         w::encode(w::ready_msg{{{"architecture", "mixtral"}, {"n_ctx", 4096}}})));
     CHECK(ready.info["architecture"] == "mixtral");
     CHECK(std::get<w::pong_msg>(w::decode_from_worker(w::encode(w::pong_msg{9}))).n == 9);
+    CHECK(std::get<w::progress_msg>(w::decode_from_worker(w::encode(w::progress_msg{11}))).job == 11);
     CHECK(std::get<w::fatal_msg>(w::decode_from_worker(w::encode(w::fatal_msg{"no model"}))).message ==
           "no model");
 }

@@ -58,12 +58,16 @@ struct error_msg {
 struct pong_msg {
     std::uint64_t n = 0;
 };
+/// The job is alive but has no piece yet (sent while the prompt is processed).
+struct progress_msg {
+    std::uint64_t job = 0;
+};
 /// The worker cannot work at all (model failed to load); it exits after sending this.
 struct fatal_msg {
     std::string message;
 };
 
-using from_worker = std::variant<ready_msg, piece_msg, done_msg, error_msg, pong_msg, fatal_msg>;
+using from_worker = std::variant<ready_msg, piece_msg, done_msg, error_msg, pong_msg, fatal_msg, progress_msg>;
 
 /// One line without '\n'.
 std::string encode(const to_worker& msg);
