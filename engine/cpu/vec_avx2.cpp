@@ -103,131 +103,73 @@ float dot_q4_0(const void* row, const block_q8_x* x, int64_t n) {
 // 8 int8 -> 8 floats
 inline __m256 i8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 
-float dot_q8_0_f32(const void* row, const float* x, int64_t n) {
-    const auto* w = static_cast<const block_q8_0*>(row);
-    __m256 acc = _mm256_setzero_ps();
+// One block's 32 weights as four vectors of floats (without the block's scale).
+inline void unpack(const block_q8_0& b, __m256 w[4]) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16));
+    w[0] = i8_to_ps(lo);
+    w[1] = i8_to_ps(_mm_srli_si128(lo, 8));
+    w[2] = i8_to_ps(hi);
+    w[3] = i8_to_ps(_mm_srli_si128(hi, 8));
+}
+
+inline void unpack(const block_q4_0& b, __m256 w[4]) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, low), eight);                    // elements 0..15
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight); // 16..31
+    w[0] = i8_to_ps(lo);
+    w[1] = i8_to_ps(_mm_srli_si128(lo, 8));
+    w[2] = i8_to_ps(hi);
+    w[3] = i8_to_ps(_mm_srli_si128(hi, 8));
+}
+
+// Unscaled dot of one block's weights with 32 activations. Every f32-activation kernel
+// below goes through this one function, so batching never changes a result.
+inline __m256 block_sum(const __m256 w[4], const float* xb) {
+    __m256 s = _mm256_mul_ps(w[0], _mm256_loadu_ps(xb));
+    s = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xb + 8), s);
+    s = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xb + 16), s);
+    return _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xb + 24), s);
+}
+
+template <class Block>
+float dot_f32_act(const void* row, const float* x, int64_t n) {
+    const auto* b = static_cast<const Block*>(row);
+    __m256 acc = _mm256_setzero_ps(), w[4];
     for (int64_t ib = 0; ib < n / qk; ++ib) {
-        const float* xb = x + ib * qk;
-        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs));
-        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs + 16));
-        __m256 s = _mm256_mul_ps(i8_to_ps(lo), _mm256_loadu_ps(xb));
-        s = _mm256_fmadd_ps(i8_to_ps(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xb + 8), s);
-        s = _mm256_fmadd_ps(i8_to_ps(hi), _mm256_loadu_ps(xb + 16), s);
-        s = _mm256_fmadd_ps(i8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xb + 24), s);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[ib].d)), s, acc);
+        unpack(b[ib], w);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(b[ib].d)), block_sum(w, x + ib * qk), acc);
     }
     return hsum(acc);
 }
 
-float dot_q4_0_f32(const void* row, const float* x, int64_t n) {
-    const auto* w = static_cast<const block_q4_0*>(row);
-    const __m128i low = _mm_set1_epi8(0x0F);
-    const __m128i eight = _mm_set1_epi8(8);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / qk; ++ib) {
-        const float* xb = x + ib * qk;
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs));
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, low), eight);                    // elements 0..15
-        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight); // 16..31
-        __m256 s = _mm256_mul_ps(i8_to_ps(lo), _mm256_loadu_ps(xb));
-        s = _mm256_fmadd_ps(i8_to_ps(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xb + 8), s);
-        s = _mm256_fmadd_ps(i8_to_ps(hi), _mm256_loadu_ps(xb + 16), s);
-        s = _mm256_fmadd_ps(i8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xb + 24), s);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[ib].d)), s, acc);
-    }
-    return hsum(acc);
-}
-
-// Four rows share each load of x and keep four independent accumulator chains.
-void dot4_q8_0_f32(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
-    const auto* base = static_cast<const uint8_t*>(rows);
-    const block_q8_0* w[4];
-    for (int i = 0; i < 4; ++i) w[i] = reinterpret_cast<const block_q8_0*>(base + i * stride);
+// Four rows `stride` bytes apart, four independent accumulator chains and memory streams.
+template <class Block>
+void dot4_f32_act(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
+    const Block* b[4];
+    for (int i = 0; i < 4; ++i) b[i] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + i * stride);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 w[4];
     for (int64_t ib = 0; ib < n / qk; ++ib) {
-        const float* xb = x + ib * qk;
-        const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
-        const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
         for (int i = 0; i < 4; ++i) {
-            const int8_t* q = w[i][ib].qs;
-            __m256 s = _mm256_mul_ps(i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))), x0);
-            s = _mm256_fmadd_ps(i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8))), x1, s);
-            s = _mm256_fmadd_ps(i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 16))), x2, s);
-            s = _mm256_fmadd_ps(i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 24))), x3, s);
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[i][ib].d)), s, acc[i]);
+            unpack(b[i][ib], w);
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16(b[i][ib].d)), block_sum(w, x + ib * qk), acc[i]);
         }
     }
     for (int i = 0; i < 4; ++i) out[i] = hsum(acc[i]);
 }
 
-void dot4_q4_0_f32(const void* rows, size_t stride, const float* x, int64_t n, float* out) {
-    const auto* base = static_cast<const uint8_t*>(rows);
-    const block_q4_0* w[4];
-    for (int i = 0; i < 4; ++i) w[i] = reinterpret_cast<const block_q4_0*>(base + i * stride);
-    const __m128i low = _mm_set1_epi8(0x0F);
-    const __m128i eight = _mm_set1_epi8(8);
+// One row unpacked once per block for four activation vectors.
+template <class Block>
+void dotx4_f32_act(const void* row, const float* x, size_t x_stride, int64_t n, float* out) {
+    const auto* b = static_cast<const Block*>(row);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 w[4];
     for (int64_t ib = 0; ib < n / qk; ++ib) {
-        const float* xb = x + ib * qk;
-        const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
-        const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
-        for (int i = 0; i < 4; ++i) {
-            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i][ib].qs));
-            const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, low), eight);
-            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight);
-            __m256 s = _mm256_mul_ps(i8_to_ps(lo), x0);
-            s = _mm256_fmadd_ps(i8_to_ps(_mm_srli_si128(lo, 8)), x1, s);
-            s = _mm256_fmadd_ps(i8_to_ps(hi), x2, s);
-            s = _mm256_fmadd_ps(i8_to_ps(_mm_srli_si128(hi, 8)), x3, s);
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16(w[i][ib].d)), s, acc[i]);
-        }
-    }
-    for (int i = 0; i < 4; ++i) out[i] = hsum(acc[i]);
-}
-
-// One row converted to floats once per block, used for four activation vectors; per vector
-// the operations are those of dot_q8_0_f32 in the same order.
-void dotx4_q8_0_f32(const void* row, const float* x, size_t x_stride, int64_t n, float* out) {
-    const auto* w = static_cast<const block_q8_0*>(row);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t ib = 0; ib < n / qk; ++ib) {
-        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs));
-        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs + 16));
-        const __m256 w0 = i8_to_ps(lo), w1 = i8_to_ps(_mm_srli_si128(lo, 8));
-        const __m256 w2 = i8_to_ps(hi), w3 = i8_to_ps(_mm_srli_si128(hi, 8));
-        const __m256 d = _mm256_set1_ps(f16(w[ib].d));
-        for (int t = 0; t < 4; ++t) {
-            const float* xb = x + t * x_stride + ib * qk;
-            __m256 s = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
-            s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), s);
-            s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), s);
-            s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), s);
-            acc[t] = _mm256_fmadd_ps(d, s, acc[t]);
-        }
-    }
-    for (int t = 0; t < 4; ++t) out[t] = hsum(acc[t]);
-}
-
-void dotx4_q4_0_f32(const void* row, const float* x, size_t x_stride, int64_t n, float* out) {
-    const auto* w = static_cast<const block_q4_0*>(row);
-    const __m128i low = _mm_set1_epi8(0x0F);
-    const __m128i eight = _mm_set1_epi8(8);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t ib = 0; ib < n / qk; ++ib) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs));
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, low), eight);
-        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low), eight);
-        const __m256 w0 = i8_to_ps(lo), w1 = i8_to_ps(_mm_srli_si128(lo, 8));
-        const __m256 w2 = i8_to_ps(hi), w3 = i8_to_ps(_mm_srli_si128(hi, 8));
-        const __m256 d = _mm256_set1_ps(f16(w[ib].d));
-        for (int t = 0; t < 4; ++t) {
-            const float* xb = x + t * x_stride + ib * qk;
-            __m256 s = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
-            s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), s);
-            s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), s);
-            s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), s);
-            acc[t] = _mm256_fmadd_ps(d, s, acc[t]);
-        }
+        unpack(b[ib], w);
+        const __m256 d = _mm256_set1_ps(f16(b[ib].d));
+        for (int t = 0; t < 4; ++t) acc[t] = _mm256_fmadd_ps(d, block_sum(w, x + t * x_stride + ib * qk), acc[t]);
     }
     for (int t = 0; t < 4; ++t) out[t] = hsum(acc[t]);
 }
@@ -289,7 +231,8 @@ uint64_t read_sum(const void* p, size_t bytes) {
     return out[0] + out[1] + out[2] + out[3];
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum};
+constexpr vec_kernels table = {"avx2", quantize_x, dot_q8_0, dot_q4_0, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
+                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f16, dot_bf16, read_sum};
 
 } // namespace
 
