@@ -103,6 +103,12 @@ typedef struct colibri_generate_params {
      *  (finish reason CANCELLED), also while the prompt is still being processed. */
     int (*cancel)(void* cancel_user);
     void* cancel_user;
+    /** Ends the completion before the newline that would start line max_lines + 1 (the
+     *  first line is the rest of the cursor's line); 0: no limit (default). */
+    int max_lines;
+    /** Nonzero: ends the completion before a line indented less than the prompt's last
+     *  line (the cursor's line); blank lines never end it (default 0). */
+    int stop_on_dedent;
 } colibri_generate_params;
 
 void colibri_generate_params_init(colibri_generate_params* params);

@@ -155,6 +155,8 @@ void colibri_generate_params_init(colibri_generate_params* p) {
     p->fim = nullptr;
     p->cancel = nullptr;
     p->cancel_user = nullptr;
+    p->max_lines = 0;
+    p->stop_on_dedent = 0;
 }
 
 namespace {
@@ -175,6 +177,9 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
     req.sampling.repeat_last_n = p.repeat_last_n;
     req.sampling.seed = p.seed;
     req.add_bos = p.add_bos;
+    if (p.max_lines < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "max_lines must be >= 0");
+    req.max_lines = p.max_lines;
+    req.stop_on_dedent = p.stop_on_dedent != 0;
     if (p.suffix != nullptr) req.suffix = std::string_view(p.suffix, p.suffix_len);
     if (p.fim != nullptr && std::string_view(p.fim) != "auto") {
         colibri::fim_kind k;

@@ -54,6 +54,58 @@ std::string stop_matcher::flush() {
     return out;
 }
 
+std::string line_limiter::push(std::string_view text) {
+    std::string out;
+    if (matched_) return out;
+    for (const char c : text) {
+        if (c == '\n') {
+            if (max_lines_ > 0 && newlines_ + 1 >= max_lines_) {
+                matched_ = true;
+                held_.clear();
+                return out;
+            }
+            ++newlines_;
+            if (min_indent_ < 0) {
+                out += c;
+            } else {
+                held_ += c; // blank lines stay held until a visible character decides
+                in_indent_ = true;
+                indent_ = 0;
+            }
+        } else if (in_indent_ && (c == ' ' || c == '\t' || c == '\r')) {
+            held_ += c;
+            ++indent_;
+        } else if (in_indent_) {
+            if (indent_ < min_indent_) {
+                matched_ = true;
+                held_.clear();
+                return out;
+            }
+            out += held_;
+            out += c;
+            held_.clear();
+            in_indent_ = false;
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+std::string line_limiter::flush() {
+    std::string out = matched_ ? std::string() : held_;
+    held_.clear();
+    return out;
+}
+
+int last_line_indent(std::string_view text) {
+    const size_t nl = text.rfind('\n');
+    const std::string_view line = nl == std::string_view::npos ? text : text.substr(nl + 1);
+    int n = 0;
+    while (static_cast<size_t>(n) < line.size() && (line[n] == ' ' || line[n] == '\t')) ++n;
+    return n;
+}
+
 std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request& req, fim_template* fim_out) {
     std::vector<int32_t> tokens;
     const bool bos = req.add_bos < 0 ? tok.add_bos() : req.add_bos != 0;
@@ -120,6 +172,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
 
     text_stream stream(tok, false);
     stop_matcher stops(req.stop);
+    line_limiter lines(req.max_lines, req.stop_on_dedent ? last_line_indent(req.prompt) : -1);
     auto emit = [&](const std::string& text) { return text.empty() || on_piece(text); };
     res.reason = finish_reason::length;
     for (int i = 0; i < req.max_tokens; ++i) {
@@ -134,11 +187,11 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
         }
         tokens.push_back(id);
         ++res.n_generated_tokens;
-        if (!emit(stops.push(stream.push(id)))) {
+        if (!emit(lines.push(stops.push(stream.push(id))))) {
             res.reason = finish_reason::cancelled;
             break;
         }
-        if (stops.matched()) {
+        if (stops.matched() || lines.matched()) {
             res.reason = finish_reason::stop;
             break;
         }
@@ -150,9 +203,10 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
         s.eval(&id, 1);
     }
     if (res.reason != finish_reason::cancelled && res.reason != finish_reason::stop) {
-        std::string tail = stops.push(stream.flush());
-        if (stops.matched()) res.reason = finish_reason::stop;
-        tail += stops.flush();
+        std::string tail = lines.push(stops.push(stream.flush()));
+        tail += lines.push(stops.flush());
+        if (stops.matched() || lines.matched()) res.reason = finish_reason::stop;
+        tail += lines.flush();
         emit(tail);
     }
     res.generate_ms = std::chrono::duration<double, std::milli>(clock::now() - t1).count();

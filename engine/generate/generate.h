@@ -30,6 +30,12 @@ struct generate_request {
     sampling_params sampling;
     std::vector<std::string> stop; ///< generation ends before the first match; never emitted
     int add_bos = -1;              ///< -1: the model's default
+    /// Completion text ends before the newline that would start line max_lines + 1 (the
+    /// first line is the rest of the cursor's line); 0: no limit.
+    int max_lines = 0;
+    /// Completion text ends before a line indented less than the prompt's last line (the
+    /// cursor's line); blank lines never end it. Whitespace characters count one column each.
+    bool stop_on_dedent = false;
     /// Polled between prompt chunks and between tokens; true ends generation (cancelled).
     std::function<bool()> cancelled;
 };
@@ -79,5 +85,32 @@ private:
     std::string held_;
     bool matched_ = false;
 };
+
+/// Ends completion text at line boundaries: before the newline that would start line
+/// max_lines + 1 (0: no limit), or before a line whose indentation is below min_indent
+/// columns (-1: off). After a newline, whitespace is held back until the line's first
+/// visible character decides whether it is emitted.
+class line_limiter {
+public:
+    line_limiter(int max_lines, int min_indent) : max_lines_(max_lines), min_indent_(min_indent) {}
+    /// Adds text; returns what can be emitted now. Sets matched() when a limit was reached
+    /// (the returned text then ends before the newline, and further text is ignored).
+    std::string push(std::string_view text);
+    /// Text still held back (no limit reached): trailing newlines and indentation.
+    std::string flush();
+    bool matched() const { return matched_; }
+
+private:
+    int max_lines_;
+    int min_indent_;
+    int newlines_ = 0;
+    int indent_ = 0;
+    bool in_indent_ = false; ///< inside the leading whitespace of a line after a newline
+    std::string held_;
+    bool matched_ = false;
+};
+
+/// Columns of leading whitespace on the last line of `text` (each space or tab counts one).
+int last_line_indent(std::string_view text);
 
 } // namespace colibri

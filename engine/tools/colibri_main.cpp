@@ -94,6 +94,10 @@ int main(int argc, char** argv) {
                                               "--ctx_size tokens, each half a window after the last; see docs/engine.md)")
         ("route-debug", "print each token's chosen experts and weights per layer to standard error");
     both("max_tokens", po::value(&req.max_tokens), po::value(&req.max_tokens), "tokens to generate at most (default 128)");
+    both("max_lines", po::value(&req.max_lines), po::value(&req.max_lines),
+         "end before line N+1 of the completion (1: the rest of the cursor's line); 0: no limit (default)");
+    both("stop_on_dedent", po::bool_switch(&req.stop_on_dedent), po::bool_switch(&req.stop_on_dedent),
+         "end before a line indented less than the prompt's last line");
     both("temperature", po::value(&req.sampling.temperature), nullptr, "0: greedy (default 0.8)");
     both("top_k", po::value(&req.sampling.top_k), po::value(&req.sampling.top_k), "top-k, 0: off (default 40)");
     both("top_p", po::value(&req.sampling.top_p), po::value(&req.sampling.top_p), "top-p, 1: off (default 0.95)");

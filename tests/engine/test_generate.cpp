@@ -35,6 +35,61 @@ TEST_CASE("no stop strings: text passes straight through") {
     CHECK(m.flush().empty());
 }
 
+namespace {
+std::string limit_all(line_limiter& l, std::initializer_list<std::string_view> pieces) {
+    std::string out;
+    for (std::string_view p : pieces) out += l.push(p);
+    return out;
+}
+} // namespace
+
+TEST_CASE("max_lines ends the completion before the newline that starts the next line") {
+    line_limiter one(1, -1);
+    CHECK(limit_all(one, {"return x", " + 1\n", "next"}) == "return x + 1");
+    CHECK(one.matched());
+    CHECK(one.push("more").empty());
+    CHECK(one.flush().empty());
+
+    line_limiter three(3, -1);
+    CHECK(limit_all(three, {"a\nb", "\n\nd\ne"}) == "a\nb\n");
+    CHECK(three.matched());
+
+    line_limiter off(0, -1);
+    CHECK(limit_all(off, {"a\n\n", "b\n"}) == "a\n\nb\n");
+    CHECK_FALSE(off.matched());
+    CHECK(off.flush().empty());
+}
+
+TEST_CASE("stop on dedent holds indentation until a visible character decides") {
+    line_limiter l(0, 4);
+    CHECK(l.push("x = 1\n") == "x = 1");  // the newline waits for the next line
+    CHECK(l.push("    ") == "");
+    CHECK(l.push("  y") == "\n      y"); // deeper: emitted with its indentation
+    CHECK(l.push("\n\n  \n") == "");     // blank lines never decide
+    CHECK(l.push("    z") == "\n\n  \n    z");
+    CHECK(l.push("\n\t\t\t\tw\n") == "\n\t\t\t\tw"); // a tab counts one column
+    CHECK(l.push("\t\tret") == "");                       // 2 < 4
+    CHECK(l.matched());
+    CHECK(l.flush().empty());
+
+    line_limiter end(0, 2);
+    CHECK(end.push("a\n  ") == "a");
+    CHECK_FALSE(end.matched());
+    CHECK(end.flush() == "\n  "); // generation ended: the held text is released
+
+    line_limiter both(2, 0); // indentation 0 never dedents; the line limit still applies
+    CHECK(both.push("a\nb\nc") == "a\nb");
+    CHECK(both.matched());
+}
+
+TEST_CASE("the cursor's indentation is the last line's leading whitespace") {
+    CHECK(last_line_indent("def f():\n    return ") == 4);
+    CHECK(last_line_indent("x") == 0);
+    CHECK(last_line_indent("a\n\t  ") == 3);
+    CHECK(last_line_indent("a\n") == 0);
+    CHECK(last_line_indent("") == 0);
+}
+
 TEST_CASE("UTF-8 helpers") {
     CHECK(utf8_complete_prefix("abc") == 3);
     CHECK(utf8_complete_prefix("a\xE4\xB8") == 1);     // 中 cut after 2 of 3 bytes
@@ -187,4 +242,51 @@ TEST_CASE("a suffix on a model without FIM tokens completes the prompt alone") {
     CHECK(with_suffix.n_prompt_tokens == plain.n_prompt_tokens);
     req.fim = fim_kind::qwen;
     CHECK_THROWS_AS(generate(s, *rt->tok, smp, req, [](std::string_view) { return true; }), error);
+}
+
+TEST_CASE("line limits cut the default model's completion where the unlimited one has the line break") {
+    auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
+    const std::string prompt = "class Stack:\n    def push(self, item):\n        ";
+    auto run = [&](int max_lines, bool dedent) {
+        session s(*rt->mdl, *rt->be, 256, 16);
+        sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
+        generate_request req;
+        req.prompt = prompt;
+        req.max_tokens = 64;
+        req.sampling.temperature = 0.0f;
+        req.max_lines = max_lines;
+        req.stop_on_dedent = dedent;
+        std::string text;
+        const generate_result r = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
+            text.append(p);
+            return true;
+        });
+        return std::make_pair(text, r.reason);
+    };
+    const auto [full, full_reason] = run(0, false);
+    CAPTURE(full);
+    // The unlimited completion spans several lines, one of them indented less than the
+    // cursor's 8 columns, so that every limit below cuts something.
+    const size_t first_nl = full.find('\n');
+    REQUIRE(first_nl != std::string::npos);
+    // The cut comes before the first newline of the blank lines ahead of the dedented line.
+    size_t dedent_at = std::string::npos, run_start = std::string::npos;
+    for (size_t nl = first_nl; nl != std::string::npos && dedent_at == std::string::npos; nl = full.find('\n', nl + 1)) {
+        if (run_start == std::string::npos) run_start = nl;
+        size_t i = nl + 1;
+        while (i < full.size() && (full[i] == ' ' || full[i] == '\t')) ++i;
+        if (i == full.size() || full[i] == '\n' || full[i] == '\r') continue; // blank so far
+        if (i - (nl + 1) < 8) dedent_at = run_start;
+        run_start = std::string::npos;
+    }
+    REQUIRE(dedent_at != std::string::npos);
+
+    const auto [one, one_reason] = run(1, false);
+    CHECK(one == full.substr(0, first_nl));
+    CHECK(one_reason == finish_reason::stop);
+    const size_t second_nl = full.find('\n', first_nl + 1);
+    if (second_nl != std::string::npos) CHECK(run(2, false).first == full.substr(0, second_nl));
+    const auto [dedented, dedent_reason] = run(0, true);
+    CHECK(dedented == full.substr(0, dedent_at));
+    CHECK(dedent_reason == finish_reason::stop);
 }
