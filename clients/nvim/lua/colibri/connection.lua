@@ -1,0 +1,214 @@
+-- One persistent connection to colibrid (docs/protocol.md): NDJSON over a Unix socket,
+-- requests matched to their events by id. When the daemon goes away the connection is
+-- retried with backoff, so a restarted daemon is picked up without user action.
+local uv = vim.loop
+
+local Connection = {}
+Connection.__index = Connection
+
+--- opts: socket, client (name for hello), reconnect_min_ms, reconnect_max_ms,
+--- on_state(state) called with 'connected' / 'disconnected' on the main loop.
+function Connection.new(opts)
+  local self = setmetatable({}, Connection)
+  self.opts = opts
+  self.state = 'disconnected' -- 'connecting', 'connected'
+  self.pipe = nil
+  self.buf = ''
+  self.next_id = 1
+  self.handlers = {} -- id -> function(event)
+  self.queue = {} -- lines waiting for the connection
+  self.backoff = opts.reconnect_min_ms
+  self.retry_timer = nil
+  self.server = nil
+  self.last_error = nil
+  self.connects = 0
+  self.closed = false
+  return self
+end
+
+function Connection:_set_state(state)
+  if self.state == state then return end
+  self.state = state
+  if self.opts.on_state then
+    self.opts.on_state(state)
+  end
+end
+
+--- Starts connecting unless connected or connecting. Lines written meanwhile are queued.
+function Connection:connect()
+  if self.closed or self.state ~= 'disconnected' then return end
+  if self.retry_timer then
+    self.retry_timer:stop()
+    self.retry_timer:close()
+    self.retry_timer = nil
+  end
+  self:_set_state('connecting')
+  local pipe = uv.new_pipe(false)
+  self.pipe = pipe
+  pipe:connect(self.opts.socket, function(err)
+    vim.schedule(function()
+      if self.pipe ~= pipe then return end
+      if err then
+        self.last_error = err
+        self:_drop(pipe)
+        return
+      end
+      self.connects = self.connects + 1
+      self.backoff = self.opts.reconnect_min_ms
+      self.buf = ''
+      pipe:read_start(function(rerr, chunk)
+        -- Fast event context: only hand the bytes to the main loop.
+        vim.schedule(function()
+          if self.pipe ~= pipe then return end
+          if rerr or not chunk then
+            self.last_error = rerr or 'closed by colibrid'
+            self:_drop(pipe)
+          else
+            self:_on_data(chunk)
+          end
+        end)
+      end)
+      self:_set_state('connected')
+      local hello_id = self:_take_id()
+      self.handlers[hello_id] = function(ev)
+        self.server = ev.server
+      end
+      self:_raw_write(vim.json.encode({ id = hello_id, op = 'hello', protocol = 1, client = self.opts.client }))
+      local queued = self.queue
+      self.queue = {}
+      for _, line in ipairs(queued) do
+        self:_raw_write(line)
+      end
+    end)
+  end)
+end
+
+function Connection:_take_id()
+  local id = self.next_id
+  self.next_id = self.next_id + 1
+  return id
+end
+
+function Connection:_raw_write(line)
+  if self.pipe and self.state == 'connected' then
+    self.pipe:write(line .. '\n')
+  end
+end
+
+--- Lost the connection: every request still waiting gets a local 'disconnected' error,
+--- then a reconnect is scheduled.
+function Connection:_drop(pipe)
+  if self.pipe == pipe then
+    self.pipe = nil
+  end
+  if not pipe:is_closing() then
+    pipe:close()
+  end
+  local handlers = self.handlers
+  self.handlers = {}
+  self.queue = {}
+  self:_set_state('disconnected')
+  for id, h in pairs(handlers) do
+    h({ id = id, event = 'error', code = 'disconnected', message = 'the connection to colibrid closed' })
+  end
+  self:_schedule_retry()
+end
+
+function Connection:_schedule_retry()
+  if self.closed or self.retry_timer then return end
+  local delay = self.backoff
+  self.backoff = math.min(self.backoff * 2, self.opts.reconnect_max_ms)
+  self.retry_timer = uv.new_timer()
+  self.retry_timer:start(delay, 0, function()
+    vim.schedule(function()
+      if self.retry_timer then
+        self.retry_timer:close()
+        self.retry_timer = nil
+      end
+      self:connect()
+    end)
+  end)
+end
+
+function Connection:_on_data(chunk)
+  self.buf = self.buf .. chunk
+  while true do
+    local nl = self.buf:find('\n', 1, true)
+    if not nl then break end
+    local line = self.buf:sub(1, nl - 1):gsub('\r$', '')
+    self.buf = self.buf:sub(nl + 1)
+    if line ~= '' then
+      local ok, ev = pcall(vim.json.decode, line)
+      if ok and type(ev) == 'table' then
+        self:_dispatch(ev)
+      end
+    end
+  end
+end
+
+function Connection:_dispatch(ev)
+  local id = ev.id
+  if id == nil or id == vim.NIL then return end -- connection-wide error; the close follows
+  local h = self.handlers[id]
+  if not h then return end
+  local final = ev.event ~= 'piece'
+  if final then
+    self.handlers[id] = nil
+  end
+  h(ev)
+end
+
+--- Sends a request; `handler(event)` receives every event of it (for a completion: the
+--- pieces and the final done/error; otherwise the one reply). Returns the request id.
+function Connection:request(fields, handler)
+  local id = self:_take_id()
+  local msg = vim.tbl_extend('force', {}, fields, { id = id })
+  self.handlers[id] = handler
+  local line = vim.json.encode(msg)
+  if self.state == 'connected' then
+    self:_raw_write(line)
+  else
+    table.insert(self.queue, line)
+    self:connect()
+  end
+  return id
+end
+
+--- Sends `cancel` for a request still in flight. Returns true when one was sent.
+function Connection:cancel(target)
+  if self.handlers[target] == nil then return false end
+  if self.state ~= 'connected' then
+    -- Still queued: drop it before it is ever sent.
+    local h = self.handlers[target]
+    self.handlers[target] = nil
+    local keep = {}
+    for _, line in ipairs(self.queue) do
+      local ok, msg = pcall(vim.json.decode, line)
+      if not (ok and msg.id == target) then table.insert(keep, line) end
+    end
+    self.queue = keep
+    h({ id = target, event = 'done', finish_reason = 'cancelled' })
+    return false
+  end
+  self:_raw_write(vim.json.encode({ id = self:_take_id(), op = 'cancel', target = target }))
+  return true
+end
+
+function Connection:close()
+  self.closed = true
+  if self.retry_timer then
+    self.retry_timer:stop()
+    self.retry_timer:close()
+    self.retry_timer = nil
+  end
+  if self.pipe then
+    local pipe = self.pipe
+    self.pipe = nil
+    if not pipe:is_closing() then pipe:close() end
+  end
+  self.handlers = {}
+  self.queue = {}
+  self:_set_state('disconnected')
+end
+
+return Connection

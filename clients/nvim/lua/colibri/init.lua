@@ -1,0 +1,336 @@
+-- Colibri for Neovim: completions from colibrid shown as ghost text while typing.
+-- require('colibri').setup({ ... }) -- options in lua/colibri/config.lua and docs/editors.md
+local config = require('colibri.config')
+local Connection = require('colibri.connection')
+local context = require('colibri.context')
+local ghost = require('colibri.ghost')
+
+local uv = vim.loop
+local api = vim.api
+
+local M = {}
+
+local S = {
+  cfg = nil,
+  conn = nil,
+  enabled = false,
+  timer = nil,
+  -- The current request and its suggestion: { id, buf, row, col, text, finished,
+  -- finish_reason, sent_at, first_at }. One at a time: typing on replaces it.
+  cur = nil,
+  stats = {
+    requests = 0,        -- complete requests sent
+    cancels_sent = 0,    -- cancel requests sent because the user typed on or moved away
+    cancelled = 0,       -- requests that ended with finish_reason "cancelled"
+    completed = 0,       -- requests that ended with another finish_reason
+    errors = 0,
+    accepted = 0,
+    last_error = nil,
+    last_first_piece_ms = nil, -- request sent to its first piece
+    last_total_ms = nil,       -- request sent to its final line
+    finish_reasons = {},       -- the last few, newest last (for :ColibriStatus)
+  },
+}
+
+local function now_ms()
+  return uv.hrtime() / 1e6
+end
+
+local function display_text(text)
+  -- A trailing run of blank lines is invisible as ghost text: neither shown nor inserted.
+  local t = text:gsub('\n%s*$', '')
+  if S.cfg.max_lines > 0 then
+    local lines = vim.split(t, '\n', { plain = true })
+    if #lines > S.cfg.max_lines then
+      t = table.concat(vim.list_slice(lines, 1, S.cfg.max_lines), '\n')
+    end
+  end
+  return t
+end
+
+local function cursor()
+  local pos = api.nvim_win_get_cursor(0)
+  return api.nvim_get_current_buf(), pos[1] - 1, pos[2]
+end
+
+local function at_anchor(cur)
+  local buf, row, col = cursor()
+  return cur.buf == buf and cur.row == row and cur.col == col
+end
+
+local function render()
+  local cur = S.cur
+  if not cur then return end
+  local text = display_text(cur.text)
+  if text == '' or not at_anchor(cur) or not api.nvim_buf_is_valid(cur.buf) then
+    ghost.clear(cur.buf)
+    return
+  end
+  ghost.show(cur.buf, cur.row, cur.col, text, S.cfg.hl_group)
+end
+
+--- Forgets the current suggestion; a request still running is cancelled.
+local function invalidate()
+  local cur = S.cur
+  if not cur then return end
+  S.cur = nil
+  ghost.clear(cur.buf)
+  if not cur.finished and S.conn:cancel(cur.id) then
+    S.stats.cancels_sent = S.stats.cancels_sent + 1
+  end
+end
+
+local function record_final(ev, cur)
+  local st = S.stats
+  cur.finished = true
+  cur.finish_reason = ev.finish_reason or ev.code
+  if ev.event == 'done' then
+    if ev.finish_reason == 'cancelled' then
+      st.cancelled = st.cancelled + 1
+    else
+      st.completed = st.completed + 1
+      st.last_total_ms = now_ms() - cur.sent_at
+    end
+  else
+    st.errors = st.errors + 1
+    st.last_error = (ev.code or 'error') .. ': ' .. (ev.message or '')
+  end
+  table.insert(st.finish_reasons, cur.finish_reason)
+  if #st.finish_reasons > 32 then table.remove(st.finish_reasons, 1) end
+end
+
+local function filetype_enabled(buf)
+  local ft = vim.bo[buf].filetype
+  local v = S.cfg.filetypes[ft]
+  if v == nil then v = S.cfg.filetypes['*'] end
+  return v == true
+end
+
+local function request_now()
+  if not S.enabled then return end
+  local mode = api.nvim_get_mode().mode
+  if mode:sub(1, 1) ~= 'i' then return end
+  local buf, row, col = cursor()
+  if vim.bo[buf].buftype ~= '' or not filetype_enabled(buf) then return end
+  invalidate()
+  local prompt, suffix = context.around(buf, row, col, S.cfg)
+  local fields = {
+    op = 'complete',
+    prompt = prompt,
+    suffix = suffix,
+    max_tokens = S.cfg.max_tokens,
+    temperature = S.cfg.temperature,
+    timeout_ms = S.cfg.timeout_ms,
+    session = ('nvim-%d-%d'):format(uv.os_getpid(), buf),
+  }
+  if S.cfg.max_lines > 0 then fields.max_lines = S.cfg.max_lines end
+  if S.cfg.stop_on_dedent then fields.stop_on_dedent = true end
+  for k, v in pairs(S.cfg.request) do
+    fields[k] = v
+  end
+  local cur = { buf = buf, row = row, col = col, text = '', finished = false, sent_at = now_ms() }
+  S.cur = cur
+  S.stats.requests = S.stats.requests + 1
+  cur.id = S.conn:request(fields, function(ev)
+    if ev.event == 'piece' then
+      if cur.first_at == nil then
+        cur.first_at = now_ms()
+        S.stats.last_first_piece_ms = cur.first_at - cur.sent_at
+      end
+      cur.text = cur.text .. (ev.text or '')
+      if S.cur == cur then render() end
+      return
+    end
+    record_final(ev, cur)
+    if S.cur == cur then render() end
+  end)
+end
+
+local function schedule_request()
+  S.timer:stop()
+  S.timer:start(S.cfg.debounce_ms, 0, vim.schedule_wrap(request_now))
+end
+
+local function on_text_changed()
+  invalidate()
+  if S.enabled then schedule_request() end
+end
+
+local function on_cursor_moved()
+  if S.cur and not at_anchor(S.cur) then invalidate() end
+end
+
+local function on_leave()
+  S.timer:stop()
+  invalidate()
+end
+
+--- The suggestion on screen, or nil.
+function M.suggestion()
+  local cur = S.cur
+  if not cur or not at_anchor(cur) then return nil end
+  local text = display_text(cur.text)
+  if text == '' then return nil end
+  return text
+end
+
+function M.is_visible()
+  return M.suggestion() ~= nil
+end
+
+--- Inserts the suggestion (or its first line when `first_line_only`) at the cursor.
+--- Returns true when something was inserted.
+function M.accept(first_line_only)
+  local text = M.suggestion()
+  if not text then return false end
+  local cur = S.cur
+  if first_line_only then
+    local nl = text:find('\n', 1, true)
+    if nl == 1 then
+      nl = text:find('\n', 2, true) -- the suggestion starts a new line: take that line
+    end
+    if nl then text = text:sub(1, nl - 1) end
+  end
+  invalidate()
+  local lines = vim.split(text, '\n', { plain = true })
+  api.nvim_buf_set_text(cur.buf, cur.row, cur.col, cur.row, cur.col, lines)
+  local end_row = cur.row + #lines - 1
+  local end_col = (#lines == 1 and cur.col or 0) + #lines[#lines]
+  api.nvim_win_set_cursor(0, { end_row + 1, end_col })
+  S.stats.accepted = S.stats.accepted + 1
+  return true
+end
+
+function M.dismiss()
+  S.timer:stop()
+  invalidate()
+end
+
+function M.stats()
+  return vim.deepcopy(S.stats)
+end
+
+function M.config()
+  return S.cfg
+end
+
+--- 'connected', 'connecting' or 'disconnected'.
+function M.connection_state()
+  return S.conn and S.conn.state or 'disconnected'
+end
+
+--- Asks the daemon for `health` and `status`; calls cb(health, status) (nil on failure).
+function M.query(cb)
+  local health
+  S.conn:request({ op = 'health' }, function(h)
+    health = h
+    S.conn:request({ op = 'status' }, function(st)
+      cb(health, st.event == 'status' and st or nil)
+    end)
+  end)
+end
+
+local function fmt_ms(v)
+  return v and ('%.0f ms'):format(v) or '-'
+end
+
+--- Lines for :ColibriStatus.
+function M.status_lines(health, status)
+  local st = S.stats
+  local out = {
+    ('colibri: %s, socket %s (%s)'):format(S.enabled and 'enabled' or 'disabled', S.cfg.socket,
+      M.connection_state()),
+  }
+  if health and health.event == 'health' then
+    local line = ('daemon: %s, worker %s'):format(health.status, tostring(health.worker))
+    if health.message then line = line .. ' (' .. health.message .. ')' end
+    out[#out + 1] = line
+  elseif health then
+    out[#out + 1] = ('daemon: not reachable (%s)'):format(health.message or health.code or '?')
+  end
+  if status then
+    local model = status.model or {}
+    out[#out + 1] = ('model: %s (%s, %s), backend %s'):format(tostring(model.path), tostring(model.architecture),
+      tostring(model.quant), tostring(status.backend))
+    local req = status.requests or {}
+    out[#out + 1] = ('daemon requests: %s served, %s cancelled; %.1f tokens/s'):format(tostring(req.served),
+      tostring(req.cancelled), (status.tokens and status.tokens.per_second) or 0)
+  end
+  out[#out + 1] = ('this editor: %d requests, %d cancels sent, %d completed, %d cancelled, %d errors, %d accepted')
+    :format(st.requests, st.cancels_sent, st.completed, st.cancelled, st.errors, st.accepted)
+  out[#out + 1] = ('last request: first piece %s, done %s'):format(fmt_ms(st.last_first_piece_ms),
+    fmt_ms(st.last_total_ms))
+  if st.last_error then out[#out + 1] = 'last error: ' .. st.last_error end
+  return out
+end
+
+function M.show_status()
+  M.query(function(health, status)
+    vim.api.nvim_echo({ { table.concat(M.status_lines(health, status), '\n') } }, true, {})
+  end)
+end
+
+function M.enable()
+  S.enabled = true
+end
+
+function M.disable()
+  S.enabled = false
+  M.dismiss()
+end
+
+function M.toggle()
+  if S.enabled then M.disable() else M.enable() end
+end
+
+local function map_key(lhs, fn)
+  if not lhs or lhs == '' then return end
+  local fallback = api.nvim_replace_termcodes(lhs, true, false, true)
+  vim.keymap.set('i', lhs, function()
+    if not fn() then
+      api.nvim_feedkeys(fallback, 'n', false)
+    end
+  end, { silent = true, desc = 'colibri' })
+end
+
+function M.setup(opts)
+  if S.conn then S.conn:close() end
+  S.cfg = config.resolve(opts)
+  S.enabled = S.cfg.enabled
+  S.conn = Connection.new({
+    socket = S.cfg.socket,
+    client = 'colibri.nvim',
+    reconnect_min_ms = S.cfg.reconnect_min_ms,
+    reconnect_max_ms = S.cfg.reconnect_max_ms,
+    on_state = function(state)
+      if state ~= 'connected' and S.cur and not S.cur.finished then
+        S.cur.finished = true -- its handler got the 'disconnected' error already
+      end
+    end,
+  })
+  if not S.timer then S.timer = uv.new_timer() end
+  vim.cmd('highlight default link ColibriSuggestion Comment')
+
+  local group = api.nvim_create_augroup('colibri', { clear = true })
+  api.nvim_create_autocmd('TextChangedI', { group = group, callback = on_text_changed })
+  api.nvim_create_autocmd('CursorMovedI', { group = group, callback = on_cursor_moved })
+  api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave', 'WinLeave' }, { group = group, callback = on_leave })
+  api.nvim_create_autocmd('VimLeavePre', {
+    group = group,
+    callback = function()
+      S.conn:close()
+    end,
+  })
+
+  map_key(S.cfg.keys.accept, function() return M.accept(false) end)
+  map_key(S.cfg.keys.accept_line, function() return M.accept(true) end)
+  map_key(S.cfg.keys.dismiss, function()
+    local shown = M.is_visible()
+    M.dismiss()
+    return shown
+  end)
+
+  S.conn:connect() -- warm: the first keystroke does not wait for a connection
+end
+
+return M
