@@ -202,6 +202,23 @@ local function main()
     return colibri.stats().completed > completed and colibri.suggestion() ~= nil
   end)
   log('after restart: ' .. vim.inspect(colibri.suggestion()))
+
+  -- 4. The dismiss key and cursor moves take the suggestion away without touching the text.
+  local text = buffer_text()
+  api.nvim_input('<C-]>')
+  wait_for('the dismiss key', function() return colibri.suggestion() == nil end)
+  check(#api.nvim_buf_get_extmarks(0, require('colibri.ghost').ns, 0, -1, {}) == 0, 'ghost text left behind')
+  check(buffer_text() == text, 'dismissing changed the buffer')
+  completed = colibri.stats().completed
+  type_keys(' ')
+  wait_for('a new suggestion', function()
+    return colibri.stats().completed > completed and colibri.suggestion() ~= nil
+  end)
+  text = buffer_text()
+  api.nvim_input('<Left>')
+  wait_for('a cursor move to dismiss', function() return colibri.suggestion() == nil end)
+  check(#api.nvim_buf_get_extmarks(0, require('colibri.ghost').ns, 0, -1, {}) == 0, 'ghost text left behind')
+  check(buffer_text() == text, 'moving the cursor changed the buffer')
   local status_lines
   colibri.query(function(h, st) status_lines = colibri.status_lines(h, st) end)
   wait_for('status', function() return status_lines ~= nil end)
