@@ -23,6 +23,7 @@ function settings() {
     prefixLines: c.get('prefixLines', 64),
     suffixLines: c.get('suffixLines', 16),
     timeoutMs: c.get('timeoutMs', 5000),
+    warmUp: c.get('warmUp', true),
   };
 }
 
@@ -71,6 +72,9 @@ function activate(context) {
     vscode.commands.registerCommand('colibri.toggle', async () => {
       const c = vscode.workspace.getConfiguration('colibri');
       await c.update('enabled', !c.get('enabled', true), vscode.ConfigurationTarget.Global);
+    }),
+    vscode.window.onDidChangeActiveTextEditor((editor) => {
+      if (editor && editor.document.uri.scheme === 'file') provider.warmUp(editor.document, editor.selection.active);
     }),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (e.affectsConfiguration('colibri')) {

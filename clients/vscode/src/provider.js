@@ -16,6 +16,7 @@ const DEFAULTS = {
   suffixLines: 16,
   maxContextChars: 16384,
   timeoutMs: 5000,
+  warmUp: true,
 };
 
 /// Resolves after `ms` or as soon as `token` is cancelled.
@@ -104,7 +105,7 @@ function requestFields(prompt, suffix, session, cfg) {
 /// getConfig(): an object with the keys of DEFAULTS (missing ones take the defaults).
 function createProvider({ vscode, getClient, getConfig, log = () => {} }) {
   const sessions = new Map(); // document uri -> session name
-  const stats = { requests: 0, cancelsSent: 0, cancelled: 0, completed: 0, errors: 0, lastError: null };
+  const stats = { requests: 0, cancelsSent: 0, cancelled: 0, completed: 0, errors: 0, lastError: null, warmUps: 0 };
 
   function sessionFor(document) {
     const key = document.uri.toString();
@@ -153,7 +154,19 @@ function createProvider({ vscode, getClient, getConfig, log = () => {} }) {
     return [new vscode.InlineCompletionItem(text, new vscode.Range(position, position))];
   }
 
-  return { provideInlineCompletionItems, stats };
+  /// Has the daemon process the context into its cache (max_tokens 0), e.g. when an
+  /// editor becomes active, so the first keystroke's request pays only for what was typed.
+  function warmUp(document, position) {
+    const cfg = { ...DEFAULTS, ...getConfig() };
+    if (!cfg.enabled || !cfg.warmUp) return null;
+    const { prompt, suffix } = extractContext(document, position, cfg);
+    const c = getClient().complete({ ...requestFields(prompt, suffix, sessionFor(document), cfg), max_tokens: 0 });
+    stats.warmUps++;
+    c.promise.catch(() => {}); // an older daemon refuses max_tokens 0: nothing lost
+    return c;
+  }
+
+  return { provideInlineCompletionItems, warmUp, stats };
 }
 
 module.exports = { createProvider, extractContext, finishText, requestFields, capText, delay, DEFAULTS };

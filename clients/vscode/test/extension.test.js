@@ -11,6 +11,7 @@ const { sleep } = require('./daemon');
 function fakeVscode(settings) {
   const registered = { providers: [], commands: new Map(), channels: [] };
   const window = makeWindow();
+  window.onDidChangeActiveTextEditor = () => ({ dispose() {} });
   window.createOutputChannel = (name) => {
     const ch = { name, lines: [], appendLine(l) { this.lines.push(l); }, show() {}, dispose() {} };
     registered.channels.push(ch);

@@ -168,6 +168,23 @@ describe('provider with a scripted client', () => {
     assert.strictEqual(provider.stats.lastError, 'busy: the queue is full');
   });
 
+  it('warms the cache with a max_tokens 0 request in the document\'s session', async () => {
+    const { client, provider } = setup({ debounceMs: 0 });
+    const doc = textDocument('import os\n\nx = 1', 'file:///w.py');
+    provider.warmUp(doc, new vscode.Position(2, 0));
+    const warm = await nextRequest(client);
+    assert.strictEqual(warm.fields.max_tokens, 0);
+    assert.strictEqual(warm.fields.prompt, 'import os\n\n');
+    assert.strictEqual(provider.stats.warmUps, 1);
+    const pending = provider.provideInlineCompletionItems(doc, new vscode.Position(2, 1), AUTOMATIC,
+                                                          new vscode.CancellationTokenSource().token);
+    const req = await nextRequest(client);
+    assert.strictEqual(req.fields.session, warm.fields.session);
+    req.finish(' = 2');
+    assert.strictEqual((await pending)[0].insertText, ' = 2');
+    assert.strictEqual(setup({ warmUp: false }).provider.warmUp(doc, new vscode.Position(0, 0)), null);
+  });
+
   it('does nothing when disabled', async () => {
     const { client, provider } = setup({ enabled: false });
     const items = await provider.provideInlineCompletionItems(textDocument('x'), new vscode.Position(0, 1),

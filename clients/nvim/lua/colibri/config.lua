@@ -22,6 +22,7 @@ M.defaults = {
   stop_on_dedent = true,   -- end before a line indented less than the cursor's line
   temperature = 0,         -- greedy: the same context gives the same suggestion
   timeout_ms = 5000,
+  warm_up = true,          -- on entering insert mode, have the daemon process the context
   request = {},            -- extra fields merged into every complete request
   keys = {
     accept = '<Tab>',      -- falls back to the key itself when no suggestion shows

@@ -25,6 +25,7 @@ local S = {
     completed = 0,       -- requests that ended with another finish_reason
     errors = 0,
     accepted = 0,
+    warm_ups = 0,        -- max_tokens 0 requests sent on entering insert mode
     last_error = nil,
     last_first_piece_ms = nil, -- request sent to its first piece
     last_total_ms = nil,       -- request sent to its final line
@@ -39,6 +40,7 @@ end
 local function display_text(text)
   -- A trailing run of blank lines is invisible as ghost text: neither shown nor inserted.
   local t = text:gsub('\n%s*$', '')
+  if not t:find('%S') then return '' end -- only blanks: nothing visible to show
   if S.cfg.max_lines > 0 then
     local lines = vim.split(t, '\n', { plain = true })
     if #lines > S.cfg.max_lines then
@@ -106,21 +108,16 @@ local function filetype_enabled(buf)
   return v == true
 end
 
-local function request_now()
-  if not S.enabled then return end
-  local mode = api.nvim_get_mode().mode
-  if mode:sub(1, 1) ~= 'i' then return end
-  local buf, row, col = cursor()
-  if vim.bo[buf].buftype ~= '' or not filetype_enabled(buf) then return end
-  invalidate()
+local function completion_fields(buf, row, col, max_tokens)
   local prompt, suffix = context.around(buf, row, col, S.cfg)
   local fields = {
     op = 'complete',
     prompt = prompt,
     suffix = suffix,
-    max_tokens = S.cfg.max_tokens,
+    max_tokens = max_tokens,
     temperature = S.cfg.temperature,
     timeout_ms = S.cfg.timeout_ms,
+    -- One session per buffer: a newer request of the buffer ends an older one on the daemon.
     session = ('nvim-%d-%d'):format(uv.os_getpid(), buf),
   }
   if S.cfg.max_lines > 0 then fields.max_lines = S.cfg.max_lines end
@@ -128,6 +125,30 @@ local function request_now()
   for k, v in pairs(S.cfg.request) do
     fields[k] = v
   end
+  return fields
+end
+
+local function wanted_here()
+  if not S.enabled then return false end
+  if api.nvim_get_mode().mode:sub(1, 1) ~= 'i' then return false end
+  local buf = api.nvim_get_current_buf()
+  return vim.bo[buf].buftype == '' and filetype_enabled(buf)
+end
+
+--- Entering insert mode: the context is processed into the daemon's cache (max_tokens 0),
+--- so the first keystroke's request pays only for what was typed.
+local function warm_up()
+  if not S.cfg.warm_up or not wanted_here() or S.cur then return end
+  local buf, row, col = cursor()
+  S.stats.warm_ups = S.stats.warm_ups + 1
+  S.conn:request(completion_fields(buf, row, col, 0), function() end)
+end
+
+local function request_now()
+  if not wanted_here() then return end
+  local buf, row, col = cursor()
+  invalidate()
+  local fields = completion_fields(buf, row, col, S.cfg.max_tokens)
   local cur = { buf = buf, row = row, col = col, text = '', finished = false, sent_at = now_ms() }
   S.cur = cur
   S.stats.requests = S.stats.requests + 1
@@ -314,6 +335,7 @@ function M.setup(opts)
   local group = api.nvim_create_augroup('colibri', { clear = true })
   api.nvim_create_autocmd('TextChangedI', { group = group, callback = on_text_changed })
   api.nvim_create_autocmd('CursorMovedI', { group = group, callback = on_cursor_moved })
+  api.nvim_create_autocmd('InsertEnter', { group = group, callback = vim.schedule_wrap(warm_up) })
   api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave', 'WinLeave' }, { group = group, callback = on_leave })
   api.nvim_create_autocmd('VimLeavePre', {
     group = group,
