@@ -131,13 +131,28 @@ local function main()
   end)
   local suggestion = colibri.suggestion()
   log('suggestion: ' .. vim.inspect(suggestion))
+  local typed = '    total = '
+  local first_char = suggestion:sub(1, 1)
+  if first_char ~= '\n' and #suggestion > 1 then
+    -- Typing the suggestion's next character keeps the rest, with no new request.
+    local s_before = colibri.stats()
+    type_keys(first_char)
+    sleep(60) -- longer than the debounce: a request would have gone out
+    local s_after = colibri.stats()
+    check(colibri.suggestion() == suggestion:sub(2), 'typing through: ' .. vim.inspect(colibri.suggestion()))
+    check(s_after.requests == s_before.requests and s_after.cancels_sent == s_before.cancels_sent,
+          'typing through sent requests: ' .. vim.inspect(s_after))
+    check(s_after.typed_through == 1, 'typing through not counted')
+    typed = typed .. first_char
+    suggestion = suggestion:sub(2)
+  end
   local marks = api.nvim_buf_get_extmarks(0, require('colibri.ghost').ns, 0, -1, { details = true })
   check(#marks == 1, 'expected one ghost text mark, found ' .. #marks)
   local details = marks[1][4]
   local shown = {}
   if details.virt_text then shown[1] = details.virt_text[1][1] else shown[1] = '' end
   for _, vl in ipairs(details.virt_lines or {}) do shown[#shown + 1] = vl[1][1] end
-  check(marks[1][2] == 2 and marks[1][3] == #'    total = ', 'ghost text not at the cursor')
+  check(marks[1][2] == 2 and marks[1][3] == #typed, 'ghost text not at the cursor')
   check(table.concat(shown, '\n') == suggestion:gsub('\t', string.rep(' ', vim.bo.tabstop)),
         'ghost text differs from the suggestion: ' .. vim.inspect(shown))
   local before = buffer_text()
@@ -146,7 +161,7 @@ local function main()
   wait_for('the suggestion to be inserted', function() return buffer_text() ~= before end)
   local expected = vim.deepcopy(lines_before)
   local ins = vim.split(suggestion, '\n', { plain = true })
-  expected[3] = '    total = ' .. ins[1]
+  expected[3] = typed .. ins[1]
   for i = 2, #ins do table.insert(expected, 2 + i, ins[i]) end
   check(vim.deep_equal(api.nvim_buf_get_lines(0, 0, -1, false), expected),
         'accepting inserted something else:\n' .. buffer_text())
@@ -172,7 +187,7 @@ local function main()
   wait_for('a first piece', function() return colibri.suggestion() ~= nil end)
   local s0 = colibri.stats()
   check(not colibri.stats().finish_reasons[#s0.finish_reasons + 1], 'the streaming request ended early')
-  type_keys(' ')
+  type_keys(colibri.suggestion():sub(1, 1) == 'x' and 'y' or 'x') -- not what it suggests
   wait_for('the daemon to confirm the cancel', function() return colibri.stats().cancelled > s0.cancelled end)
   local s1 = colibri.stats()
   check(s1.cancels_sent > s0.cancels_sent, 'no cancel sent: ' .. vim.inspect(s1))
@@ -193,10 +208,10 @@ local function main()
   start_daemon()
   wait_for('the plugin to reconnect', function() return colibri.connection_state() == 'connected' end, 20000)
   wait_healthy()
-  api.nvim_buf_set_lines(0, 0, -1, false, { 'def add(a, b):', '' })
-  api.nvim_win_set_cursor(0, { 2, 0 })
+  api.nvim_buf_set_lines(0, 0, -1, false, { 'import os', '', '', 'def list_files(root):', '' })
+  api.nvim_win_set_cursor(0, { 5, 0 })
   api.nvim_input('A')
-  type_keys('    return')
+  type_keys('    for name in os.')
   local completed = colibri.stats().completed
   wait_for('a suggestion from the restarted daemon', function()
     return colibri.stats().completed > completed and colibri.suggestion() ~= nil
@@ -210,7 +225,7 @@ local function main()
   check(#api.nvim_buf_get_extmarks(0, require('colibri.ghost').ns, 0, -1, {}) == 0, 'ghost text left behind')
   check(buffer_text() == text, 'dismissing changed the buffer')
   completed = colibri.stats().completed
-  type_keys(' ')
+  type_keys('x')
   wait_for('a new suggestion', function()
     return colibri.stats().completed > completed and colibri.suggestion() ~= nil
   end)

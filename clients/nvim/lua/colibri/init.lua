@@ -25,6 +25,7 @@ local S = {
     completed = 0,       -- requests that ended with another finish_reason
     errors = 0,
     accepted = 0,
+    typed_through = 0,   -- characters typed that matched the suggestion (kept, not re-requested)
     warm_ups = 0,        -- max_tokens 0 requests sent on entering insert mode
     last_error = nil,
     last_first_piece_ms = nil, -- request sent to its first piece
@@ -108,6 +109,13 @@ local function filetype_enabled(buf)
   return v == true
 end
 
+local request_now
+
+local function schedule_request()
+  S.timer:stop()
+  S.timer:start(S.cfg.debounce_ms, 0, vim.schedule_wrap(function() request_now() end))
+end
+
 local function completion_fields(buf, row, col, max_tokens)
   local prompt, suffix = context.around(buf, row, col, S.cfg)
   local fields = {
@@ -144,12 +152,17 @@ local function warm_up()
   S.conn:request(completion_fields(buf, row, col, 0), function() end)
 end
 
-local function request_now()
+request_now = function()
   if not wanted_here() then return end
   local buf, row, col = cursor()
   invalidate()
   local fields = completion_fields(buf, row, col, S.cfg.max_tokens)
-  local cur = { buf = buf, row = row, col = col, text = '', finished = false, sent_at = now_ms() }
+  local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+  local cur = {
+    buf = buf, row = row, col = col, text = '', finished = false, sent_at = now_ms(),
+    rest = line:sub(col + 1), -- the line after the cursor, to recognise typing through
+    tick = api.nvim_buf_get_changedtick(buf),
+  }
   S.cur = cur
   S.stats.requests = S.stats.requests + 1
   cur.id = S.conn:request(fields, function(ev)
@@ -163,22 +176,52 @@ local function request_now()
       return
     end
     record_final(ev, cur)
-    if S.cur == cur then render() end
+    if S.cur ~= cur then return end
+    render()
+    if cur.typed_through and display_text(cur.text) == '' and S.enabled then
+      schedule_request() -- typed to the end of what came: ask for what follows
+    end
   end)
 end
 
-local function schedule_request()
-  S.timer:stop()
-  S.timer:start(S.cfg.debounce_ms, 0, vim.schedule_wrap(request_now))
+--- Typing the suggestion's own next characters keeps it: the anchor moves past them and
+--- the request (finished or still streaming) stays. Returns true when that is what the
+--- cursor and the line show.
+local function type_through()
+  local cur = S.cur
+  if not cur then return false end
+  local buf, row, col = cursor()
+  if buf ~= cur.buf or row ~= cur.row or col <= cur.col then return false end
+  local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+  local typed = line:sub(cur.col + 1, col)
+  if line:sub(col + 1) ~= cur.rest or cur.text:sub(1, #typed) ~= typed then return false end
+  cur.col = col
+  cur.text = cur.text:sub(#typed + 1)
+  cur.tick = api.nvim_buf_get_changedtick(buf)
+  cur.typed_through = true
+  S.stats.typed_through = S.stats.typed_through + #typed
+  render()
+  return true
 end
 
 local function on_text_changed()
-  invalidate()
-  if S.enabled then schedule_request() end
+  local cur = S.cur
+  if cur and at_anchor(cur) and cur.tick == api.nvim_buf_get_changedtick(cur.buf) then
+    -- CursorMovedI came first and found the user typing through the suggestion.
+  elseif not type_through() then
+    invalidate()
+    if S.enabled then schedule_request() end
+    return
+  end
+  S.timer:stop()
+  if cur.finished and display_text(cur.text) == '' then
+    invalidate() -- typed all of it
+    if S.enabled then schedule_request() end
+  end
 end
 
 local function on_cursor_moved()
-  if S.cur and not at_anchor(S.cur) then invalidate() end
+  if S.cur and not at_anchor(S.cur) and not type_through() then invalidate() end
 end
 
 local function on_leave()
@@ -277,8 +320,9 @@ function M.status_lines(health, status)
     out[#out + 1] = ('daemon requests: %s served, %s cancelled; %.1f tokens/s'):format(tostring(req.served),
       tostring(req.cancelled), (status.tokens and status.tokens.per_second) or 0)
   end
-  out[#out + 1] = ('this editor: %d requests, %d cancels sent, %d completed, %d cancelled, %d errors, %d accepted')
-    :format(st.requests, st.cancels_sent, st.completed, st.cancelled, st.errors, st.accepted)
+  out[#out + 1] = ('this editor: %d requests, %d cancels sent, %d completed, %d cancelled, %d errors, %d accepted, '
+    .. '%d characters typed through'):format(st.requests, st.cancels_sent, st.completed, st.cancelled, st.errors,
+    st.accepted, st.typed_through)
   out[#out + 1] = ('last request: first piece %s, done %s'):format(fmt_ms(st.last_first_piece_ms),
     fmt_ms(st.last_total_ms))
   if st.last_error then out[#out + 1] = 'last error: ' .. st.last_error end
