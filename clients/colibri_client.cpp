@@ -41,7 +41,11 @@ Options (each --name_with_underscores also accepts --name-with-dashes):
                        or /tmp/colibri-$UID/colibri.sock when XDG_RUNTIME_DIR is unset)
   --prompt TEXT        prompt text ('-' reads standard input)
   --suffix TEXT        text after the cursor (fill-in-the-middle)
-  --max_tokens N       tokens to generate at most (default 128)
+  --max_tokens N       tokens to generate at most (default 128); 0: only load the prompt
+                       into the daemon's cache (warm-up)
+  --max_lines N        end before line N+1 of the completion (1: the rest of the line)
+  --stop_on_dedent     end before a line indented less than the prompt's last line
+  --session NAME       editor buffer; a newer request in the same session cancels this one
   --temperature X      0: greedy (default 0.8)
   --top_p X            top-p, 1: off (default 0.95)
   --top_k N            top-k, 0: off (default 40)
@@ -130,6 +134,9 @@ options parse_args(int argc, char** argv, bool& help) {
         else if (name == "prompt") o.prompt = next();
         else if (name == "suffix") o.req.suffix = next();
         else if (name == "max_tokens") o.req.max_tokens = static_cast<int>(to_integer(a, next()));
+        else if (name == "max_lines") o.req.max_lines = static_cast<int>(to_integer(a, next()));
+        else if (name == "stop_on_dedent") o.req.stop_on_dedent = true;
+        else if (name == "session") o.req.session = next();
         else if (name == "temperature") o.req.temperature = static_cast<float>(to_double(a, next()));
         else if (name == "top_p") o.req.top_p = static_cast<float>(to_double(a, next()));
         else if (name == "top_k") o.req.top_k = static_cast<int>(to_integer(a, next()));

@@ -150,15 +150,25 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
                                 colibri_generate_result* result);
 
 /**
- * How many tokens of the prompt colibri_generate would build from these arguments the
- * session already holds in its cache (so a caller with several sessions can pick the one
- * that saves the most work).
+ * Tokenizes the prompt once, as colibri_generate would from these arguments (FIM framing
+ * included), and tells for each of sessions[0..n_sessions) how many of its tokens that
+ * session could reuse from its cache (n_reusable[i]), so that a caller with several
+ * sessions can pick the one that saves the most work. *n_prompt_tokens (may be NULL) gets
+ * the prompt's length in tokens. Every session must belong to `model`.
  */
-colibri_status colibri_session_cached_prefix(colibri_session* session, const char* prompt, size_t prompt_len,
-                                             const colibri_generate_params* params, size_t* n_tokens);
+colibri_status colibri_prompt_match(const colibri_model* model, colibri_session* const* sessions, size_t n_sessions,
+                                    const char* prompt, size_t prompt_len, const colibri_generate_params* params,
+                                    size_t* n_reusable, size_t* n_prompt_tokens);
 
-/** Forgets the session's cached tokens. */
+/** Forgets the session's cached tokens and gives their memory back. */
 colibri_status colibri_session_reset(colibri_session* session);
+
+/** Tokens the session's KV cache holds (0 for NULL). */
+int colibri_session_n_cached(const colibri_session* session);
+
+/** Bytes of KV cache one cached token takes: the cache's memory grows with the tokens it
+ *  holds, and shrinks when they are forgotten (0 for NULL). */
+size_t colibri_session_token_bytes(const colibri_session* session);
 
 /** Bytes of memory the session's buffers and KV cache take at most (0 for NULL). */
 size_t colibri_session_memory(const colibri_session* session);

@@ -58,6 +58,11 @@ command_line parse_command_line(int argc, const char* const* argv) {
         ("max-timeout-ms", po::value(&c.max_timeout_ms)->default_value(c.max_timeout_ms), "cap on a request's timeout_ms")
         ("shutdown-grace-ms", po::value(&c.shutdown_grace_ms)->default_value(c.shutdown_grace_ms), "on SIGTERM, time to finish in-flight work");
 
+    po::options_description cache("Prompt cache");
+    cache.add_options()
+        ("cache-slots", po::value(&c.cache_slots)->default_value(c.cache_slots), "KV caches the worker keeps; a request reuses the one sharing the longest prefix with its prompt")
+        ("cache-memory-mb", po::value(&c.cache_memory_mb)->default_value(c.cache_memory_mb), "memory all cached tokens may take; least recently used slots are emptied first");
+
     po::options_description watchdog("Watchdog");
     watchdog.add_options()
         ("ping-interval-ms", po::value(&w.ping_interval_ms)->default_value(w.ping_interval_ms), "worker liveness probe period")
@@ -76,7 +81,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
         ("enable-fault-injection", po::bool_switch(&c.enable_fault_injection), "accept the debug_fault request field (tests only)");
 
     po::options_description all("colibrid: the Colibri completion daemon\n\nUsage: colibrid --model FILE [options]");
-    all.add(general).add(limits).add(watchdog).add(advanced);
+    all.add(general).add(limits).add(cache).add(watchdog).add(advanced);
 
     po::variables_map vm;
     try {
@@ -108,6 +113,8 @@ command_line parse_command_line(int argc, const char* const* argv) {
     require_range<std::size_t>("max-write-buffer-bytes", c.max_write_buffer_bytes, 4096, std::size_t{1} << 32);
     require_range("threads", c.threads, 0, 4096);
     require_range("max-tokens", c.max_tokens, 1, 1 << 24);
+    require_range("cache-slots", c.cache_slots, 1, 256);
+    require_range<std::int64_t>("cache-memory-mb", c.cache_memory_mb, 1, INT64_C(1) << 30);
     require_range<std::int64_t>("max-timeout-ms", c.max_timeout_ms, 1, INT64_C(1) << 40);
     require_range<std::int64_t>("default-timeout-ms", c.default_timeout_ms, 1, c.max_timeout_ms);
     require_range("shutdown-grace-ms", c.shutdown_grace_ms, 0, 3600000);

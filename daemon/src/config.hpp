@@ -32,6 +32,9 @@ struct daemon_config {
     int threads = 0;
     std::string log_level = "info";
 
+    int cache_slots = 4;            ///< KV-cache slots the worker keeps
+    std::int64_t cache_memory_mb = 2048; ///< cap on the memory of all slots' cached tokens
+
     std::size_t max_connections = 256;
     std::size_t max_queue = 64;
     std::size_t max_inflight_per_connection = 16;

@@ -56,6 +56,17 @@ std::optional<p::request_error> scheduler::submit(const std::shared_ptr<job>& j)
         return p::request_error{j->id, p::error_code::busy,
                                 "the queue is full (" + std::to_string(cfg_.max_queue) + " requests)"};
     }
+    if (!j->req.session.empty()) {
+        // A newer keystroke in the same editor buffer: the older completion is stale.
+        if (auto it = sessions_.find(j->req.session); it != sessions_.end()) {
+            if (auto older = it->second.lock(); older && older->st != job::state::finished) {
+                ++stats_.superseded;
+                logger()->debug("job {} superseded in session '{}'", older->seq, j->req.session);
+                cancel(older, true); // forgets the session's entry
+            }
+        }
+        sessions_[j->req.session] = j;
+    }
     j->seq = next_seq_++;
     j->seed = j->req.seed ? *j->req.seed : seed_rng_();
     j->accepted = clock::now();
@@ -116,6 +127,10 @@ void scheduler::finish(const std::shared_ptr<job>& j, const nlohmann::json& fina
     if (running_ == j) running_.reset();
     j->st = job::state::finished;
     j->deadline.cancel();
+    if (!j->req.session.empty()) {
+        auto it = sessions_.find(j->req.session);
+        if (it != sessions_.end() && it->second.lock() == j) sessions_.erase(it);
+    }
     if (auto c = j->conn.lock()) {
         if (!final_event.is_null()) c->send(final_event);
         c->forget(j->key);

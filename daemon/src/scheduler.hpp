@@ -27,7 +27,8 @@ namespace colibri::daemon {
 /// Running totals for the status op.
 struct scheduler_stats {
     std::uint64_t served = 0;    ///< ended with done (stop or length)
-    std::uint64_t cancelled = 0;
+    std::uint64_t cancelled = 0; ///< by the client, a newer request in its session, or shutdown
+    std::uint64_t superseded = 0; ///< of those: by a newer request in the same session
     std::uint64_t timed_out = 0;
     std::uint64_t failed = 0;    ///< ended with an error event
     std::uint64_t rejected = 0;  ///< busy / unavailable at submission
@@ -87,6 +88,8 @@ private:
     std::deque<const void*> order_;
     std::size_t queued_ = 0;
     std::shared_ptr<job> running_; ///< the job the worker runs, until it finishes for its client
+    /// The newest request of each named session; a newer one cancels it.
+    std::unordered_map<std::string, std::weak_ptr<job>> sessions_;
     std::uint64_t next_seq_ = 1;
     std::mt19937_64 seed_rng_;
     scheduler_stats stats_;

@@ -214,6 +214,7 @@ void supervisor::handle_line(std::string_view line) {
                 if (state_ != worker_state::starting) return;
                 start_timer_.cancel();
                 model_info_ = std::move(m.info);
+                cache_stats_ = model_info_.value("cache", nlohmann::json());
                 set_state(worker_state::ready);
                 logger()->info("worker ready (pid {})", pid_);
                 schedule_ping();
@@ -229,6 +230,7 @@ void supervisor::handle_line(std::string_view line) {
                 if constexpr (std::is_same_v<T, w::done_msg>) consecutive_failures_ = 0;
                 if (state_ == worker_state::busy) set_state(worker_state::ready);
                 if constexpr (std::is_same_v<T, w::done_msg>) {
+                    if (!m.cache.is_null()) cache_stats_ = m.cache;
                     if (h_.on_done) h_.on_done(m);
                 } else {
                     if (h_.on_error) h_.on_error(m);

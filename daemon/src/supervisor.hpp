@@ -88,6 +88,9 @@ public:
     const std::string& last_crash_reason() const { return last_crash_reason_; }
     std::optional<clock::time_point> last_crash_time() const { return last_crash_time_; }
     const nlohmann::json& model_info() const { return model_info_; }
+    /// The worker's KV-cache counters: from its ready message, then after each job (so a
+    /// restarted worker reports its cold cache).
+    const nlohmann::json& cache_stats() const { return cache_stats_; }
 
 private:
     void spawn();
@@ -141,6 +144,7 @@ private:
     std::string last_crash_reason_;
     std::optional<clock::time_point> last_crash_time_;
     nlohmann::json model_info_ = nlohmann::json::object();
+    nlohmann::json cache_stats_;
     std::function<void()> on_stopped_;
 };
 

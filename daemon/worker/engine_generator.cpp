@@ -1,10 +1,13 @@
 #include "engine_generator.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "colibri.h"
+#include "slot_policy.hpp"
 
 namespace colibri::worker {
 
@@ -29,25 +32,31 @@ p::finish_reason map_finish(colibri_finish_reason r) {
     return p::finish_reason::stop;
 }
 
+/// One model and a pool of sessions (KV-cache slots). A request runs on the slot whose
+/// cache shares the longest prefix with its prompt (slot_policy.hpp); slots are created on
+/// first use, and emptied least recently used first to keep the cached tokens of all of
+/// them under the memory cap. A session's cache takes memory only for the tokens it holds.
 class engine_generator final : public generator {
 public:
-    explicit engine_generator(const worker_options& opts) {
+    explicit engine_generator(const worker_options& opts)
+        : slots_(static_cast<std::size_t>(opts.slots)), cap_bytes_(static_cast<std::size_t>(opts.cache_mb) << 20) {
         colibri_model_params mp;
         colibri_model_params_init(&mp);
         mp.device = opts.device.c_str();
         mp.n_threads = opts.threads;
         if (auto s = colibri_model_load(opts.model.c_str(), &mp, &model_); s != COLIBRI_OK)
             throw std::runtime_error("cannot load model '" + opts.model + "': " + last_error(s));
-        colibri_session_params sp;
-        colibri_session_params_init(&sp);
-        if (auto s = colibri_session_create(model_, &sp, &session_); s != COLIBRI_OK) {
+        try {
+            session(0); // the first slot now: a model that cannot hold a session fails at start
+        } catch (...) {
             colibri_model_free(model_);
-            throw std::runtime_error("cannot create a session: " + last_error(s));
+            throw;
         }
+        token_bytes_ = colibri_session_token_bytes(slots_[0].s);
     }
 
     ~engine_generator() override {
-        colibri_session_free(session_);
+        for (auto& slot : slots_) colibri_session_free(slot.s);
         colibri_model_free(model_);
     }
 
@@ -67,7 +76,8 @@ public:
                 {"n_params", mi.n_params},
                 {"n_params_active", mi.n_params_active},
                 {"file_size", mi.file_size},
-                {"fim", mi.fim ? mi.fim : "none"}};
+                {"fim", mi.fim ? mi.fim : "none"},
+                {"cache", cache_stats()}};
     }
 
     result generate(const p::worker::run_msg& job, piece_sink& sink) override {
@@ -81,6 +91,8 @@ public:
         gp.min_p = req.min_p;
         gp.repeat_penalty = req.repeat_penalty;
         gp.seed = job.seed;
+        gp.max_lines = req.max_lines;
+        gp.stop_on_dedent = req.stop_on_dedent ? 1 : 0;
         std::vector<const char*> stop;
         for (const auto& s : req.stop) stop.push_back(s.c_str());
         gp.stop = stop.empty() ? nullptr : stop.data();
@@ -94,13 +106,20 @@ public:
         gp.cancel = [](void* user) -> int { return static_cast<piece_sink*>(user)->poll() ? 1 : 0; };
         gp.cancel_user = &sink;
 
+        colibri_session* const s = place(req, gp);
         colibri_generate_result r{};
         const auto status = colibri_generate(
-            session_, req.prompt.data(), req.prompt.size(), &gp,
+            s, req.prompt.data(), req.prompt.size(), &gp,
             [](void* user, const char* piece, size_t len) -> int {
                 return static_cast<piece_sink*>(user)->piece(std::string_view(piece, len)) ? 0 : 1;
             },
             &sink, &r);
+        ++stats_.requests;
+        if (status == COLIBRI_OK) {
+            stats_.prompt_tokens += static_cast<std::uint64_t>(r.n_prompt_tokens);
+            stats_.cached_tokens += static_cast<std::uint64_t>(r.n_cached_tokens);
+            if (r.n_cached_tokens > 0) ++stats_.hits;
+        }
         if (status == COLIBRI_ERR_INVALID_ARGUMENT || status == COLIBRI_ERR_CONTEXT_FULL)
             throw generate_error(p::error_code::invalid_request, last_error(status));
         if (status != COLIBRI_OK) throw generate_error(p::error_code::internal, last_error(status));
@@ -115,9 +134,93 @@ public:
         return out;
     }
 
+    nlohmann::json cache_stats() const override {
+        std::size_t used = 0, tokens = 0;
+        nlohmann::json per_slot = nlohmann::json::array();
+        for (const auto& slot : slots_) {
+            const auto n = static_cast<std::size_t>(colibri_session_n_cached(slot.s));
+            used += n > 0 ? 1 : 0;
+            tokens += n;
+            per_slot.push_back(n);
+        }
+        return {{"slots", slots_.size()},
+                {"slots_used", used},
+                {"slot_tokens", per_slot},
+                {"memory_bytes", tokens * token_bytes_},
+                {"memory_cap_bytes", cap_bytes_},
+                {"token_bytes", token_bytes_},
+                {"requests", stats_.requests},
+                {"hits", stats_.hits},
+                {"prompt_tokens", stats_.prompt_tokens},
+                {"cached_tokens", stats_.cached_tokens},
+                {"hit_rate", stats_.prompt_tokens > 0
+                                 ? static_cast<double>(stats_.cached_tokens) / static_cast<double>(stats_.prompt_tokens)
+                                 : 0.0},
+                {"evictions", stats_.evictions}};
+    }
+
 private:
+    struct slot {
+        colibri_session* s = nullptr; ///< created on first use
+        std::uint64_t last_used = 0;
+    };
+
+    colibri_session* session(std::size_t i) {
+        if (slots_[i].s == nullptr) {
+            colibri_session_params sp;
+            colibri_session_params_init(&sp);
+            if (auto st = colibri_session_create(model_, &sp, &slots_[i].s); st != COLIBRI_OK)
+                throw std::runtime_error("cannot create a session: " + last_error(st));
+        }
+        return slots_[i].s;
+    }
+
+    /// Picks the slot for this request and empties others as the memory cap requires.
+    colibri_session* place(const p::complete_request& req, const colibri_generate_params& gp) {
+        std::vector<colibri_session*> live;
+        std::vector<std::size_t> live_index;
+        for (std::size_t i = 0; i < slots_.size(); ++i) {
+            if (slots_[i].s != nullptr && colibri_session_n_cached(slots_[i].s) > 0) {
+                live.push_back(slots_[i].s);
+                live_index.push_back(i);
+            }
+        }
+        std::vector<std::size_t> reusable(live.size());
+        std::size_t n_prompt = 0;
+        if (auto st = colibri_prompt_match(model_, live.data(), live.size(), req.prompt.data(), req.prompt.size(), &gp,
+                                           reusable.data(), &n_prompt);
+            st != COLIBRI_OK)
+            throw generate_error(st == COLIBRI_ERR_INVALID_ARGUMENT ? p::error_code::invalid_request
+                                                                    : p::error_code::internal,
+                                 last_error(st));
+        std::vector<slot_state> states(slots_.size());
+        for (std::size_t i = 0; i < slots_.size(); ++i) {
+            states[i].n_cached = static_cast<std::size_t>(colibri_session_n_cached(slots_[i].s));
+            states[i].last_used = slots_[i].last_used;
+        }
+        for (std::size_t k = 0; k < live.size(); ++k) states[live_index[k]].reusable = reusable[k];
+        const std::size_t chosen = choose_slot(states);
+        const slot_state& c = states[chosen];
+        if (c.n_cached > 0 && (c.reusable == 0 || 2 * c.reusable < c.n_cached)) ++stats_.evictions; // replaced
+        const std::size_t need = n_prompt + static_cast<std::size_t>(std::max(0, req.max_tokens));
+        for (std::size_t i : slots_to_evict(states, chosen, need, token_bytes_, cap_bytes_)) {
+            colibri_session_reset(slots_[i].s);
+            ++stats_.evictions;
+        }
+        slots_[chosen].last_used = ++clock_;
+        return session(chosen);
+    }
+
+    struct counters {
+        std::uint64_t requests = 0, hits = 0, prompt_tokens = 0, cached_tokens = 0, evictions = 0;
+    };
+
     colibri_model* model_ = nullptr;
-    colibri_session* session_ = nullptr;
+    std::vector<slot> slots_;
+    std::size_t cap_bytes_;
+    std::size_t token_bytes_ = 0;
+    std::uint64_t clock_ = 0;
+    counters stats_;
 };
 
 } // namespace

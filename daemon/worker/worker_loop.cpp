@@ -198,10 +198,14 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
         else if (a == "--model") o.model = value();
         else if (a == "--device") o.device = value();
         else if (a == "--threads") o.threads = parse_int(a, value());
+        else if (a == "--slots") o.slots = parse_int(a, value());
+        else if (a == "--cache-mb") o.cache_mb = parse_int(a, value());
         else if (a == "--enable-fault-injection") o.fault_injection = true;
         else throw std::invalid_argument("unknown argument '" + a + "'");
     }
     if (o.fd < 0) throw std::invalid_argument("--fd is required (the worker is started by colibrid)");
+    if (o.slots < 1) throw std::invalid_argument("--slots must be at least 1");
+    if (o.cache_mb < 1) throw std::invalid_argument("--cache-mb must be at least 1");
     return o;
 }
 
@@ -241,6 +245,7 @@ int run_worker(const worker_options& opts, const generator_factory& make) {
             d.tokens = r.tokens;
             d.prefill_ms = r.prefill_ms;
             d.decode_ms = r.decode_ms;
+            d.cache = gen->cache_stats();
             reply = d;
         } catch (const generate_error& e) {
             reply = w::error_msg{job.job, e.code(), e.what()};

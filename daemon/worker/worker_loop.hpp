@@ -59,6 +59,8 @@ public:
     virtual nlohmann::json info() const = 0;
     /// Runs one completion; throws generate_error when it cannot.
     virtual result generate(const protocol::worker::run_msg& job, piece_sink& sink) = 0;
+    /// Prompt-cache counters for the status op (null: the generator keeps no cache).
+    virtual nlohmann::json cache_stats() const { return nullptr; }
 };
 
 struct worker_options {
@@ -66,10 +68,13 @@ struct worker_options {
     std::string model;
     std::string device = "cpu";
     int threads = 0;
+    int slots = 4;                ///< KV-cache slots
+    std::int64_t cache_mb = 2048; ///< cap on the memory of all slots' cached tokens
     bool fault_injection = false;
 };
 
-/// Parses `--fd N --model FILE [--device D] [--threads N] [--enable-fault-injection]`.
+/// Parses `--fd N --model FILE [--device D] [--threads N] [--slots N] [--cache-mb N]
+/// [--enable-fault-injection]`.
 /// Throws std::invalid_argument.
 worker_options parse_worker_args(int argc, const char* const* argv);
 

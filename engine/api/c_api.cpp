@@ -231,16 +231,24 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
     });
 }
 
-colibri_status colibri_session_cached_prefix(colibri_session* session, const char* prompt, size_t prompt_len,
-                                             const colibri_generate_params* params, size_t* n_tokens) {
-    if (session == nullptr || n_tokens == nullptr || (prompt == nullptr && prompt_len != 0)) {
-        return fail(COLIBRI_ERR_INVALID_ARGUMENT, "session, prompt and n_tokens must not be NULL");
+colibri_status colibri_prompt_match(const colibri_model* model, colibri_session* const* sessions, size_t n_sessions,
+                                    const char* prompt, size_t prompt_len, const colibri_generate_params* params,
+                                    size_t* n_reusable, size_t* n_prompt_tokens) {
+    if (model == nullptr || (prompt == nullptr && prompt_len != 0) ||
+        (n_sessions > 0 && (sessions == nullptr || n_reusable == nullptr))) {
+        return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model, prompt, sessions and n_reusable must not be NULL");
+    }
+    for (size_t i = 0; i < n_sessions; ++i) {
+        if (sessions[i] == nullptr || sessions[i]->model != model) {
+            return fail(COLIBRI_ERR_INVALID_ARGUMENT, "every session must be a session of this model");
+        }
     }
     return guarded([&] {
         colibri::generate_request req;
         if (colibri_status st = to_request(params, prompt, prompt_len, req); st != COLIBRI_OK) return st;
-        const auto tokens = colibri::prompt_tokens(*session->model->rt->tok, req);
-        *n_tokens = colibri::reusable_prefix(session->s->history(), tokens);
+        const auto tokens = colibri::prompt_tokens(*model->rt->tok, req);
+        for (size_t i = 0; i < n_sessions; ++i) n_reusable[i] = colibri::reusable_prefix(sessions[i]->s->history(), tokens);
+        if (n_prompt_tokens != nullptr) *n_prompt_tokens = tokens.size();
         return COLIBRI_OK;
     });
 }
@@ -249,6 +257,12 @@ colibri_status colibri_session_reset(colibri_session* session) {
     if (session == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "session must not be NULL");
     session->s->truncate(0);
     return COLIBRI_OK;
+}
+
+int colibri_session_n_cached(const colibri_session* session) { return session == nullptr ? 0 : session->s->n_past(); }
+
+size_t colibri_session_token_bytes(const colibri_session* session) {
+    return session == nullptr ? 0 : session->s->token_bytes();
 }
 
 size_t colibri_session_memory(const colibri_session* session) {

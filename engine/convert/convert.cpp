@@ -74,7 +74,9 @@ std::unique_ptr<json> read_json_if_present(const fs::path& p) {
     }
 }
 
-// Counts parameters from the plan (the active count takes n_expert_used of n_expert).
+} // namespace
+
+// The active count takes n_expert_used of n_expert.
 void count_params(const hparams& hp, const std::vector<std::pair<std::string, uint64_t>>& sizes,
                   convert_summary& sum) {
     for (const auto& [name, n] : sizes) {
@@ -90,8 +92,6 @@ void count_params(const hparams& hp, const std::vector<std::pair<std::string, ui
         }
     }
 }
-
-} // namespace
 
 convert_summary convert_checkpoint(const std::string& input, const std::string& output, dtype quant,
                                    const model_writer::progress& progress) {

@@ -4,7 +4,9 @@
 #include "format/format.h"
 #include "format/writer.h"
 
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <functional>
 #include <string>
 #include <vector>
@@ -44,6 +46,17 @@ struct checkpoint_plan {
 checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt,
                                 format::dtype quant);
 
+/// How one kind of source element became one of ours (GGUF input), with the error it added.
+struct type_conversion {
+    std::string from;          ///< ggml type name (F32, Q4_K, ...)
+    format::dtype to = format::dtype::f32;
+    uint64_t n_tensors = 0, n_elements = 0;
+    bool copied = false;       ///< blocks copied byte for byte (the layouts are identical)
+    double err2 = 0, ref2 = 0; ///< sums of squared error and of squared source values
+    /// RMS of the added error relative to the RMS of the source values.
+    double rms_rel_error() const { return ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0; }
+};
+
 struct convert_summary {
     std::string family;
     uint64_t n_params = 0;
@@ -51,12 +64,25 @@ struct convert_summary {
     uint64_t file_size = 0;
     size_t n_tensors = 0;
     double seconds = 0;
+    std::vector<type_conversion> conversions; ///< GGUF input only
 };
 
 /// Converts the checkpoint directory `input` to `output`. The tokenizer is input/tokenizer.model
 /// (sentencepiece) when present, else input/tokenizer.json (byte-level BPE).
 convert_summary convert_checkpoint(const std::string& input, const std::string& output,
                                    format::dtype quant, const model_writer::progress& progress);
+
+/// Converts a GGUF file (docs/gguf.md). `quant` empty keeps each tensor's type where ours
+/// has the same layout (F32, F16, BF16, Q8_0, Q4_0) and writes the other quantised types
+/// as q8_0; a given `quant` is used for every matrix. Throws colibri::error naming the file
+/// and any unsupported architecture, tensor type or tokenizer.
+convert_summary convert_gguf(const std::string& input, const std::string& output,
+                             std::optional<format::dtype> quant, const model_writer::progress& progress);
+
+/// Adds the parameter counts of tensors (name, elements) to `sum`: all of them, and those
+/// one token uses (n_expert_used of the experts; one row of the embedding).
+void count_params(const format::hparams& hp, const std::vector<std::pair<std::string, uint64_t>>& sizes,
+                  convert_summary& sum);
 
 struct random_model_options {
     format::arch arch = format::arch::mixtral;

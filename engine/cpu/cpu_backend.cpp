@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <vector>
 
 namespace colibri {
@@ -31,6 +32,14 @@ public:
     ~host_buffer() override { ::munmap(data_, bytes_); }
     float* data() override { return data_; }
     size_t size() const override { return n_; }
+    void discard(size_t first, size_t count) override {
+        // Whole pages inside the range only; they come back as zero pages when touched.
+        static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+        const auto begin = reinterpret_cast<uintptr_t>(data_ + std::min(first, n_));
+        const auto end = reinterpret_cast<uintptr_t>(data_ + std::min(first + count, n_));
+        const uintptr_t a = (begin + page - 1) / page * page, b = end / page * page;
+        if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+    }
 
 private:
     float* data_ = nullptr;

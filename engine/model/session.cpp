@@ -67,6 +67,21 @@ size_t session::memory_bytes() const {
 void session::truncate(int n) {
     COLIBRI_ASSERT(n >= 0 && n <= n_past());
     history_.resize(static_cast<size_t>(n));
+    if (n >= high_water_) return;
+    const hparams& hp = model_.hp();
+    const size_t kv_dim = size_t(hp.n_head_kv) * hp.head_dim;
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        const size_t layer_off = size_t(il) * size_t(n_ctx_) * kv_dim;
+        const size_t first = layer_off + size_t(n) * kv_dim, count = size_t(high_water_ - n) * kv_dim;
+        k_cache_->discard(first, count);
+        v_cache_->discard(first, count);
+    }
+    high_water_ = n;
+}
+
+size_t session::token_bytes() const {
+    const hparams& hp = model_.hp();
+    return 2 * size_t(hp.n_layer) * size_t(hp.n_head_kv) * hp.head_dim * sizeof(float);
 }
 
 void session::eval(const int32_t* tokens, int n) {
@@ -92,6 +107,7 @@ void session::eval(const int32_t* tokens, int n) {
         ffn_block(il, n);
     }
     history_.insert(history_.end(), tokens, tokens + n); // within the reserved capacity
+    high_water_ = std::max(high_water_, this->n_past());
 
     // LM head on the rows the caller wants
     const int first = all_logits_ ? 0 : n - 1;

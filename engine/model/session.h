@@ -42,8 +42,10 @@ public:
     std::span<const int32_t> history() const { return history_; }
     int n_ctx() const { return n_ctx_; }
     int n_batch() const { return n_batch_; }
-    /// Forgets cached positions from n on (n <= n_past()).
+    /// Forgets cached positions from n on (n <= n_past()) and gives back the memory behind them.
     void truncate(int n);
+    /// Bytes of KV cache one position takes (keys and values of every layer).
+    size_t token_bytes() const;
     void set_route_observer(route_observer obs) { observer_ = obs; }
 
     const model& get_model() const { return model_; }
@@ -67,6 +69,7 @@ private:
     std::unique_ptr<device_buffer> x_, xn_, q_, k_, v_, att_, o_, ffn_out_, xg_, hg_, hu_, yo_;
     std::unique_ptr<device_buffer> router_, shared_gate_, scratch_, logits_;
     std::unique_ptr<device_buffer> k_cache_, v_cache_; // [n_layer, n_ctx, n_head_kv*head_dim]
+    int high_water_ = 0; // cache positions [0, high_water_) may hold memory
 
     // Host-side bookkeeping for routing, sized at creation.
     std::vector<int32_t> pos_;          // [n_batch]

@@ -17,6 +17,12 @@ public:
     virtual ~device_buffer() = default;
     virtual float* data() = 0;
     virtual size_t size() const = 0; ///< in floats
+    /// Gives back the memory behind floats [first, first + count), whose contents are no
+    /// longer needed (they read as zero or stale afterwards). A hint: it may do nothing.
+    virtual void discard(size_t first, size_t count) {
+        (void)first;
+        (void)count;
+    }
 };
 
 struct attention_args {

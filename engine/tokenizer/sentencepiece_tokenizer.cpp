@@ -12,19 +12,17 @@ namespace {
 
 class sentencepiece_tokenizer final : public tokenizer {
 public:
-    sentencepiece_tokenizer(const model_file& file) {
-        auto payload = file.tokenizer_payload();
+    sentencepiece_tokenizer(const format::tokenizer_header& th, std::span<const uint8_t> payload, uint32_t n_vocab,
+                            const std::string& where) {
         const auto status = sp_.LoadFromSerializedProto(
             std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
         if (!status.ok()) {
-            throw error(errc::format, file.path() + ": tokenizer section: " + status.ToString());
+            throw error(errc::format, where + ": tokenizer section: " + status.ToString());
         }
-        if (sp_.GetPieceSize() > static_cast<int>(file.hp().n_vocab)) {
-            throw error(errc::format, file.path() + ": tokenizer has " + std::to_string(sp_.GetPieceSize()) +
-                                          " pieces, more than the model's vocabulary of " +
-                                          std::to_string(file.hp().n_vocab));
+        if (sp_.GetPieceSize() > static_cast<int>(n_vocab)) {
+            throw error(errc::format, where + ": tokenizer has " + std::to_string(sp_.GetPieceSize()) +
+                                          " pieces, more than the model's vocabulary of " + std::to_string(n_vocab));
         }
-        const auto& th = file.tokenizer();
         bos_ = th.bos_id;
         eos_ = th.eos_id;
         add_bos_ = (th.flags & format::tok_add_bos) != 0;
@@ -89,13 +87,18 @@ private:
 
 } // namespace
 
-std::unique_ptr<tokenizer> make_tokenizer(const model_file& file) {
-    switch (static_cast<format::tokenizer_kind>(file.tokenizer().kind)) {
-    case format::tokenizer_kind::sentencepiece: return std::make_unique<sentencepiece_tokenizer>(file);
-    case format::tokenizer_kind::bpe:
-        return make_bpe_tokenizer(file.tokenizer_payload(), file.tokenizer(), file.hp().n_vocab, file.path());
+std::unique_ptr<tokenizer> make_tokenizer(const format::tokenizer_header& th, std::span<const uint8_t> payload,
+                                          uint32_t n_vocab, const std::string& where) {
+    switch (static_cast<format::tokenizer_kind>(th.kind)) {
+    case format::tokenizer_kind::sentencepiece:
+        return std::make_unique<sentencepiece_tokenizer>(th, payload, n_vocab, where);
+    case format::tokenizer_kind::bpe: return make_bpe_tokenizer(payload, th, n_vocab, where);
     }
-    throw error(errc::format, file.path() + ": unknown tokenizer kind");
+    throw error(errc::format, where + ": unknown tokenizer kind");
+}
+
+std::unique_ptr<tokenizer> make_tokenizer(const model_file& file) {
+    return make_tokenizer(file.tokenizer(), file.tokenizer_payload(), file.hp().n_vocab, file.path());
 }
 
 } // namespace colibri

@@ -52,6 +52,10 @@ protected:
 /// Builds the tokenizer stored in a model file. Throws colibri::error (format) when the
 /// section cannot be read, (unsupported) for a kind this build does not handle.
 std::unique_ptr<tokenizer> make_tokenizer(const model_file& file);
+/// The same from a tokenizer header and its payload (a section not yet in a file); ids
+/// must be below n_vocab; `where` names the source in messages.
+std::unique_ptr<tokenizer> make_tokenizer(const format::tokenizer_header& th, std::span<const uint8_t> payload,
+                                          uint32_t n_vocab, const std::string& where);
 
 /// Streams decoded text: feed ids one at a time, get back valid UTF-8 that never splits a
 /// character. For a continuation (at_start false) the text keeps its leading space; at the

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "generate/generate.h"
 #include "generate/perplexity.h"
+#include "tools/tokenize_cmd.h"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -63,13 +64,15 @@ void print_route(void*, int pos, int layer, const int32_t* experts, const float*
 } // namespace
 
 int main(int argc, char** argv) {
+    if (argc > 1 && std::string_view(argv[1]) == "tokenize") return tokenize_main(argc - 1, argv + 1);
     std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto", ppl_path;
     std::vector<std::string> stops;
     generate_request req;
     int threads = 0, n_ctx = 0;
     po::options_description opts("colibri: run a .colibri model once\n\n"
                                  "  colibri --model M --prompt P [options]\n"
-                                 "  colibri --model M --tokens 1,2,3 --dump-logits FILE\n\n"
+                                 "  colibri --model M --tokens 1,2,3 --dump-logits FILE\n"
+                                 "  colibri tokenize --model M --text T   (see colibri tokenize --help)\n\n"
                                  "Options (--max_tokens and --max-tokens are the same option, likewise the others)");
     auto both = [&](const char* underscored, const po::value_semantic* v1, const po::value_semantic* v2, const char* help) {
         std::string dashed = underscored;

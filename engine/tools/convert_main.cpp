@@ -1,10 +1,12 @@
-// colibri-convert: Hugging Face checkpoint directory (or random weights) -> .colibri file.
+// colibri-convert: Hugging Face checkpoint directory, GGUF file (or random weights) -> .colibri file.
 
 #include "convert/convert.h"
+#include "convert/gguf_file.h"
 #include "core/error.h"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <unistd.h>
 
@@ -40,17 +42,19 @@ std::string human_count(uint64_t n) {
 } // namespace
 
 int main(int argc, char** argv) {
-    std::string input, output, quant = "f16", arch = "mixtral", tokenizer;
+    std::string input, output, quant, arch = "mixtral", tokenizer;
     random_model_options ro;
     po::options_description opts("colibri-convert: write a .colibri model file\n\n"
                                  "  colibri-convert --input <hf-checkpoint-dir> --output <file.colibri> [--quant TYPE]\n"
+                                 "  colibri-convert --input <model.gguf> --output <file.colibri> [--quant TYPE]\n"
                                  "  colibri-convert --random --tokenizer <tokenizer.model> --output <file.colibri> [shape options]\n\n"
                                  "Options");
     opts.add_options()
         ("help,h", "show this help")
-        ("input,i", po::value(&input), "Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.model or tokenizer.json)")
+        ("input,i", po::value(&input), "Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.model or tokenizer.json), or a GGUF file")
         ("output,o", po::value(&output), "the .colibri file to write")
-        ("quant,q", po::value(&quant), "weight type of the matrices: f32, f16 (default), bf16, q8_0 (int8), q4_0 (int4)")
+        ("quant,q", po::value(&quant), "weight type of the matrices: f32, f16, bf16, q8_0 (int8), q4_0 (int4); default f16, or for a GGUF "
+                               "file each tensor's own type where ours has its layout and q8_0 for the other quantised types")
         ("quiet", "no progress output")
         ("random", "write a random-weight model of the shape given below instead of converting")
         ("tokenizer", po::value(&tokenizer), "with --random: tokenizer.model (sentencepiece) or tokenizer.json (BPE) to embed")
@@ -99,9 +103,11 @@ int main(int argc, char** argv) {
         }
     };
     try {
-        const format::dtype q = parse_quant(quant);
+        const format::dtype q = parse_quant(quant.empty() ? "f16" : quant);
         convert_summary s;
-        if (random) {
+        if (!random && std::filesystem::is_regular_file(input) && is_gguf_file(input)) {
+            s = convert_gguf(input, output, quant.empty() ? std::nullopt : std::optional<format::dtype>(q), progress);
+        } else if (random) {
             ro.arch = parse_arch(arch);
             ro.tokenizer_model = tokenizer;
             s = write_random_model(ro, output, q, progress);
@@ -112,6 +118,13 @@ int main(int argc, char** argv) {
                      "wrote %s: %s, %zu tensors, %s parameters (%s active per token), %.1f MiB, %.2f s\n",
                      output.c_str(), s.family.c_str(), s.n_tensors, human_count(s.n_params).c_str(),
                      human_count(s.n_params_active).c_str(), s.file_size / 1048576.0, s.seconds);
+        for (const type_conversion& c : s.conversions) {
+            const std::string how = c.copied ? "blocks copied" :
+                                    c.err2 == 0 ? "exact" : "relative RMS error " + std::to_string(c.rms_rel_error());
+            std::fprintf(stderr, "  %-5s -> %-5s %4llu tensors, %s elements: %s\n", c.from.c_str(),
+                         format::dtype_name(c.to).data(), static_cast<unsigned long long>(c.n_tensors),
+                         human_count(c.n_elements).c_str(), how.c_str());
+        }
     } catch (const std::exception& e) {
         std::cerr << "colibri-convert: " << e.what() << "\n";
         return 1;

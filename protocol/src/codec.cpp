@@ -20,7 +20,10 @@ constexpr const char* protocol = "protocol";
 constexpr const char* client = "client";
 constexpr const char* prompt = "prompt";
 constexpr const char* suffix = "suffix";
+constexpr const char* session = "session";
 constexpr const char* max_tokens = "max_tokens";
+constexpr const char* max_lines = "max_lines";
+constexpr const char* stop_on_dedent = "stop_on_dedent";
 constexpr const char* temperature = "temperature";
 constexpr const char* top_p = "top_p";
 constexpr const char* top_k = "top_k";
@@ -201,8 +204,16 @@ complete_request read_complete(object_reader& r, const request_limits& limits) {
     if (!prompt) bad("missing 'prompt'");
     c.prompt = std::move(*prompt);
     if (auto s = r.string(field::suffix)) c.suffix = std::move(*s);
-    if (auto n = r.integer(field::max_tokens, 1, limits.max_tokens))
+    if (auto s = r.string(field::session)) {
+        if (s->empty()) bad("'session' must not be empty");
+        if (s->size() > limits.max_session_bytes)
+            bad("'session' is longer than " + std::to_string(limits.max_session_bytes) + " bytes");
+        c.session = std::move(*s);
+    }
+    if (auto n = r.integer(field::max_tokens, 0, limits.max_tokens))
         c.max_tokens = static_cast<int>(*n);
+    if (auto n = r.integer(field::max_lines, 0, 1 << 20)) c.max_lines = static_cast<int>(*n);
+    if (auto b = r.boolean(field::stop_on_dedent)) c.stop_on_dedent = *b;
     if (auto x = r.number(field::temperature, 0.0, 10.0)) c.temperature = static_cast<float>(*x);
     if (auto x = r.number(field::top_p, 0.0, 1.0)) c.top_p = static_cast<float>(*x);
     if (auto n = r.integer(field::top_k, 0, 1 << 24)) c.top_k = static_cast<int>(*n);
@@ -314,7 +325,10 @@ json to_json(const request& req) {
                 j[field::op] = "complete";
                 j[field::prompt] = body.prompt;
                 if (!body.suffix.empty()) j[field::suffix] = body.suffix;
+                if (!body.session.empty()) j[field::session] = body.session;
                 j[field::max_tokens] = body.max_tokens;
+                if (body.max_lines != 0) j[field::max_lines] = body.max_lines;
+                if (body.stop_on_dedent) j[field::stop_on_dedent] = true;
                 j[field::temperature] = body.temperature;
                 j[field::top_p] = body.top_p;
                 j[field::top_k] = body.top_k;

@@ -61,12 +61,14 @@ std::string encode(const from_worker& msg) {
             } else if constexpr (std::is_same_v<T, piece_msg>) {
                 return {{"t", "piece"}, {"job", m.job}, {"text", m.text}};
             } else if constexpr (std::is_same_v<T, done_msg>) {
-                return {{"t", "done"},
-                        {"job", m.job},
-                        {"finish_reason", to_string(m.reason)},
-                        {"usage", usage_json(m.tokens)},
-                        {"prefill_ms", m.prefill_ms},
-                        {"decode_ms", m.decode_ms}};
+                json d = {{"t", "done"},
+                          {"job", m.job},
+                          {"finish_reason", to_string(m.reason)},
+                          {"usage", usage_json(m.tokens)},
+                          {"prefill_ms", m.prefill_ms},
+                          {"decode_ms", m.decode_ms}};
+                if (!m.cache.is_null()) d["cache"] = m.cache;
+                return d;
             } else if constexpr (std::is_same_v<T, error_msg>) {
                 return {{"t", "error"}, {"job", m.job}, {"code", to_string(m.code)},
                         {"message", m.message}};
@@ -124,6 +126,7 @@ from_worker decode_from_worker(std::string_view line) {
             d.tokens.cached_tokens = u.at("cached_tokens").get<int>();
             d.prefill_ms = j.at("prefill_ms").get<double>();
             d.decode_ms = j.at("decode_ms").get<double>();
+            if (auto it = j.find("cache"); it != j.end()) d.cache = *it;
             return d;
         }
         if (t == "pong") return pong_msg{j.at("n").get<std::uint64_t>()};

@@ -73,7 +73,7 @@ TEST_CASE("client: health and status") {
 
 TEST_CASE("client: errors go to stderr with a non-zero status") {
     daemon_process d;
-    auto bad = client_run(d, {"--max_tokens", "0", "x"});
+    auto bad = client_run(d, {"--max_tokens", "-1", "x"});
     CHECK(exit_code(bad) == 1);
     CHECK(bad.out.empty());
     CHECK(bad.err.find("invalid_request") != std::string::npos);

@@ -118,3 +118,31 @@ TEST_CASE("the example config file parses and sets the model") {
     CHECK(cl.config.model == "/var/lib/colibri/model.colibri");
     CHECK(cl.config.watchdog.progress_timeout_ms == 120000);
 }
+
+#include "slot_policy.hpp"
+
+namespace cw = colibri::worker;
+
+TEST_CASE("slot choice: the longest reusable prefix wins when it covers half the slot") {
+    // slot 0: 100 cached, 80 reusable; slot 1: 400 cached, 150 reusable (< half); slot 2: empty
+    std::vector<cw::slot_state> s = {{100, 80, 5}, {400, 150, 9}, {0, 0, 0}};
+    CHECK(cw::choose_slot(s) == 0);
+    s[0].reusable = 10; // no slot mostly about this prompt: an empty one
+    CHECK(cw::choose_slot(s) == 2);
+    s[2] = {50, 0, 1}; // none empty: the least recently used
+    CHECK(cw::choose_slot(s) == 2);
+    s[1].reusable = 200; // exactly half
+    CHECK(cw::choose_slot(s) == 1);
+    std::vector<cw::slot_state> tie = {{10, 8, 3}, {10, 8, 7}};
+    CHECK(cw::choose_slot(tie) == 1); // most recently used of equals
+}
+
+TEST_CASE("eviction under the memory cap: least recently used first - only what is needed") {
+    const std::vector<cw::slot_state> s = {{100, 0, 5}, {100, 0, 2}, {100, 0, 9}, {0, 0, 0}};
+    // 100 bytes per token; chosen slot 3 needs 150 tokens
+    CHECK(cw::slots_to_evict(s, 3, 150, 100, 45000).empty());                          // 450 tokens fit
+    CHECK(cw::slots_to_evict(s, 3, 150, 100, 40000) == std::vector<std::size_t>{1});    // oldest first
+    CHECK(cw::slots_to_evict(s, 3, 150, 100, 25000) == std::vector<std::size_t>{1, 0});
+    CHECK(cw::slots_to_evict(s, 3, 150, 100, 100) == std::vector<std::size_t>{1, 0, 2}); // all others
+    CHECK(cw::slots_to_evict(s, 0, 150, 100, 25000) == std::vector<std::size_t>{1});    // never the chosen one
+}

@@ -17,6 +17,7 @@ using namespace colibri::test;
 namespace {
 
 struct reference_params {
+    std::string model = COLIBRI_DAEMON_TEST_MODEL;
     std::string prompt;
     std::string suffix;
     int max_tokens = 16;
@@ -27,12 +28,14 @@ struct reference_params {
     float repeat_penalty = 1.0f;
     std::uint64_t seed = 1;
     std::vector<std::string> stop;
+    int max_lines = 0;
+    bool stop_on_dedent = false;
 };
 
 /// The completion the engine produces in-process for the same request.
 std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
     colibri_model* model = nullptr;
-    REQUIRE(colibri_model_load(COLIBRI_DAEMON_TEST_MODEL, nullptr, &model) == COLIBRI_OK);
+    REQUIRE(colibri_model_load(rp.model.c_str(), nullptr, &model) == COLIBRI_OK);
     colibri_session* session = nullptr;
     REQUIRE(colibri_session_create(model, nullptr, &session) == COLIBRI_OK);
     colibri_generate_params gp;
@@ -44,6 +47,8 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
     gp.min_p = rp.min_p;
     gp.repeat_penalty = rp.repeat_penalty;
     gp.seed = rp.seed;
+    gp.max_lines = rp.max_lines;
+    gp.stop_on_dedent = rp.stop_on_dedent ? 1 : 0;
     std::vector<const char*> stop;
     for (const auto& s : rp.stop) stop.push_back(s.c_str());
     gp.stop = stop.empty() ? nullptr : stop.data();
@@ -74,11 +79,32 @@ json request_for(const json& id, const reference_params& rp) {
               {"repeat_penalty", rp.repeat_penalty}};
     if (!rp.stop.empty()) j["stop"] = rp.stop;
     if (!rp.suffix.empty()) j["suffix"] = rp.suffix;
+    if (rp.max_lines != 0) j["max_lines"] = rp.max_lines;
+    if (rp.stop_on_dedent) j["stop_on_dedent"] = true;
     return j;
 }
 
-daemon_process::options engine_daemon() {
-    return {{"--model", COLIBRI_DAEMON_TEST_MODEL}, {"--worker-exe", COLIBRI_WORKER_EXE}, {"--threads", "1"}};
+daemon_process::options engine_daemon(const std::string& model = COLIBRI_DAEMON_TEST_MODEL) {
+    return {{"--model", model}, {"--worker-exe", COLIBRI_WORKER_EXE}, {"--threads", "1"}};
+}
+
+/// Runs one request to its final event; returns that event with the streamed text under "text".
+json complete(client& c, const json& id, const reference_params& rp, json extra = json::object()) {
+    json req = request_for(id, rp);
+    req.update(extra);
+    c.send(req);
+    auto events = c.until_final(id, std::chrono::seconds(30));
+    json last = events.back();
+    last["text"] = concat_pieces(events);
+    return last;
+}
+
+/// Source files of some length: distinct code on every line.
+std::string source_file(const std::string& name, int lines) {
+    std::string s;
+    for (int i = 0; i < lines; ++i)
+        s += "def " + name + "_" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i) + "\n";
+    return s;
 }
 
 } // namespace
@@ -200,4 +226,152 @@ TEST_CASE("engine: colibri-client prints exactly what colibri prints for the sam
     CHECK(WEXITSTATUS(got.status) == 0);
     CHECK_FALSE(want.out.empty());
     CHECK(got.out == want.out);
+}
+
+TEST_CASE("engine: each file keeps its own cache slot - evicted or restarted means cold - never wrong") {
+    auto opts = engine_daemon(COLIBRI_DEFAULT_MODEL);
+    opts["--cache-slots"] = "2";
+    daemon_process d(opts);
+    client c(d.socket_path());
+    auto fim = [](const std::string& name, const std::string& typed) {
+        reference_params rp;
+        rp.model = COLIBRI_DEFAULT_MODEL;
+        rp.prompt = source_file(name, 4) + "def " + name + "_total(items):\n    " + typed;
+        rp.suffix = "\n    return total\n";
+        rp.max_tokens = 8;
+        return rp;
+    };
+    // Every prompt here starts with the same two tokens (<fim_prefix> and "def"): a slot
+    // holding another file shares exactly those, and a replaced slot reuses only them.
+    auto run = [&](const reference_params& rp, int want_cached, const char* what) {
+        CAPTURE(what);
+        const json done = complete(c, what, rp);
+        REQUIRE(done["event"] == "done");
+        if (want_cached >= 0) CHECK(done["usage"]["cached_tokens"] == want_cached);
+        CHECK(done["text"] == in_process(rp));
+        return done["usage"]["cached_tokens"].get<int>();
+    };
+    run(fim("alpha", "t"), 0, "alpha");
+    run(fim("beta", "t"), 0, "beta: a fresh slot, not alpha's");
+    CHECK(run(fim("alpha", "to"), -1, "alpha typed on") > 40);
+    CHECK(run(fim("beta", "to"), -1, "beta typed on") > 40);
+    run(fim("gamma", "t"), 2, "gamma replaces alpha, the least recently used");
+    run(fim("alpha", "tot"), 2, "alpha again: cold, it replaces beta");
+    json status = c.call({{"id", "s"}, {"op", "status"}});
+    CHECK(status["cache"]["slots"] == 2);
+    CHECK(status["cache"]["slots_used"] == 2);
+    CHECK(status["cache"]["requests"] == 6);
+    CHECK(status["cache"]["hits"] == 4);
+    CHECK(status["cache"]["evictions"] == 2);
+    CHECK(status["cache"]["memory_bytes"].get<std::int64_t>() ==
+          (status["cache"]["slot_tokens"][0].get<std::int64_t>() + status["cache"]["slot_tokens"][1].get<std::int64_t>()) *
+              status["cache"]["token_bytes"].get<std::int64_t>());
+    CHECK(status["cache"]["hit_rate"].get<double>() > 0.3);
+
+    // A crashed worker comes back with an empty cache: the next request is cold, not wrong.
+    json crash = request_for("crash", fim("alpha", "tot"));
+    crash["debug_fault"] = {{"kind", "crash"}, {"after_tokens", 1}};
+    c.send(crash);
+    CHECK(c.until_final("crash", std::chrono::seconds(20)).back()["code"] == "worker_crashed");
+    run(fim("alpha", "tota"), 0, "after the restart");
+    status = c.call({{"id", "s2"}, {"op", "status"}});
+    CHECK(status["cache"]["requests"] == 1);
+    CHECK(status["worker"]["restarts"] == 1);
+}
+
+TEST_CASE("engine: the memory cap empties the least recently used slot") {
+    auto opts = engine_daemon(COLIBRI_DEFAULT_MODEL);
+    opts["--cache-memory-mb"] = "1"; // 170 tokens of the default model's cache
+    daemon_process d(opts);
+    client c(d.socket_path());
+    reference_params a, b;
+    a.model = b.model = COLIBRI_DEFAULT_MODEL;
+    a.prompt = source_file("first", 8);
+    b.prompt = source_file("second", 8);
+    a.max_tokens = b.max_tokens = 4;
+    const json da = complete(c, "a", a);
+    REQUIRE(da["usage"]["prompt_tokens"].get<int>() > 100); // two such prompts exceed the cap
+    CHECK(complete(c, "b", b)["usage"]["cached_tokens"] == 0);
+    a.prompt += "def";
+    const json again = complete(c, "a2", a);
+    CHECK(again["usage"]["cached_tokens"] == 0); // emptied to make room for b
+    CHECK(again["text"] == in_process(a));
+    const json status = c.call({{"id", "s"}, {"op", "status"}});
+    CHECK(status["cache"]["evictions"].get<int>() >= 2);
+    CHECK(status["cache"]["slots_used"] == 1);
+    CHECK(status["cache"]["memory_bytes"].get<std::int64_t>() <= status["cache"]["memory_cap_bytes"].get<std::int64_t>());
+}
+
+TEST_CASE("engine: a newer request in the same session cancels the older one at once") {
+    daemon_process d(engine_daemon());
+    client c(d.socket_path());
+    reference_params rp;
+    rp.prompt = "int main() {";
+    rp.max_tokens = 200;
+    json slow = request_for("old", rp);
+    slow["session"] = "buffer-7";
+    slow["debug_fault"] = {{"kind", "slow"}, {"delay_ms", 20}};
+    c.send(slow);
+    auto first = c.next(std::chrono::seconds(20));
+    REQUIRE(first.has_value());
+    CHECK((*first)["event"] == "piece");
+    // Another session does not touch it; the same session supersedes it.
+    rp.max_tokens = 4;
+    json other = request_for("other", rp);
+    other["session"] = "buffer-8";
+    c.send(other);
+    json newer = request_for("new", rp);
+    newer["session"] = "buffer-7";
+    c.send(newer);
+    const auto old_events = c.until_final("old", std::chrono::seconds(20));
+    CHECK(old_events.back()["finish_reason"] == "cancelled");
+    CHECK(old_events.size() < 50);
+    const auto other_events = c.until_final("other", std::chrono::seconds(20));
+    CHECK(other_events.back()["event"] == "done");
+    CHECK(other_events.back()["finish_reason"] != "cancelled");
+    const auto new_events = c.until_final("new", std::chrono::seconds(20));
+    CHECK(new_events.back()["event"] == "done");
+    CHECK(concat_pieces(new_events) == in_process(rp));
+    const json status = c.call({{"id", "s"}, {"op", "status"}});
+    CHECK(status["requests"]["superseded"] == 1);
+    CHECK(status["requests"]["cancelled"] == 1);
+}
+
+TEST_CASE("engine: a warm-up request fills a slot that the next request reuses") {
+    daemon_process d(engine_daemon(COLIBRI_DEFAULT_MODEL));
+    client c(d.socket_path());
+    reference_params rp;
+    rp.model = COLIBRI_DEFAULT_MODEL;
+    rp.prompt = source_file("warm", 3);
+    rp.max_tokens = 0;
+    c.send(request_for("w", rp));
+    const auto warm = c.until_final("w", std::chrono::seconds(20));
+    REQUIRE(warm.size() == 1); // no pieces
+    CHECK(warm.back()["event"] == "done");
+    CHECK(warm.back()["usage"]["completion_tokens"] == 0);
+    const int warmed = warm.back()["usage"]["prompt_tokens"].get<int>();
+    rp.prompt += "def";
+    rp.max_tokens = 6;
+    const json done = complete(c, "real", rp);
+    CHECK(done["usage"]["cached_tokens"].get<int>() >= warmed - 1);
+    CHECK(done["text"] == in_process(rp));
+}
+
+TEST_CASE("engine: line limits through the daemon cut where the engine cuts") {
+    daemon_process d(engine_daemon(COLIBRI_DEFAULT_MODEL));
+    client c(d.socket_path());
+    reference_params rp;
+    rp.model = COLIBRI_DEFAULT_MODEL;
+    rp.prompt = "class Stack:\n    def push(self, item):\n        ";
+    rp.max_tokens = 48;
+    const json full = complete(c, "full", rp);
+    REQUIRE(full["text"].get<std::string>().find('\n') != std::string::npos);
+    rp.max_lines = 1;
+    const json one = complete(c, "one", rp);
+    CHECK(one["text"].get<std::string>().find('\n') == std::string::npos);
+    CHECK(one["finish_reason"] == "stop");
+    CHECK(one["text"] == in_process(rp));
+    rp.max_lines = 0;
+    rp.stop_on_dedent = true;
+    CHECK(complete(c, "dedent", rp)["text"] == in_process(rp));
 }

@@ -49,5 +49,20 @@ check "unsupported architecture exits 1" test $rc -eq 1
 check "unsupported architecture is named" grep -q "FooForCausalLM" "$tmp/err"
 check "no output file after a failed conversion" test ! -e "$tmp/foo.colibri" -a ! -e "$tmp/foo.colibri.partial"
 
+# GGUF input and colibri tokenize: the same ids from the GGUF, the converted file and the
+# fixture prompt (prompt_ids of tests/fixtures/llama/expected.json, with BOS)
+"$bin/colibri-convert" --input "$fixtures/gguf/llama.gguf" --output "$tmp/g.colibri" --quiet 2>"$tmp/err"; rc=$?
+check "GGUF converts" test $rc -eq 0
+check "GGUF summary names the copied blocks" grep -q "F32   -> f32" "$tmp/err"
+prompt=$'def route(x):\n    return softmax(x)[:2]'
+want=$(tr -d ' \n' <"$fixtures/llama/expected.json" | sed 's/.*"prompt_ids":\[\([0-9,]*\)\].*/\1/')
+got_gguf=$("$bin/colibri" tokenize --model "$fixtures/gguf/llama.gguf" --bos --text "$prompt" 2>/dev/null)
+got_file=$("$bin/colibri" tokenize --model "$tmp/g.colibri" --bos --text "$prompt" 2>/dev/null)
+check "tokenize from a GGUF gives the reference ids" test "$got_gguf" = "$want"
+check "tokenize from the converted file gives the same ids" test "$got_file" = "$want"
+check "tokenize --decode gives the text back" test "$("$bin/colibri" tokenize --model "$tmp/g.colibri" --decode "$want")" = "$prompt"
+"$bin/colibri" tokenize --model "$tmp/g.colibri" --decode 1,x >/dev/null 2>&1; rc=$?
+check "tokenize refuses a bad id" test $rc -eq 1
+
 echo "$passed passed, $fail failed"
 [ $fail -eq 0 ]

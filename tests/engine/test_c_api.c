@@ -99,18 +99,24 @@ int main(int argc, char** argv) {
     EXPECT(a.len == b.len && memcmp(a.text, b.text, a.len) == 0);
 
     /* the cache is reused: all prompt tokens but the last are cached after a call */
-    size_t cached = 0;
-    EXPECT(colibri_session_cached_prefix(session, "def f(x):", 9, &gp, &cached) == COLIBRI_OK);
+    size_t cached = 0, n_prompt = 0;
+    EXPECT(colibri_prompt_match(model, &session, 1, "def f(x):", 9, &gp, &cached, &n_prompt) == COLIBRI_OK);
     EXPECT(cached == n_ids);
+    EXPECT(n_prompt == n_ids + 1);
+    EXPECT(colibri_session_n_cached(session) >= (int)n_ids + 1);
+    EXPECT(colibri_session_token_bytes(session) > 0);
     EXPECT(colibri_generate(session, "def f(x):", 9, &gp, NULL, NULL, &res) == COLIBRI_OK);
     EXPECT(res.n_cached_tokens == (int)n_ids);
     EXPECT(strcmp(res.fim, "none") == 0);
     EXPECT(colibri_session_memory(session) > 0);
     EXPECT(colibri_session_reset(session) == COLIBRI_OK);
-    EXPECT(colibri_session_cached_prefix(session, "def f(x):", 9, &gp, &cached) == COLIBRI_OK);
+    EXPECT(colibri_session_n_cached(session) == 0);
+    EXPECT(colibri_prompt_match(model, &session, 1, "def f(x):", 9, &gp, &cached, NULL) == COLIBRI_OK);
     EXPECT(cached == 0);
+    EXPECT(colibri_prompt_match(model, NULL, 0, "def f(x):", 9, &gp, NULL, &n_prompt) == COLIBRI_OK);
+    EXPECT(n_prompt == n_ids + 1);
     gp.fim = "bogus";
-    EXPECT(colibri_session_cached_prefix(session, "x", 1, &gp, &cached) == COLIBRI_ERR_INVALID_ARGUMENT);
+    EXPECT(colibri_prompt_match(model, &session, 1, "x", 1, &gp, &cached, NULL) == COLIBRI_ERR_INVALID_ARGUMENT);
     gp.fim = NULL;
     EXPECT(strcmp(info.fim, "none") == 0);
 

@@ -62,7 +62,8 @@ TEST_CASE("complete request: defaults") {
 TEST_CASE("complete request: every field") {
     auto req = parse_ok(R"({"id":7,"op":"complete","prompt":"a\u00e9\ud83d\ude00","suffix":"}\n",
         "max_tokens":16,"temperature":0,"top_p":0.5,"top_k":3,"min_p":0.1,
-        "repeat_penalty":1.1,"seed":18446744073709551615,"stop":["\n\n","}"],"stream":false,"timeout_ms":2500})");
+        "repeat_penalty":1.1,"seed":18446744073709551615,"stop":["\n\n","}"],"stream":false,"timeout_ms":2500,
+        "session":"nvim-12-3","max_lines":2,"stop_on_dedent":true})");
     CHECK(req.id == 7);
     auto& c = std::get<p::complete_request>(req.body);
     CHECK(c.prompt == "a\xc3\xa9\xf0\x9f\x98\x80");
@@ -79,6 +80,27 @@ TEST_CASE("complete request: every field") {
     CHECK(c.stop[1] == "}");
     CHECK_FALSE(c.stream);
     CHECK(c.timeout_ms == 2500);
+    CHECK(c.session == "nvim-12-3");
+    CHECK(c.max_lines == 2);
+    CHECK(c.stop_on_dedent);
+}
+
+TEST_CASE("an overlong session name is refused by name") {
+    const std::string line = R"({"id":1,"op":"complete","prompt":"x","session":")" + std::string(257, 's') + R"("})";
+    const auto e = parse_err(line);
+    CHECK(e.code == p::error_code::invalid_request);
+    CHECK(e.message.find("'session'") != std::string::npos);
+    CHECK(std::holds_alternative<p::complete_request>(
+        parse_ok(R"({"id":1,"op":"complete","prompt":"x","session":")" + std::string(256, 's') + R"("})").body));
+}
+
+TEST_CASE("max_tokens 0 asks for a warm-up: the prompt only") {
+    auto req = parse_ok(R"({"id":"w","op":"complete","prompt":"import os","max_tokens":0})");
+    auto& c = std::get<p::complete_request>(req.body);
+    CHECK(c.max_tokens == 0);
+    CHECK(c.session.empty());
+    CHECK(c.max_lines == 0);
+    CHECK_FALSE(c.stop_on_dedent);
 }
 
 TEST_CASE("stop may be a single string") {
@@ -153,7 +175,12 @@ TEST_CASE("wrong field types and ranges name the field") {
         {R"("prompt":5)", "prompt"},
         {R"("prompt":"x","suffix":[])", "suffix"},
         {R"("prompt":"x","max_tokens":"9")", "max_tokens"},
-        {R"("prompt":"x","max_tokens":0)", "max_tokens"},
+        {R"("prompt":"x","max_tokens":-1)", "max_tokens"},
+        {R"("prompt":"x","session":"")", "session"},
+        {R"("prompt":"x","session":7)", "session"},
+        {R"("prompt":"x","max_lines":-1)", "max_lines"},
+        {R"("prompt":"x","max_lines":true)", "max_lines"},
+        {R"("prompt":"x","stop_on_dedent":"yes")", "stop_on_dedent"},
         {R"("prompt":"x","max_tokens":4097)", "max_tokens"},
         {R"("prompt":"x","max_tokens":1.5)", "max_tokens"},
         {R"("prompt":"x","temperature":-0.1)", "temperature"},
@@ -248,6 +275,9 @@ TEST_CASE("to_json round-trips through parse_request") {
     c.stop = {"\n", "//"};
     c.stream = false;
     c.timeout_ms = 1234;
+    c.session = "buffer-1";
+    c.max_lines = 1;
+    c.stop_on_dedent = true;
     c.fault = {p::fault_kind::slow, 2, 15};
     const p::request reqs[] = {
         {"c", c},

@@ -54,7 +54,11 @@ struct hello_request {
 struct complete_request {
     std::string prompt;
     std::string suffix; ///< fill-in-the-middle: text after the cursor ("" when none)
-    int max_tokens = 128;
+    /// An editor buffer or client; a newer request in the same session cancels this one.
+    std::string session;
+    int max_tokens = 128; ///< 0: only process the prompt into the cache (warm-up)
+    int max_lines = 0;    ///< end before line max_lines + 1; 0: no limit
+    bool stop_on_dedent = false; ///< end before a line indented less than the cursor's line
     float temperature = 0.8f;
     float top_p = 0.95f;
     int top_k = 40;
@@ -94,6 +98,7 @@ struct request {
 /// Limits applied while validating a request.
 struct request_limits {
     std::size_t max_id_bytes = 256;
+    std::size_t max_session_bytes = 256;
     int max_tokens = 4096;
     std::size_t max_stop = 16;
     std::size_t max_stop_bytes = 256;

@@ -1,0 +1,191 @@
+#include "convert/ggml_quants.h"
+
+#include "core/error.h"
+#include "core/half.h"
+
+#include <cstring>
+
+namespace colibri::ggml {
+
+namespace {
+
+constexpr int qk_k = 256; // elements per K-quant super-block
+
+constexpr type_info types[] = {
+    {f32, "F32", 1, 4, true},
+    {f16, "F16", 1, 2, true},
+    {q4_0, "Q4_0", 32, 18, true},
+    {q4_1, "Q4_1", 32, 20, true},
+    {4, "Q4_2", 32, 20, false}, // removed from ggml long ago
+    {5, "Q4_3", 32, 24, false},
+    {q5_0, "Q5_0", 32, 22, true},
+    {q5_1, "Q5_1", 32, 24, true},
+    {q8_0, "Q8_0", 32, 34, true},
+    {q8_1, "Q8_1", 32, 36, false},
+    {q2_k, "Q2_K", 256, 84, false},
+    {q3_k, "Q3_K", 256, 110, false},
+    {q4_k, "Q4_K", 256, 144, true},
+    {q5_k, "Q5_K", 256, 176, true},
+    {q6_k, "Q6_K", 256, 210, true},
+    {q8_k, "Q8_K", 256, 292, false},
+    {16, "IQ2_XXS", 256, 66, false},
+    {17, "IQ2_XS", 256, 74, false},
+    {18, "IQ3_XXS", 256, 98, false},
+    {19, "IQ1_S", 256, 50, false},
+    {20, "IQ4_NL", 32, 18, false},
+    {21, "IQ3_S", 256, 110, false},
+    {22, "IQ2_S", 256, 82, false},
+    {23, "IQ4_XS", 256, 136, false},
+    {24, "I8", 1, 1, false},
+    {25, "I16", 1, 2, false},
+    {26, "I32", 1, 4, false},
+    {27, "I64", 1, 8, false},
+    {28, "F64", 1, 8, false},
+    {29, "IQ1_M", 256, 56, false},
+    {bf16, "BF16", 1, 2, true},
+    {34, "TQ1_0", 256, 54, false},
+    {35, "TQ2_0", 256, 66, false},
+    {39, "MXFP4", 32, 17, false},
+};
+
+uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+float half_at(const uint8_t* p) { return f16_to_f32(le16(p)); }
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block, packed in
+// 12 bytes: bytes 0-3 hold the low 6 bits of scales 0-3 (top 2 bits: high bits of scales
+// 4-7), bytes 4-7 the same for the mins, bytes 8-11 the low 4 bits of scale (low nibble)
+// and min (high nibble) of sub-blocks 4-7.
+void k_scale_min(const uint8_t* s, int j, int& sc, int& m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+} // namespace
+
+const type_info* find_type(uint32_t id) {
+    for (const type_info& t : types) {
+        if (t.id == id) return &t;
+    }
+    return nullptr;
+}
+
+std::string type_name(uint32_t id) {
+    const type_info* t = find_type(id);
+    return t != nullptr ? std::string(t->name) : "type " + std::to_string(id);
+}
+
+std::string_view readable_types() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"; }
+
+uint64_t row_bytes(uint32_t id, uint64_t n) {
+    const type_info* t = find_type(id);
+    if (t == nullptr || n % t->block != 0) return 0;
+    return n / t->block * t->block_bytes;
+}
+
+void dequantize_row(uint32_t id, const uint8_t* row, float* out, int64_t n) {
+    const type_info* t = find_type(id);
+    COLIBRI_ASSERT(t != nullptr && t->readable && n % t->block == 0);
+    const int64_t nb = n / t->block;
+    const uint8_t* b = row;
+    switch (id) {
+    case f32: std::memcpy(out, row, static_cast<size_t>(n) * 4); return;
+    case f16:
+        for (int64_t i = 0; i < n; ++i) out[i] = half_at(row + 2 * i);
+        return;
+    case bf16:
+        for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(le16(row + 2 * i));
+        return;
+    case q8_0: // f16 d, i8 q[32]: x = d q
+        for (int64_t ib = 0; ib < nb; ++ib, b += 34, out += 32) {
+            const float d = half_at(b);
+            for (int i = 0; i < 32; ++i) out[i] = d * static_cast<int8_t>(b[2 + i]);
+        }
+        return;
+    case q4_0: // f16 d, u8 qs[16]: element i low nibble of qs[i], i+16 high nibble; x = d (q - 8)
+        for (int64_t ib = 0; ib < nb; ++ib, b += 18, out += 32) {
+            const float d = half_at(b);
+            for (int i = 0; i < 16; ++i) {
+                out[i] = d * ((b[2 + i] & 15) - 8);
+                out[i + 16] = d * ((b[2 + i] >> 4) - 8);
+            }
+        }
+        return;
+    case q4_1: // f16 d, f16 m, u8 qs[16]: x = d q + m
+        for (int64_t ib = 0; ib < nb; ++ib, b += 20, out += 32) {
+            const float d = half_at(b), m = half_at(b + 2);
+            for (int i = 0; i < 16; ++i) {
+                out[i] = d * (b[4 + i] & 15) + m;
+                out[i + 16] = d * (b[4 + i] >> 4) + m;
+            }
+        }
+        return;
+    case q5_0: // f16 d, u32 qh (bit i: 5th bit of element i), u8 qs[16]; x = d (q - 16)
+    case q5_1: { // f16 d, f16 m, u32 qh, u8 qs[16]; x = d q + m
+        const bool has_min = id == q5_1;
+        const int size = has_min ? 24 : 22, at_qh = has_min ? 4 : 2;
+        for (int64_t ib = 0; ib < nb; ++ib, b += size, out += 32) {
+            const float d = half_at(b), m = has_min ? half_at(b + 2) : 0.0f;
+            uint32_t qh;
+            std::memcpy(&qh, b + at_qh, 4);
+            const uint8_t* qs = b + at_qh + 4;
+            for (int i = 0; i < 16; ++i) {
+                const int lo = (qs[i] & 15) | static_cast<int>(((qh >> i) & 1) << 4);
+                const int hi = (qs[i] >> 4) | static_cast<int>(((qh >> (i + 16)) & 1) << 4);
+                out[i] = has_min ? d * lo + m : d * (lo - 16);
+                out[i + 16] = has_min ? d * hi + m : d * (hi - 16);
+            }
+        }
+        return;
+    }
+    case q4_k: // f16 d, f16 dmin, u8 scales[12], u8 qs[128]: 8 sub-blocks of 32
+    case q5_k: { // f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]
+        const bool five = id == q5_k;
+        for (int64_t ib = 0; ib < nb; ++ib, b += t->block_bytes, out += qk_k) {
+            const float d = half_at(b), dmin = half_at(b + 2);
+            const uint8_t* scales = b + 4;
+            const uint8_t* qh = b + 16;
+            const uint8_t* qs = b + (five ? 48 : 16);
+            // sub-block j: 32 bytes qs[32 (j/2) ..], low nibbles for even j, high for odd;
+            // Q5_K's fifth bit of element l of sub-block j is bit j of qh[l]
+            for (int j = 0; j < 8; ++j) {
+                int sc, m;
+                k_scale_min(scales, j, sc, m);
+                const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
+                const uint8_t* q = qs + 32 * (j / 2);
+                for (int l = 0; l < 32; ++l) {
+                    int v = (j % 2 == 0) ? (q[l] & 15) : (q[l] >> 4);
+                    if (five) v |= ((qh[l] >> j) & 1) << 4;
+                    out[32 * j + l] = dl * static_cast<float>(v) - ml;
+                }
+            }
+        }
+        return;
+    }
+    case q6_k: { // u8 ql[128], u8 qh[64], i8 scales[16], f16 d; x = d scale[e/16] (q - 32)
+        for (int64_t ib = 0; ib < nb; ++ib, b += 210, out += qk_k) {
+            const uint8_t* ql = b;
+            const uint8_t* qh = b + 128;
+            const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+            const float d = half_at(b + 208);
+            // each half of 128: element r takes the low nibble of ql[r % 64] (r < 64) or
+            // its high nibble (r >= 64), and bits 2 (r / 32) .. +1 of qh[r % 32]
+            for (int e = 0; e < qk_k; ++e) {
+                const int h = e / 128, r = e % 128;
+                const int lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 15;
+                const int hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+                out[e] = d * static_cast<float>(scales[e / 16]) * static_cast<float>((lo | (hi << 4)) - 32);
+            }
+        }
+        return;
+    }
+    default: break;
+    }
+    COLIBRI_ASSERT(false);
+}
+
+} // namespace colibri::ggml

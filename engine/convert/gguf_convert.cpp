@@ -1,0 +1,361 @@
+// GGUF file -> .colibri: metadata to hyperparameters, tensors to ours (experts split,
+// llama.cpp's rotary row order undone), the embedded vocabulary to a tokenizer section.
+// Every architecture's quirks are in the table below; docs/gguf.md describes the mapping.
+
+#include "convert/convert.h"
+
+#include "convert/ggml_quants.h"
+#include "convert/gguf_file.h"
+#include "convert/gguf_tokenizer.h"
+#include "core/error.h"
+#include "cpu/kernels.h"
+#include "model/tensor_names.h"
+#include "tokenizer/tokenizer.h"
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+namespace colibri {
+
+using namespace format;
+
+namespace {
+
+/// One supported general.architecture.
+struct gguf_arch_desc {
+    std::string_view name;
+    arch moe_arch;          // with experts
+    arch dense_arch;        // without
+    qk_norm qk;
+    bool permuted_qk;       // llama.cpp's converter reordered q/k rows for its interleaved RoPE
+    bool norm_topk_default; // renormalise the top-k weights unless expert_weights_norm says
+    bool granite;           // embedding / residual / attention / logit scales
+};
+
+constexpr gguf_arch_desc archs[] = {
+    {"llama", arch::mixtral, arch::llama, qk_norm::none, true, true, false},
+    {"qwen2moe", arch::qwen2_moe, arch::qwen2_moe, qk_norm::none, false, false, false},
+    {"qwen3moe", arch::qwen3_moe, arch::qwen3_moe, qk_norm::per_head, false, true, false},
+    {"olmoe", arch::olmoe, arch::olmoe, qk_norm::full, false, false, false},
+    {"granitemoe", arch::granite_moe, arch::granite_moe, qk_norm::none, true, true, true},
+};
+
+/// ggml types whose blocks are byte for byte one of ours.
+bool same_layout(uint32_t ggml_type, dtype t) {
+    return (ggml_type == ggml::f32 && t == dtype::f32) || (ggml_type == ggml::f16 && t == dtype::f16) ||
+           (ggml_type == ggml::bf16 && t == dtype::bf16) || (ggml_type == ggml::q8_0 && t == dtype::q8_0) ||
+           (ggml_type == ggml::q4_0 && t == dtype::q4_0);
+}
+
+/// What "keep" writes for a source type: the same layout where we have it, else q8_0.
+dtype kept_type(uint32_t ggml_type) {
+    switch (ggml_type) {
+    case ggml::f32: return dtype::f32;
+    case ggml::f16: return dtype::f16;
+    case ggml::bf16: return dtype::bf16;
+    case ggml::q4_0: return dtype::q4_0;
+    default: return dtype::q8_0;
+    }
+}
+
+struct planned {
+    std::string name;
+    dtype type;
+    std::vector<uint64_t> shape; // ours, outermost first
+    const gguf_tensor* src;
+    uint64_t index = 0;          // matrix of a stacked 3-D source
+    uint32_t perm_heads = 0;     // undo the rotary row permutation over this many heads
+    size_t conversion = 0;       // index into the summary's conversions
+};
+
+std::string shape_text(const std::vector<uint64_t>& s) {
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+class gguf_planner {
+public:
+    gguf_planner(const gguf_file& f, std::optional<dtype> quant, std::vector<type_conversion>& conv)
+        : f_(f), quant_(quant), conv_(conv) {}
+
+    const gguf_tensor& get(const std::string& name) const {
+        const gguf_tensor* t = f_.find_tensor(name);
+        if (t == nullptr) throw error(errc::format, f_.path() + ": tensor '" + name + "' is missing");
+        return *t;
+    }
+    bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
+    /// A matrix [rows, cols] from `src` ([rows, cols], or matrix `index` of [n, rows, cols]).
+    void matrix(const std::string& name, const std::string& src, uint64_t rows, uint64_t cols, bool router = false,
+                uint32_t perm_heads = 0) {
+        const gguf_tensor& t = get(src);
+        const std::vector<uint64_t> s = t.torch_shape();
+        const bool ok = (s.size() == 2 && s[0] == rows && s[1] == cols) || (s.size() == 1 && rows == 1 && s[0] == cols);
+        if (!ok) bad_shape(t, shape_text({rows, cols}));
+        add(name, t, {rows, cols}, 0, perm_heads, router);
+    }
+    void expert(const std::string& name, const std::string& src, uint64_t e, uint64_t n_expert, uint64_t rows, uint64_t cols) {
+        const gguf_tensor& t = get(src);
+        const std::vector<uint64_t> s = t.torch_shape();
+        if (s.size() != 3 || s[0] != n_expert || s[1] != rows || s[2] != cols) bad_shape(t, shape_text({n_expert, rows, cols}));
+        add(name, t, {rows, cols}, e, 0, false);
+    }
+    void vector(const std::string& name, const std::string& src, uint64_t n) {
+        const gguf_tensor& t = get(src);
+        if (t.torch_shape() != std::vector<uint64_t>{n}) bad_shape(t, shape_text({n}));
+        check_readable(t);
+        plan.push_back({name, dtype::f32, {n}, &t, 0, 0, conversion(t.type, dtype::f32, same_layout(t.type, dtype::f32))});
+    }
+
+    std::vector<planned> plan;
+
+private:
+    [[noreturn]] void bad_shape(const gguf_tensor& t, const std::string& expected) const {
+        throw error(errc::format, f_.path() + ": tensor '" + t.name + "' has shape " + shape_text(t.torch_shape()) +
+                                      " (outermost first), expected " + expected);
+    }
+    void check_readable(const gguf_tensor& t) const {
+        const ggml::type_info* ti = ggml::find_type(t.type);
+        if (ti == nullptr || !ti->readable) {
+            throw error(errc::unsupported, f_.path() + ": tensor '" + t.name + "' has type " + ggml::type_name(t.type) +
+                                               ", which is not supported (supported: " + std::string(ggml::readable_types()) + ")");
+        }
+    }
+    void add(const std::string& name, const gguf_tensor& t, std::vector<uint64_t> shape, uint64_t index,
+             uint32_t perm_heads, bool router) {
+        check_readable(t);
+        dtype type = router ? dtype::f32 : quant_.value_or(kept_type(t.type));
+        if (row_bytes(type, shape[1]) == 0) type = dtype::f16; // rows that do not fill whole blocks
+        plan.push_back({name, type, std::move(shape), &t, index, perm_heads, conversion(t.type, type, same_layout(t.type, type))});
+    }
+    size_t conversion(uint32_t from, dtype to, bool copied) {
+        const std::string name = ggml::type_name(from);
+        for (size_t i = 0; i < conv_.size(); ++i) {
+            if (conv_[i].from == name && conv_[i].to == to) return i;
+        }
+        conv_.push_back({name, to, 0, 0, copied, 0, 0});
+        return conv_.size() - 1;
+    }
+
+    const gguf_file& f_;
+    std::optional<dtype> quant_;
+    std::vector<type_conversion>& conv_;
+};
+
+struct gguf_plan {
+    std::string family;
+    hparams hp{};
+    std::vector<planned> tensors;
+};
+
+gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<type_conversion>& conv) {
+    const std::string a = f.string_of("general.architecture");
+    const gguf_arch_desc* desc = nullptr;
+    for (const gguf_arch_desc& d : archs) {
+        if (d.name == a) desc = &d;
+    }
+    if (desc == nullptr) {
+        std::string known;
+        for (const gguf_arch_desc& d : archs) known += (known.empty() ? "" : ", ") + std::string(d.name);
+        throw error(errc::unsupported, f.path() + ": architecture '" + a + "' is not supported (supported: " + known + ")");
+    }
+    auto key = [&a](std::string_view k) { return a + "." + std::string(k); };
+    auto u32 = [&](std::string_view k, std::optional<uint32_t> fallback = std::nullopt) -> uint32_t {
+        const auto v = f.get_uint(key(k));
+        if (!v) {
+            if (fallback) return *fallback;
+            f.fail("metadata '" + key(k) + "' is missing");
+        }
+        if (*v > UINT32_MAX) f.fail("metadata '" + key(k) + "' is out of range");
+        return static_cast<uint32_t>(*v);
+    };
+    auto unsupported = [&](const std::string& what) { throw error(errc::unsupported, f.path() + ": " + what + " is not supported"); };
+
+    gguf_plan p;
+    hparams& hp = p.hp;
+    hp.n_layer = u32("block_count");
+    hp.n_embd = u32("embedding_length");
+    hp.n_head = u32("attention.head_count");
+    hp.n_head_kv = u32("attention.head_count_kv", hp.n_head);
+    if (hp.n_layer == 0 || hp.n_embd == 0 || hp.n_head == 0 || hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0) {
+        f.fail("inconsistent attention shape (" + key("attention.head_count_kv") + " must divide " + key("attention.head_count") + ")");
+    }
+    hp.head_dim = u32("attention.key_length", hp.n_embd / hp.n_head);
+    if (u32("attention.value_length", hp.head_dim) != hp.head_dim) unsupported("a value length other than the key length");
+    if (u32("rope.dimension_count", hp.head_dim) != hp.head_dim) unsupported("RoPE over part of a head (" + key("rope.dimension_count") + ")");
+    if (hp.head_dim == 0 || hp.head_dim % 2 != 0) f.fail(key("attention.key_length") + " must be even");
+    hp.n_ctx = u32("context_length", 4096);
+    hp.rope_theta = static_cast<float>(f.get_float(key("rope.freq_base")).value_or(10000.0));
+    if (const auto st = f.get_string(key("rope.scaling.type")); st && *st != "none") unsupported("RoPE scaling '" + *st + "'");
+    if (const auto sf = f.get_float(key("rope.scaling.factor")); sf && *sf != 0.0 && *sf != 1.0) unsupported("RoPE scaling");
+    const auto eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
+    if (!eps) {
+        if (f.find(key("attention.layer_norm_epsilon"))) unsupported("LayerNorm (" + key("attention.layer_norm_epsilon") + ")");
+        f.fail("metadata '" + key("attention.layer_norm_rms_epsilon") + "' is missing");
+    }
+    hp.norm_eps = static_cast<float>(*eps);
+    if (f.find(key("attention.sliding_window"))) unsupported("sliding-window attention");
+    if (const auto g = f.get_uint(key("expert_gating_func")); g && *g != 1) unsupported("expert gating other than softmax");
+    hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;
+    hp.attention_scale = 0.0f;
+    if (desc->granite) {
+        hp.embedding_scale = static_cast<float>(f.get_float(key("embedding_scale")).value_or(1.0));
+        hp.residual_scale = static_cast<float>(f.get_float(key("residual_scale")).value_or(1.0));
+        hp.attention_scale = static_cast<float>(f.get_float(key("attention.scale")).value_or(0.0));
+        const double ls = f.get_float(key("logit_scale")).value_or(1.0);
+        if (!(ls > 0)) f.fail(key("logit_scale") + " must be positive");
+        hp.logit_scale = static_cast<float>(1.0 / ls); // llama.cpp divides the logits by it
+    }
+    hp.n_expert = u32("expert_count", 0);
+    hp.n_expert_used = u32("expert_used_count", 0);
+    if (hp.n_expert > 0 && (hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert)) {
+        f.fail(key("expert_used_count") + " must be in 1.." + key("expert_count"));
+    }
+    const arch fam = hp.n_expert > 0 ? desc->moe_arch : desc->dense_arch;
+    hp.arch = static_cast<uint32_t>(fam);
+    p.family = std::string(arch_name(fam));
+    hp.qk_norm = static_cast<uint32_t>(desc->qk);
+    if (hp.n_expert > 0 && f.get_bool(key("expert_weights_norm")).value_or(desc->norm_topk_default)) hp.flags |= flag_norm_topk_prob;
+
+    gguf_planner pl(f, quant, conv);
+    const gguf_tensor& embd = pl.get(std::string(names::token_embd));
+    if (embd.ne.size() != 2 || embd.ne[0] != hp.n_embd) f.fail("tensor 'token_embd.weight' does not have rows of " + key("embedding_length"));
+    hp.n_vocab = static_cast<uint32_t>(embd.ne[1]);
+    const bool tied = !pl.has(std::string(names::output));
+    if (tied) hp.flags |= flag_tie_embeddings;
+    if (pl.has("blk.0.attn_q.bias")) hp.flags |= flag_attn_bias;
+    if (pl.has("blk.0.attn_output.bias")) unsupported("an output-projection bias (attn_output.bias)");
+    if (pl.has("blk.0.ffn_gate_inp_shexp.weight")) hp.flags |= flag_shared_expert_gate;
+    auto rows_of = [&](const std::string& name) { return pl.get(name).torch_shape().end()[-2]; };
+
+    const uint64_t q_dim = uint64_t(hp.n_head) * hp.head_dim, kv_dim = uint64_t(hp.n_head_kv) * hp.head_dim;
+    pl.matrix(std::string(names::token_embd), std::string(names::token_embd), hp.n_vocab, hp.n_embd);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        const int l = static_cast<int>(il);
+        auto n = [l](std::string_view s) { return names::layer(l, s); };
+        pl.vector(n(names::blk::attn_norm), n(names::blk::attn_norm), hp.n_embd);
+        const uint32_t qp = desc->permuted_qk ? hp.n_head : 0, kp = desc->permuted_qk ? hp.n_head_kv : 0;
+        pl.matrix(n(names::blk::attn_q), n(names::blk::attn_q), q_dim, hp.n_embd, false, qp);
+        pl.matrix(n(names::blk::attn_k), n(names::blk::attn_k), kv_dim, hp.n_embd, false, kp);
+        pl.matrix(n(names::blk::attn_v), n(names::blk::attn_v), kv_dim, hp.n_embd);
+        pl.matrix(n(names::blk::attn_output), n(names::blk::attn_output), hp.n_embd, q_dim);
+        if (hp.flags & flag_attn_bias) {
+            if (desc->permuted_qk) unsupported("q/k biases with llama's rotary row order");
+            pl.vector(n(names::blk::attn_q_bias), n(names::blk::attn_q_bias), q_dim);
+            pl.vector(n(names::blk::attn_k_bias), n(names::blk::attn_k_bias), kv_dim);
+            pl.vector(n(names::blk::attn_v_bias), n(names::blk::attn_v_bias), kv_dim);
+        }
+        if (desc->qk != qk_norm::none) {
+            const bool per_head = desc->qk == qk_norm::per_head;
+            pl.vector(n(names::blk::attn_q_norm), n(names::blk::attn_q_norm), per_head ? hp.head_dim : q_dim);
+            pl.vector(n(names::blk::attn_k_norm), n(names::blk::attn_k_norm), per_head ? hp.head_dim : kv_dim);
+        }
+        pl.vector(n(names::blk::ffn_norm), n(names::blk::ffn_norm), hp.n_embd);
+        if (hp.n_expert > 0 && pl.has(n(names::blk::ffn_gate_inp))) {
+            pl.matrix(n(names::blk::ffn_gate_inp), n(names::blk::ffn_gate_inp), hp.n_expert, hp.n_embd, true);
+            const std::string stacked = n("ffn_gate_exps.weight");
+            const bool is_stacked = pl.has(stacked);
+            // older files: one 2-D tensor per expert, blk.N.ffn_gate.E.weight
+            auto per_expert = [&](std::string_view kind, int e) { return n(std::string(kind) + "." + std::to_string(e) + ".weight"); };
+            if (hp.n_ff_exp == 0) hp.n_ff_exp = static_cast<uint32_t>(is_stacked ? rows_of(stacked) : rows_of(per_expert("ffn_gate", 0)));
+            for (int e = 0; e < static_cast<int>(hp.n_expert); ++e) {
+                for (std::string_view kind : {names::exp::gate, names::exp::up, names::exp::down}) {
+                    const bool down = kind == names::exp::down;
+                    const uint64_t rows = down ? hp.n_embd : hp.n_ff_exp, cols = down ? hp.n_ff_exp : hp.n_embd;
+                    if (is_stacked) pl.expert(names::expert(l, e, kind), n(std::string(kind) + "_exps.weight"), e, hp.n_expert, rows, cols);
+                    else pl.matrix(names::expert(l, e, kind), per_expert(kind, e), rows, cols);
+                }
+            }
+            if (pl.has(n(names::blk::ffn_gate_shexp))) {
+                if (hp.n_ff_shexp == 0) hp.n_ff_shexp = static_cast<uint32_t>(rows_of(n(names::blk::ffn_gate_shexp)));
+                pl.matrix(n(names::blk::ffn_gate_shexp), n(names::blk::ffn_gate_shexp), hp.n_ff_shexp, hp.n_embd);
+                pl.matrix(n(names::blk::ffn_up_shexp), n(names::blk::ffn_up_shexp), hp.n_ff_shexp, hp.n_embd);
+                pl.matrix(n(names::blk::ffn_down_shexp), n(names::blk::ffn_down_shexp), hp.n_embd, hp.n_ff_shexp);
+                if (!(hp.flags & flag_shared_expert_gate)) unsupported("a shared expert without its gate (ffn_gate_inp_shexp)");
+                pl.matrix(n(names::blk::ffn_gate_inp_shexp), n(names::blk::ffn_gate_inp_shexp), 1, hp.n_embd, true);
+            }
+        } else {
+            // a dense layer (dense Llama, or an MoE family's dense layers)
+            if (hp.n_ff == 0) hp.n_ff = static_cast<uint32_t>(rows_of(n(names::blk::ffn_gate)));
+            pl.matrix(n(names::blk::ffn_gate), n(names::blk::ffn_gate), hp.n_ff, hp.n_embd);
+            pl.matrix(n(names::blk::ffn_up), n(names::blk::ffn_up), hp.n_ff, hp.n_embd);
+            pl.matrix(n(names::blk::ffn_down), n(names::blk::ffn_down), hp.n_embd, hp.n_ff);
+        }
+    }
+    pl.vector(std::string(names::output_norm), std::string(names::output_norm), hp.n_embd);
+    if (!tied) pl.matrix(std::string(names::output), std::string(names::output), hp.n_vocab, hp.n_embd);
+    hp.weight_type = static_cast<uint32_t>(pl.plan[2].type); // blk.0.attn_q (informative)
+    p.tensors = std::move(pl.plan);
+    return p;
+}
+
+} // namespace
+
+convert_summary convert_gguf(const std::string& input, const std::string& output, std::optional<dtype> quant,
+                             const model_writer::progress& progress) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const gguf_file f(input);
+    auto conv = std::make_shared<std::vector<type_conversion>>();
+    gguf_plan plan = plan_gguf(f, quant, *conv);
+    tokenizer_section tok = import_gguf_tokenizer(f);
+    if (tok.n_tokens > plan.hp.n_vocab) {
+        f.fail("the vocabulary has " + std::to_string(tok.n_tokens) + " tokens, more than the " +
+               std::to_string(plan.hp.n_vocab) + " rows of token_embd.weight");
+    }
+    tok.header.payload_size = tok.payload.size();
+    make_tokenizer(tok.header, tok.payload, plan.hp.n_vocab, input); // refuses what the engine could not load
+    model_writer w(plan.hp, tok.header, std::move(tok.payload));
+    std::vector<std::pair<std::string, uint64_t>> sizes;
+    for (const planned& t : plan.tensors) {
+        const uint64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, cols = t.shape.back();
+        type_conversion& c = (*conv)[t.conversion];
+        c.n_tensors += 1;
+        c.n_elements += rows * cols;
+        w.add_tensor(t.name, t.type, t.shape, [t, rows, cols, conv](uint8_t* dst) {
+            const gguf_tensor& src = *t.src;
+            const uint64_t src_rb = ggml::row_bytes(src.type, cols);
+            const uint64_t rb = row_bytes(t.type, cols);
+            const uint8_t* base = src.data + t.index * rows * src_rb;
+            type_conversion& c = (*conv)[t.conversion];
+            std::vector<float> x(cols), back(cols);
+            const uint64_t head = t.perm_heads ? rows / t.perm_heads : 0;
+            for (uint64_t r = 0; r < rows; ++r) {
+                uint64_t sr = r;
+                if (t.perm_heads) {
+                    // llama.cpp's converter stores row (h, j, i) of Hugging Face's layout
+                    // (head h, half j, pair i) at (h, i, j), giving interleaved RoPE pairs;
+                    // our rotate-half RoPE wants the original order back
+                    const uint64_t h = r / head, within = r % head, j = within / (head / 2), i = within % (head / 2);
+                    sr = h * head + 2 * i + j;
+                }
+                const uint8_t* srow = base + sr * src_rb;
+                uint8_t* drow = dst + r * rb;
+                if (c.copied) {
+                    std::memcpy(drow, srow, rb);
+                    continue;
+                }
+                ggml::dequantize_row(src.type, srow, x.data(), static_cast<int64_t>(cols));
+                kernels::from_f32_row(t.type, x.data(), drow, static_cast<int64_t>(cols));
+                kernels::to_f32_row(t.type, drow, back.data(), static_cast<int64_t>(cols));
+                for (uint64_t k = 0; k < cols; ++k) {
+                    const double e = double(back[k]) - double(x[k]);
+                    c.err2 += e * e;
+                    c.ref2 += double(x[k]) * double(x[k]);
+                }
+            }
+        });
+        sizes.emplace_back(t.name, rows * cols);
+    }
+    convert_summary sum;
+    sum.family = plan.family;
+    sum.n_tensors = plan.tensors.size();
+    count_params(plan.hp, sizes, sum);
+    sum.file_size = w.write(output, progress);
+    sum.conversions = *conv;
+    sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return sum;
+}
+
+} // namespace colibri

@@ -1,0 +1,373 @@
+// GGUF import: block layouts against the gguf package, every fixture family converted
+// from a GGUF written by the gguf package (tests/reference/generate_gguf.py) against the
+// transformers reference, vocabularies of both kinds, and bad files.
+
+#include "conformance_util.h"
+#include "convert/ggml_quants.h"
+#include "convert/gguf_file.h"
+#include "convert/gguf_tokenizer.h"
+#include "core/error.h"
+#include "cpu/kernels.h"
+#include "gguf_writer.h"
+#include "model/tensor_names.h"
+#include "test_util.h"
+
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+using namespace colibri;
+
+namespace {
+
+const std::string families[] = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "llama"};
+
+std::string gguf_fixture(const std::string& name) { return test::fixture("gguf/" + name + ".gguf"); }
+
+// The message of the colibri::error that converting `path` throws ("" when it converts).
+std::string convert_error(const std::string& path, test::temp_dir& dir, errc* code = nullptr) {
+    try {
+        convert_gguf(path, dir.file("out.colibri"), std::nullopt, {});
+    } catch (const error& e) {
+        if (code != nullptr) *code = e.code();
+        return e.what();
+    }
+    return "";
+}
+
+std::string write_gguf(test::temp_dir& dir, const std::string& name, const std::vector<uint8_t>& bytes) {
+    const std::string path = dir.file(name);
+    test::write_bytes(path, bytes);
+    return path;
+}
+
+} // namespace
+
+TEST_CASE("ggml blocks dequantise exactly as the gguf package does") {
+    const gguf_file f(gguf_fixture("quants"));
+    int checked = 0;
+    for (const gguf_tensor& t : f.tensors()) {
+        if (t.name.starts_with("expect.")) continue;
+        CAPTURE(t.name);
+        const gguf_tensor* e = f.find_tensor("expect." + t.name);
+        REQUIRE(e != nullptr);
+        REQUIRE(ggml::type_name(t.type) == t.name);
+        REQUIRE(t.ne == e->ne);
+        const uint64_t cols = t.ne[0], rows = t.ne[1];
+        std::vector<float> got(cols), want(cols);
+        for (uint64_t r = 0; r < rows; ++r) {
+            ggml::dequantize_row(t.type, t.data + r * ggml::row_bytes(t.type, cols), got.data(), static_cast<int64_t>(cols));
+            std::memcpy(want.data(), e->data + r * cols * 4, cols * 4);
+            for (uint64_t i = 0; i < cols; ++i) {
+                if (got[i] != want[i]) FAIL_CHECK("row " << r << " element " << i << ": " << got[i] << " != " << want[i]);
+            }
+        }
+        ++checked;
+    }
+    CHECK(checked == 10); // F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
+}
+
+TEST_CASE("every family converted from GGUF matches transformers") {
+    for (const std::string& family : families) {
+        CAPTURE(family);
+        const test::reference r = test::load_reference(family);
+        test::temp_dir dir;
+        const std::string out = dir.file(family + ".colibri");
+        const convert_summary s = convert_gguf(gguf_fixture(family), out, format::dtype::f32, {});
+        CHECK(s.family == (family == "mixtral" ? "mixtral" : family));
+        auto rt = load_runtime(out, "cpu", 2);
+        REQUIRE(rt->mdl->hp().n_vocab == uint32_t(r.n_vocab));
+        const test::error_stats st = test::compare(r, test::run_logits(*rt, r.prompt, 7));
+        MESSAGE(family << " from GGUF, f32: max relative logit error " << st.max_rel);
+        CHECK(st.max_rel < 1e-5);
+        CHECK(test::run_greedy(*rt, r.prompt, static_cast<int>(r.greedy.size())) == r.greedy);
+        // the vocabulary came from the GGUF metadata: text -> ids as the reference
+        std::vector<int32_t> ids;
+        if (rt->tok->add_bos()) ids.push_back(rt->tok->bos_id());
+        rt->tok->encode("def route(x):\n    return softmax(x)[:2]", ids);
+        CHECK(ids == r.prompt);
+    }
+}
+
+TEST_CASE("a sentencepiece vocabulary from GGUF tokenizes as the original model") {
+    test::temp_dir dir;
+    const std::string out = dir.file("llama.colibri");
+    convert_gguf(gguf_fixture("llama"), out, std::nullopt, {});
+    auto rt = load_runtime(out, "cpu", 1);
+    std::ifstream in(test::fixture("tokenizer/cases.json"));
+    const auto cases = nlohmann::json::parse(in);
+    REQUIRE(cases.size() > 30);
+    for (const auto& c : cases) {
+        const std::string text = c["text"].get<std::string>();
+        CAPTURE(text);
+        std::vector<int32_t> ids;
+        rt->tok->encode(text, ids);
+        CHECK(ids == c["ids"].get<std::vector<int32_t>>());
+        CHECK(rt->tok->decode(ids) == c["decoded"].get<std::string>());
+    }
+    CHECK(rt->tok->add_bos());
+    CHECK(rt->tok->bos_id() == 1);
+    CHECK(rt->tok->eos_id() == 2);
+}
+
+TEST_CASE("GGUF Q8_0 and Q4_0 blocks are copied and the other types requantised within budget") {
+    const test::reference r = test::load_reference("llama");
+    struct expectation {
+        const char* file;
+        format::dtype kept;
+        bool copied;
+        double max_requant_error; // relative RMS error the conversion adds
+        double min_top1, max_kl;  // against the float64 reference
+    };
+    const expectation cases[] = {
+        {"llama-q8_0", format::dtype::q8_0, true, 0.0, 0.85, 6e-3},
+        {"llama-q4_0", format::dtype::q4_0, true, 0.0, 0.25, 0.6},
+        {"llama-q4_1", format::dtype::q8_0, false, 0.01, 0.25, 0.6},
+        {"llama-q5_0", format::dtype::q8_0, false, 0.01, 0.25, 0.6},
+        {"llama-q5_1", format::dtype::q8_0, false, 0.01, 0.25, 0.6},
+    };
+    for (const expectation& e : cases) {
+        const std::string file = e.file;
+        CAPTURE(file);
+        test::temp_dir dir;
+        const std::string out = dir.file("m.colibri");
+        const convert_summary s = convert_gguf(gguf_fixture(e.file), out, std::nullopt, {});
+        bool found = false;
+        for (const type_conversion& c : s.conversions) {
+            if (c.from == "F32") continue; // norms
+            found = true;
+            CHECK(c.to == e.kept);
+            CHECK(c.copied == e.copied);
+            MESSAGE(file << ": " << c.from << " -> " << format::dtype_name(c.to) << ", added relative RMS error " << c.rms_rel_error());
+            CHECK(c.rms_rel_error() <= e.max_requant_error);
+            if (!e.copied) CHECK(c.rms_rel_error() > 0);
+        }
+        CHECK(found);
+        auto rt = load_runtime(out, "cpu", 2);
+        const test::error_stats st = test::compare(r, test::run_logits(*rt, r.prompt, 32));
+        MESSAGE(file << ": top-1 agreement " << st.top1 << ", mean KL " << st.mean_kl);
+        CHECK(st.top1 >= e.min_top1);
+        CHECK(st.mean_kl <= e.max_kl);
+        if (e.copied) {
+            // byte for byte: attn_v as stored, attn_q with llama.cpp's row order undone
+            const gguf_file g(gguf_fixture(e.file));
+            const model_file mf(out);
+            const tensor_view* v = mf.find("blk.0.attn_v.weight");
+            const gguf_tensor* gv = g.find_tensor("blk.0.attn_v.weight");
+            REQUIRE((v != nullptr && gv != nullptr));
+            CHECK(v->size == gv->size);
+            CHECK(std::memcmp(v->data, gv->data, gv->size) == 0);
+            const tensor_view* q = mf.find("blk.0.attn_q.weight");
+            const gguf_tensor* gq = g.find_tensor("blk.0.attn_q.weight");
+            REQUIRE((q != nullptr && gq != nullptr));
+            const uint64_t rb = ggml::row_bytes(gq->type, gq->ne[0]), head = 16;
+            for (uint64_t row = 0; row < q->rows(); ++row) {
+                const uint64_t h = row / head, j = (row % head) / (head / 2), i = row % (head / 2);
+                CHECK(std::memcmp(q->data + row * rb, gq->data + (h * head + 2 * i + j) * rb, rb) == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("an explicit --quant applies to every matrix of a GGUF") {
+    test::temp_dir dir;
+    const convert_summary s = convert_gguf(gguf_fixture("mixtral"), dir.file("m.colibri"), format::dtype::q8_0, {});
+    bool saw_q8 = false;
+    for (const type_conversion& c : s.conversions) {
+        // F16 matrices to q8_0; the routers to f32; rows of 48 (not whole blocks) stay f16
+        if (c.from == "F16") CHECK((c.to == format::dtype::q8_0 || c.to == format::dtype::f32 || c.to == format::dtype::f16));
+        saw_q8 |= c.to == format::dtype::q8_0;
+    }
+    CHECK(saw_q8);
+    auto rt = load_runtime(dir.file("m.colibri"), "cpu", 1);
+    CHECK(rt->mdl->hp().weight_type == uint32_t(format::dtype::q8_0));
+    const model_file mf(dir.file("m.colibri"));
+    CHECK(mf.find("blk.0.ffn_gate_inp.weight")->type == format::dtype::f32);
+    CHECK(mf.find("blk.1.ffn_gate_exps.3.weight")->type == format::dtype::q8_0);
+    CHECK(mf.find("blk.1.ffn_down_exps.3.weight")->type == format::dtype::f16);
+    CHECK(mf.find("blk.0.attn_q.weight")->type == format::dtype::q8_0);
+}
+
+namespace {
+
+// A GGUF holding only the vocabulary of a tokenizer.json, as llama.cpp's converter writes
+// it: tokens by id, merges as "a b", added tokens typed control (special) or user-defined.
+std::vector<uint8_t> bpe_vocab_gguf(const std::string& tokenizer_json, const std::string& pre) {
+    std::ifstream in(tokenizer_json);
+    const auto j = nlohmann::json::parse(in);
+    std::vector<std::string> tokens;
+    std::vector<int32_t> types;
+    auto put = [&](const std::string& text, size_t id, int32_t type) {
+        if (tokens.size() <= id) {
+            tokens.resize(id + 1);
+            types.resize(id + 1, 5);
+        }
+        tokens[id] = text;
+        types[id] = type;
+    };
+    for (const auto& [text, id] : j["model"]["vocab"].items()) put(text, id.get<size_t>(), 1);
+    for (const auto& a : j["added_tokens"]) put(a["content"].get<std::string>(), a["id"].get<size_t>(), a["special"].get<bool>() ? 3 : 4);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i].empty()) tokens[i] = "[PAD" + std::to_string(i) + "]";
+    }
+    std::vector<std::string> merges;
+    for (const auto& m : j["model"]["merges"]) {
+        merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+    }
+    test::gguf_builder b;
+    b.set("general.architecture", std::string("llama"));
+    b.set("tokenizer.ggml.model", std::string("gpt2"));
+    b.set("tokenizer.ggml.pre", pre);
+    b.set("tokenizer.ggml.tokens", tokens);
+    b.set("tokenizer.ggml.token_type", types);
+    b.set("tokenizer.ggml.merges", merges);
+    b.set("tokenizer.ggml.eos_token_id", uint32_t(1));
+    return b.bytes();
+}
+
+} // namespace
+
+TEST_CASE("a byte-level BPE vocabulary from GGUF gives the reference ids") {
+    const std::pair<std::string, std::string> cases[] = {{"qwen3", "qwen2"}, {"deepseek-v3", "deepseek-v3"}};
+    for (const auto& [name, pre] : cases) {
+        CAPTURE(name);
+        test::temp_dir dir;
+        const std::string path = write_gguf(dir, "vocab.gguf", bpe_vocab_gguf(test::fixture("tokenizers/" + name + "/tokenizer.json"), pre));
+        const gguf_file f(path);
+        const tokenizer_section sec = import_gguf_tokenizer(f);
+        CHECK(sec.header.kind == uint32_t(format::tokenizer_kind::bpe));
+        auto tok = make_tokenizer(sec.header, sec.payload, sec.n_tokens, path);
+        std::ifstream in(test::fixture("tokenizers/" + name + "/cases.json"));
+        const auto cases_json = nlohmann::json::parse(in).at("cases");
+        int n = 0;
+        for (const auto& c : cases_json) {
+            if (!c.contains("ids") || !c.contains("text") || c.contains("bytes_hex")) continue;
+            const std::string text = c["text"].get<std::string>();
+            CAPTURE(text);
+            std::vector<int32_t> ids;
+            tok->encode(text, ids);
+            CHECK(ids == c["ids"].get<std::vector<int32_t>>());
+            ++n;
+        }
+        CHECK(n > 30);
+    }
+}
+
+TEST_CASE("unsupported architectures tensor types and tokenizers are refused by name") {
+    test::temp_dir dir;
+    const gguf_file llama(gguf_fixture("llama"));
+    auto refused = [&](test::gguf_builder& b, const std::string& needle, errc want) {
+        errc code{};
+        const std::string msg = convert_error(write_gguf(dir, "bad.gguf", b.bytes()), dir, &code);
+        CAPTURE(msg);
+        CHECK(msg.find(needle) != std::string::npos);
+        CHECK(msg.find("bad.gguf") != std::string::npos);
+        CHECK(code == want);
+    };
+    {
+        test::gguf_builder b(llama);
+        b.set("general.architecture", std::string("mamba"));
+        refused(b, "architecture 'mamba' is not supported", errc::unsupported);
+    }
+    {
+        test::gguf_builder b(llama);
+        b.set_tensor_type("blk.1.ffn_norm.weight", 9, std::vector<uint8_t>(72, 0)); // Q8_1: 2 blocks of 36 bytes
+        refused(b, "tensor 'blk.1.ffn_norm.weight' has type Q8_1, which is not supported", errc::unsupported);
+    }
+    {
+        test::gguf_builder b(llama);
+        b.set("tokenizer.ggml.model", std::string("t5"));
+        refused(b, "tokenizer model 't5'", errc::unsupported);
+    }
+    {
+        test::gguf_builder b(llama);
+        b.set("tokenizer.ggml.model", std::string("gpt2"));
+        b.set("tokenizer.ggml.pre", std::string("jais"));
+        refused(b, "pre-tokenizer 'jais'", errc::unsupported);
+    }
+    {
+        test::gguf_builder b(llama);
+        b.set("llama.rope.scaling.type", std::string("yarn"));
+        refused(b, "RoPE scaling 'yarn'", errc::unsupported);
+    }
+    {
+        test::gguf_builder b(llama);
+        b.erase_tensor("blk.1.attn_k.weight");
+        refused(b, "tensor 'blk.1.attn_k.weight' is missing", errc::format);
+    }
+    {
+        test::gguf_builder b(llama);
+        b.erase("tokenizer.ggml.model");
+        refused(b, "tokenizer.ggml.model is missing", errc::format);
+    }
+}
+
+TEST_CASE("truncated and corrupted GGUF files are refused with a clear message") {
+    test::temp_dir dir;
+    const std::vector<uint8_t> good = test::read_bytes(gguf_fixture("llama"));
+    REQUIRE(good.size() > 100000);
+    // every cut in the header and metadata region, then a sample through the data
+    std::vector<size_t> cuts;
+    for (size_t n = 1; n < 12000; n += 7) cuts.push_back(n);
+    for (size_t n = 12000; n < good.size(); n += good.size() / 40) cuts.push_back(n);
+    cuts.push_back(good.size() - 1);
+    for (size_t n : cuts) {
+        CAPTURE(n);
+        const std::string msg = convert_error(write_gguf(dir, "cut.gguf", {good.begin(), good.begin() + long(n)}), dir);
+        CHECK(msg.find("cut.gguf") != std::string::npos);
+    }
+    auto patched = [&](size_t at, std::vector<uint8_t> bytes) {
+        std::vector<uint8_t> b = good;
+        std::copy(bytes.begin(), bytes.end(), b.begin() + long(at));
+        return convert_error(write_gguf(dir, "bad.gguf", b), dir);
+    };
+    CHECK(patched(0, {'G', 'G', 'M', 'L'}).find("not a GGUF file") != std::string::npos);
+    CHECK(patched(4, {1, 0, 0, 0}).find("GGUF version 1 is not supported") != std::string::npos);
+    CHECK(patched(4, {9, 0, 0, 0}).find("unknown GGUF version 9") != std::string::npos);
+    CHECK(patched(8, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0}).find("tensor count") != std::string::npos);
+    CHECK(patched(16, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0}).find("metadata count") != std::string::npos);
+    // random byte flips in the metadata and tensor infos: refused or converted, never a crash
+    std::mt19937 rng(7);
+    int refused = 0;
+    for (int k = 0; k < 300; ++k) {
+        std::vector<uint8_t> b = good;
+        for (int flips = 0; flips < 3; ++flips) b[24 + rng() % 11000] = static_cast<uint8_t>(rng());
+        try {
+            convert_gguf(write_gguf(dir, "fuzz.gguf", b), dir.file("fuzz.colibri"), std::nullopt, {});
+        } catch (const error& e) {
+            ++refused;
+            CHECK(std::string(e.what()).find("fuzz.gguf") != std::string::npos);
+        }
+    }
+    MESSAGE(refused << " of 300 corrupted files refused");
+    CHECK(refused > 0);
+}
+
+TEST_CASE("requantising every readable ggml type adds a small measured error") {
+    // the error the converter's q8_0 (its default for these types) and q4_0 add to each
+    // type's values, on the random blocks of quants.gguf (documented in docs/gguf.md)
+    const gguf_file f(gguf_fixture("quants"));
+    for (const gguf_tensor& t : f.tensors()) {
+        if (t.name.starts_with("expect.")) continue;
+        const uint64_t cols = t.ne[0], rows = t.ne[1];
+        for (format::dtype to : {format::dtype::q8_0, format::dtype::q4_0}) {
+            double err2 = 0, ref2 = 0;
+            std::vector<float> x(cols), back(cols);
+            std::vector<uint8_t> q(format::row_bytes(to, cols));
+            for (uint64_t r = 0; r < rows; ++r) {
+                ggml::dequantize_row(t.type, t.data + r * ggml::row_bytes(t.type, cols), x.data(), int64_t(cols));
+                kernels::from_f32_row(to, x.data(), q.data(), int64_t(cols));
+                kernels::to_f32_row(to, q.data(), back.data(), int64_t(cols));
+                for (uint64_t i = 0; i < cols; ++i) {
+                    err2 += (double(back[i]) - x[i]) * (double(back[i]) - x[i]);
+                    ref2 += double(x[i]) * x[i];
+                }
+            }
+            const double rel = std::sqrt(err2 / ref2);
+            MESSAGE(t.name << " -> " << format::dtype_name(to) << ": relative RMS error " << rel);
+            CHECK(rel < (to == format::dtype::q8_0 ? 0.01 : 0.12));
+        }
+    }
+}

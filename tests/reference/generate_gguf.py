@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Write the GGUF conformance fixtures (tests/fixtures/gguf/) from the committed
+Hugging Face fixture checkpoints, with the `gguf` package from PyPI.
+
+    python tests/reference/generate_gguf.py --fixtures tests/fixtures
+
+Makes, in <fixtures>/gguf/:
+  <family>.gguf      each fixture family as llama.cpp's converter lays it out: GGUF
+                     tensor names, dimensions innermost first, experts stacked into 3-D
+                     tensors, q/k rows of the llama-family architectures (llama, Mixtral
+                     as "llama", granitemoe) permuted for interleaved RoPE, the
+                     sentencepiece vocabulary as tokenizer.ggml.* ("llama" model). The
+                     matrices keep the fixture's own dtype (F32, F16 or BF16), so the
+                     converted model must reproduce the fixture's logits exactly.
+  llama-<type>.gguf  the llama fixture with its matrices quantised by gguf.quants
+                     (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1).
+  quants.gguf        for every element type the converter reads, a [3, 512] tensor of
+                     random blocks (scales set to finite values) and "expect.<type>", its
+                     dequantisation by gguf.quants in F32: the block layouts, bit for bit.
+
+No network, fixed seeds: reruns give identical bytes.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import gguf
+import numpy as np
+import sentencepiece as spm
+from gguf import GGMLQuantizationType as Q
+from safetensors.numpy import load_file
+
+GGUF_ARCH = {"llama": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
+             "olmoe": "olmoe", "granite_moe": "granitemoe"}
+PERMUTED = {"llama", "granitemoe"}  # llama.cpp's converter reorders q/k rows for these
+DTYPES = {"float32": Q.F32, "float16": Q.F16, "bfloat16": Q.BF16}
+QUANTS = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
+READABLE = [Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+
+
+def load_tensors(d):
+    t = {}
+    for f in sorted(Path(d).glob("*.safetensors")):
+        t.update({k: v.astype(np.float32) if v.dtype != np.uint16 else v for k, v in load_file(str(f)).items()})
+    return t
+
+
+def load_f32(d):
+    """All tensors of a fixture as float32 (bf16 is read through torch)."""
+    import torch
+    from safetensors.torch import load_file as load_torch
+    out = {}
+    for f in sorted(Path(d).glob("*.safetensors")):
+        for k, v in load_torch(str(f)).items():
+            out[k] = v.to(torch.float32).numpy()
+    return out
+
+
+def permute(w, n_head):
+    """Hugging Face rotate-half row order -> interleaved pairs, per head (as llama.cpp)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def hf_to_gguf(family, cfg, W):
+    """(gguf name, f32 array outermost first, is_matrix) in llama.cpp's naming."""
+    arch = GGUF_ARCH[family]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    out = [("token_embd.weight", W["model.embed_tokens.weight"], True)]
+    for il in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{il}.", f"blk.{il}."
+        out.append((b + "attn_norm.weight", W[p + "input_layernorm.weight"], False))
+        for hf, g in [("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")]:
+            w = W[p + f"self_attn.{hf}.weight"]
+            if arch in PERMUTED and hf in ("q_proj", "k_proj"):
+                w = permute(w, H if hf == "q_proj" else KV)
+            out.append((b + g + ".weight", w, True))
+            if p + f"self_attn.{hf}.bias" in W:
+                out.append((b + g + ".bias", W[p + f"self_attn.{hf}.bias"], False))
+        for n in ("q_norm", "k_norm"):
+            if p + f"self_attn.{n}.weight" in W:
+                out.append((b + f"attn_{n}.weight", W[p + f"self_attn.{n}.weight"], False))
+        out.append((b + "ffn_norm.weight", W[p + "post_attention_layernorm.weight"], False))
+        if family == "mixtral":
+            m = p + "block_sparse_moe."
+            E = cfg["num_local_experts"]
+            out.append((b + "ffn_gate_inp.weight", W[m + "gate.weight"], True))
+            for hf, g in [("w1", "gate"), ("w3", "up"), ("w2", "down")]:
+                out.append((b + f"ffn_{g}_exps.weight", np.stack([W[m + f"experts.{e}.{hf}.weight"] for e in range(E)]), True))
+        elif family == "granite_moe":
+            m = p + "block_sparse_moe."
+            I = cfg["intermediate_size"]
+            out.append((b + "ffn_gate_inp.weight", W[m + "router.layer.weight"], True))
+            win = W[m + "input_linear.weight"]  # [E, 2I, H]: gate rows, then up rows
+            out.append((b + "ffn_gate_exps.weight", win[:, :I, :], True))
+            out.append((b + "ffn_up_exps.weight", win[:, I:, :], True))
+            out.append((b + "ffn_down_exps.weight", W[m + "output_linear.weight"], True))
+        elif p + "mlp.gate.weight" in W:
+            m = p + "mlp."
+            E = cfg["num_experts"]
+            out.append((b + "ffn_gate_inp.weight", W[m + "gate.weight"], True))
+            for g in ("gate", "up", "down"):
+                out.append((b + f"ffn_{g}_exps.weight", np.stack([W[m + f"experts.{e}.{g}_proj.weight"] for e in range(E)]), True))
+            if m + "shared_expert.gate_proj.weight" in W:
+                for g in ("gate", "up", "down"):
+                    out.append((b + f"ffn_{g}_shexp.weight", W[m + f"shared_expert.{g}_proj.weight"], True))
+                out.append((b + "ffn_gate_inp_shexp.weight", W[m + "shared_expert_gate.weight"], True))
+        else:  # dense MLP
+            for g in ("gate", "up", "down"):
+                out.append((b + f"ffn_{g}.weight", W[p + f"mlp.{g}_proj.weight"], True))
+    out.append(("output_norm.weight", W["model.norm.weight"], False))
+    if "lm_head.weight" in W:
+        out.append(("output.weight", W["lm_head.weight"], True))
+    return out
+
+
+def add_vocab(w, sp, bos, eos):
+    tokens, scores, types = [], [], []
+    for i in range(sp.get_piece_size()):
+        tokens.append(sp.id_to_piece(i))
+        scores.append(sp.get_score(i))
+        if sp.is_unknown(i):
+            types.append(gguf.TokenType.UNKNOWN)
+        elif sp.is_control(i):
+            types.append(gguf.TokenType.CONTROL)
+        elif sp.is_byte(i):
+            types.append(gguf.TokenType.BYTE)
+        elif sp.is_unused(i):
+            types.append(gguf.TokenType.UNUSED)
+        else:
+            types.append(gguf.TokenType.NORMAL)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(eos)
+    w.add_unk_token_id(sp.unk_id())
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(True)
+
+
+def write_family(fixtures, family, out_path, matrix_type=None):
+    d = fixtures / family
+    cfg = json.loads((d / "config.json").read_text())
+    W = load_f32(d)
+    arch = GGUF_ARCH[family]
+    H = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // H
+    w = gguf.GGUFWriter(str(out_path), arch)
+    w.add_name(f"colibri fixture {family}")
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_head_count(H)
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    n_expert = cfg.get("num_local_experts") or cfg.get("num_experts")
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if family in ("qwen2_moe", "qwen3_moe"):
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if family == "qwen2_moe":
+        w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    if family == "granite_moe":
+        w.add_embedding_scale(cfg["embedding_multiplier"])
+        w.add_residual_scale(cfg["residual_multiplier"])
+        w.add_attention_scale(cfg["attention_multiplier"])
+        w.add_logit_scale(cfg["logits_scaling"])
+    sp = spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model"))
+    add_vocab(w, sp, cfg["bos_token_id"], cfg["eos_token_id"])
+    native = DTYPES[json.loads((d / "expected.json").read_text())["dtype"]]
+    for name, arr, is_matrix in hf_to_gguf(family, cfg, W):
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        qt = (matrix_type or native) if is_matrix else Q.F32
+        if qt == Q.F32:
+            w.add_tensor(name, arr)
+        elif qt == Q.F16:
+            w.add_tensor(name, arr.astype(np.float16))
+        else:
+            w.add_tensor(name, gguf.quants.quantize(arr, qt), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_quants(out_path):
+    rng = np.random.default_rng(20250107)
+    w = gguf.GGUFWriter(str(out_path), "llama")
+    w.add_name("colibri ggml block layouts")
+    rows, cols = 3, 512
+    for qt in READABLE:
+        block, size = gguf.GGML_QUANT_SIZES[qt]
+        if qt in (Q.F16, Q.BF16):
+            x = rng.standard_normal((rows, cols)).astype(np.float32)
+            raw = gguf.quants.quantize(x, qt) if qt == Q.BF16 else x.astype(np.float16).view(np.uint8)
+        else:
+            raw = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
+            # finite f16 scales: d (and dmin / m) at their offsets in each block
+            def put(off, lo, hi, signed):
+                v = rng.uniform(lo, hi, size=raw.shape[0]) * (rng.choice([-1, 1], size=raw.shape[0]) if signed else 1)
+                raw[:, off:off + 2] = v.astype(np.float16).view(np.uint8).reshape(-1, 2)
+            if qt == Q.Q6_K:
+                put(208, 0.001, 0.05, True)
+            else:
+                put(0, 0.001, 0.05, True)
+                if qt in (Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K):
+                    put(2, 0.001, 0.05, True)
+            raw = raw.reshape(rows, -1)
+        expect = gguf.quants.dequantize(raw, qt).astype(np.float32)
+        assert expect.shape == (rows, cols) and np.all(np.isfinite(expect))
+        w.add_tensor(qt.name, raw, raw_dtype=qt)
+        w.add_tensor("expect." + qt.name, expect)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fixtures", required=True, type=Path)
+    args = ap.parse_args()
+    out = args.fixtures / "gguf"
+    out.mkdir(exist_ok=True)
+    for family in GGUF_ARCH:
+        write_family(args.fixtures, family, out / f"{family}.gguf")
+    for qt in QUANTS:
+        write_family(args.fixtures, "llama", out / f"llama-{qt.name.lower()}.gguf", qt)
+    write_quants(out / "quants.gguf")
+    for p in sorted(out.glob("*.gguf")):
+        print(f"{p.name}: {p.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()
