@@ -131,6 +131,10 @@ local function main()
   end)
   local suggestion = colibri.suggestion()
   log('suggestion: ' .. vim.inspect(suggestion))
+  -- Entering insert mode warmed the cache: the completion reused the processed context.
+  local st = colibri.stats()
+  check(st.warm_ups == 1, 'no warm-up request on entering insert mode')
+  check(st.last_usage and st.last_usage.cached_tokens > 0, 'no cached tokens: ' .. vim.inspect(st.last_usage))
   local typed = '    total = '
   local first_char = suggestion:sub(1, 1)
   if first_char ~= '\n' and #suggestion > 1 then

@@ -243,15 +243,31 @@ describe('provider against colibrid', { skip: missing() || false, timeout: 60000
   it('completes a fill-in-the-middle from a document', async () => {
     const provider = createProvider({ vscode, getClient: () => client,
                                       getConfig: () => ({ debounceMs: 0, maxLines: 0, stopOnDedent: false }) });
-    const doc = textDocument('def count_words(path):\n    """Return how many words the file at path holds."""\n' +
-                             '    \n    return total\n');
-    const items = await provider.provideInlineCompletionItems(doc, new vscode.Position(2, 4), AUTOMATIC,
+    const doc = textDocument('import os\n\n\ndef list_files(root):\n    for name in os.\n');
+    const pos = new vscode.Position(4, 19);
+    const items = await provider.provideInlineCompletionItems(doc, pos, AUTOMATIC,
                                                               new vscode.CancellationTokenSource().token);
-    const direct = await client.complete({ prompt: 'def count_words(path):\n    """Return how many words the file ' +
-      'at path holds."""\n    ', suffix: '\n    return total\n', max_tokens: 64, temperature: 0 }).promise;
+    // The same request sent directly: the provider shows exactly its text.
+    const { prompt, suffix } = extractContext(doc, pos, DEFAULTS);
+    assert.strictEqual(prompt, 'import os\n\n\ndef list_files(root):\n    for name in os.');
+    assert.strictEqual(suffix, '\n\n');
+    const direct = await client.complete({ prompt, suffix, max_tokens: 64, temperature: 0 }).promise;
     assert.strictEqual(provider.stats.errors, 0, provider.stats.lastError);
     const expected = finishText(direct.text, { ...DEFAULTS, maxLines: 0 });
-    if (expected.trim() === '') assert.deepStrictEqual(items, []);
-    else assert.strictEqual(items[0].insertText, expected);
+    assert.ok(expected.trim() !== '', `the model suggests only blanks here: ${JSON.stringify(direct.text)}`);
+    assert.strictEqual(items.length, 1);
+    assert.strictEqual(items[0].insertText, expected);
+  });
+
+  it('single-line mode asks the daemon for the rest of the line only', async () => {
+    const provider = createProvider({ vscode, getClient: () => client,
+                                      getConfig: () => ({ debounceMs: 0, multiline: false, maxTokens: 64 }) });
+    const doc = textDocument('import os\n\n\ndef list_files(root):\n    for name in os.\n');
+    const items = await provider.provideInlineCompletionItems(doc, new vscode.Position(4, 19), AUTOMATIC,
+                                                              new vscode.CancellationTokenSource().token);
+    assert.strictEqual(provider.stats.errors, 0, provider.stats.lastError);
+    assert.strictEqual(items.length, 1);
+    assert.ok(!items[0].insertText.includes('\n'), JSON.stringify(items[0].insertText));
+    assert.ok(items[0].insertText.length > 0);
   });
 });

@@ -30,6 +30,7 @@ local S = {
     last_error = nil,
     last_first_piece_ms = nil, -- request sent to its first piece
     last_total_ms = nil,       -- request sent to its final line
+    last_usage = nil,          -- `usage` of the last completed request (prompt, cached tokens)
     finish_reasons = {},       -- the last few, newest last (for :ColibriStatus)
   },
 }
@@ -93,6 +94,7 @@ local function record_final(ev, cur)
     else
       st.completed = st.completed + 1
       st.last_total_ms = now_ms() - cur.sent_at
+      if type(ev.usage) == 'table' then st.last_usage = ev.usage end
     end
   else
     st.errors = st.errors + 1
@@ -317,14 +319,24 @@ function M.status_lines(health, status)
     out[#out + 1] = ('model: %s (%s, %s), backend %s'):format(tostring(model.path), tostring(model.architecture),
       tostring(model.quant), tostring(status.backend))
     local req = status.requests or {}
-    out[#out + 1] = ('daemon requests: %s served, %s cancelled; %.1f tokens/s'):format(tostring(req.served),
-      tostring(req.cancelled), (status.tokens and status.tokens.per_second) or 0)
+    local line = ('daemon requests: %s served, %s cancelled, %s superseded; %.1f tokens/s'):format(
+      tostring(req.served), tostring(req.cancelled), tostring(req.superseded or 0),
+      (status.tokens and status.tokens.per_second) or 0)
+    if type(status.cache) == 'table' and status.cache.hit_rate then
+      line = line .. ('; prompt cache hit rate %.0f%%'):format(100 * status.cache.hit_rate)
+    end
+    out[#out + 1] = line
   end
   out[#out + 1] = ('this editor: %d requests, %d cancels sent, %d completed, %d cancelled, %d errors, %d accepted, '
     .. '%d characters typed through'):format(st.requests, st.cancels_sent, st.completed, st.cancelled, st.errors,
     st.accepted, st.typed_through)
-  out[#out + 1] = ('last request: first piece %s, done %s'):format(fmt_ms(st.last_first_piece_ms),
+  local last = ('last request: first piece %s, done %s'):format(fmt_ms(st.last_first_piece_ms),
     fmt_ms(st.last_total_ms))
+  if st.last_usage then
+    last = last .. (', %s prompt tokens (%s from the cache)'):format(tostring(st.last_usage.prompt_tokens),
+      tostring(st.last_usage.cached_tokens))
+  end
+  out[#out + 1] = last
   if st.last_error then out[#out + 1] = 'last error: ' .. st.last_error end
   return out
 end
