@@ -57,8 +57,10 @@ function activate(context) {
         const m = st.model || {};
         lines.push(`colibrid ${st.version} (pid ${st.pid}), socket ${getClient().socketPath}`);
         lines.push(`model ${m.path} (${m.architecture}, ${m.quant}), backend ${st.backend}, worker ${st.worker.state}`);
-        lines.push(`requests: ${st.requests.served} served, ${st.requests.cancelled} cancelled; ` +
-                   `${st.tokens.per_second.toFixed(1)} tokens/s`);
+        const cache = st.cache ? `; prompt cache hit rate ${(100 * st.cache.hit_rate).toFixed(0)}%` : '';
+        lines.push(`requests: ${st.requests.served} served, ${st.requests.cancelled} cancelled ` +
+                   `(${st.requests.superseded || 0} superseded by a newer one); ` +
+                   `${st.tokens.per_second.toFixed(1)} tokens/s${cache}`);
       } catch (err) {
         lines.push(`colibrid not reachable at ${getClient().socketPath}: ${err.message}`);
       }

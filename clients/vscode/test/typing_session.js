@@ -129,6 +129,10 @@ async function run(opts) {
       first_token: { n: first.length, median_ms: percentile(first, 50), p95_ms: percentile(first, 95) },
       complete_line: { n: lines.length, median_ms: percentile(lines, 50), p95_ms: percentile(lines, 95) },
       daemon_cancelled: after.requests.cancelled - status.requests.cancelled,
+      daemon_superseded: (after.requests.superseded || 0) - (status.requests.superseded || 0),
+      cache_hit_rate: after.cache ? after.cache.hit_rate : null,
+      load_average: require('os').loadavg()[0],
+      cpus: require('os').cpus().length,
     };
   } finally {
     client.close();
@@ -147,15 +151,17 @@ if (require.main === module) {
       console.log(JSON.stringify(r, null, 2));
       return;
     }
-    console.log(`model ${r.model} (${r.backend}, ${r.n_threads} threads)`);
+    console.log(`model ${r.model} (${r.backend}, ${r.n_threads} threads; machine: ${r.cpus} CPUs, ` +
+                `load average ${r.load_average.toFixed(1)})`);
     console.log(`${r.keystrokes} keystrokes every ${r.interval_ms} ms, one request each (cancel by ${r.cancel}` +
                 `${r.max_lines_1 ? ', max_lines 1' : ''}, max_tokens ${r.max_tokens}), ${r.seconds.toFixed(1)} s`);
     console.log(`requests: ${r.completed} completed, ${r.cancelled} cancelled, ${r.errors} errors ` +
-                `(daemon counted ${r.daemon_cancelled} cancelled)`);
+                `(daemon: ${r.daemon_cancelled} cancelled, ${r.daemon_superseded} of them superseded)`);
     console.log(`keystroke to first token:   median ${fmt(r.first_token.median_ms)}, p95 ${fmt(r.first_token.p95_ms)}` +
                 ` (${r.first_token.n} requests)`);
     console.log(`keystroke to complete line: median ${fmt(r.complete_line.median_ms)}, ` +
                 `p95 ${fmt(r.complete_line.p95_ms)} (${r.complete_line.n} requests)`);
+    if (r.cache_hit_rate !== null) console.log(`daemon prompt cache hit rate: ${(100 * r.cache_hit_rate).toFixed(0)}%`);
   }, (err) => {
     console.error(err.stack || String(err));
     process.exit(1);

@@ -319,7 +319,7 @@ function M.status_lines(health, status)
     out[#out + 1] = ('model: %s (%s, %s), backend %s'):format(tostring(model.path), tostring(model.architecture),
       tostring(model.quant), tostring(status.backend))
     local req = status.requests or {}
-    local line = ('daemon requests: %s served, %s cancelled, %s superseded; %.1f tokens/s'):format(
+    local line = ('daemon requests: %s served, %s cancelled (%s superseded by a newer one); %.1f tokens/s'):format(
       tostring(req.served), tostring(req.cancelled), tostring(req.superseded or 0),
       (status.tokens and status.tokens.per_second) or 0)
     if type(status.cache) == 'table' and status.cache.hit_rate then
