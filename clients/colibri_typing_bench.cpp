@@ -3,9 +3,13 @@
 //   follow-up  a cold prompt of about N tokens, then the same prompt extended by 1 and by 5
 //              characters: time to first token of each, against one decode step;
 //   typing     one request per keystroke in one session (each supersedes the previous),
-//              keystrokes at a fixed interval: time to first token and to a 16-token
-//              completion (median, p95), cancelled requests; with and without prompt reuse
-//              (without: every prompt starts with a unique line, so nothing is shared).
+//              keystrokes in bursts (a word typed at a fixed interval, then a pause while
+//              the user reads the suggestion): time to first token and to a 16-token
+//              completion (median, p95) of the requests that were not superseded, and how
+//              many were; with and without prompt reuse (without: every prompt starts with
+//              a unique line, so nothing is shared). Time to first token is the daemon's
+//              queued + prompt time (a random-weight model's tokens may decode to no text,
+//              so the first piece can come late); the completion time is the client's.
 // Prints a table, or one JSON object per measurement with --json.
 
 #include <sys/socket.h>
@@ -165,7 +169,7 @@ std::string default_text() {
 
 int main(int argc, char** argv) {
     std::string socket = colibri::protocol::default_socket_path(), text_file, sizes_arg = "500,1000";
-    int keystrokes = 30, interval_ms = 100, max_tokens = 16, typing_tokens = 500;
+    int keystrokes = 30, interval_ms = 100, burst = 5, pause_ms = 2500, max_tokens = 16, typing_tokens = 500;
     bool as_json = false;
     po::options_description opts(
         "colibri-typing-bench: latency as you type, through a running colibrid\n\n"
@@ -175,7 +179,9 @@ int main(int argc, char** argv) {
         "sizes", po::value(&sizes_arg), "follow-up: prompt sizes in tokens, comma-separated (default 500,1000)")(
         "typing-tokens", po::value(&typing_tokens), "typing: tokens of text before the cursor (default 500)")(
         "keystrokes", po::value(&keystrokes), "typing: keystrokes (default 30)")(
-        "interval-ms", po::value(&interval_ms), "typing: time between keystrokes (default 100)")(
+        "interval-ms", po::value(&interval_ms), "typing: time between keystrokes of a burst (default 100)")(
+        "burst", po::value(&burst), "typing: keystrokes per burst (default 5)")(
+        "pause-ms", po::value(&pause_ms), "typing: pause after each burst (default 2500)")(
         "max-tokens", po::value(&max_tokens), "typing: tokens per completion (default 16)")(
         "json", po::bool_switch(&as_json), "one JSON object per measurement");
     po::variables_map vm;
@@ -263,9 +269,10 @@ int main(int argc, char** argv) {
             // The text before the first keystroke is in the cache, as after earlier typing.
             c.call(complete_req(id(), head + text.substr(0, start), 0));
             std::vector<json> ids;
-            const auto t0 = clock_type::now();
+            auto at = clock_type::now();
             for (int k = 1; k <= keystrokes; ++k) {
-                std::this_thread::sleep_until(t0 + std::chrono::milliseconds(interval_ms) * (k - 1));
+                std::this_thread::sleep_until(at);
+                at += std::chrono::milliseconds(k % std::max(burst, 1) == 0 ? pause_ms : interval_ms);
                 const std::string prompt = (reuse ? head : unique_line()) + text.substr(0, start + static_cast<size_t>(k));
                 json req = complete_req(id(), prompt, max_tokens);
                 req["session"] = session;
@@ -281,13 +288,15 @@ int main(int argc, char** argv) {
                     ++cancelled;
                     continue;
                 }
-                ttft.push_back(ms_since(r.sent, r.first_event));
+                ttft.push_back(r.final["timings"].value("queued_ms", 0.0) + r.final["timings"].value("prefill_ms", 0.0));
                 full.push_back(ms_since(r.sent, r.final_event));
             }
             json row = {{"measure", "typing"},
                         {"reuse", reuse},
                         {"keystrokes", keystrokes},
                         {"interval_ms", interval_ms},
+                        {"burst", burst},
+                        {"pause_ms", pause_ms},
                         {"completed", ttft.size()},
                         {"cancelled", cancelled},
                         {"ttft_median_ms", percentile(ttft, 0.5)},
@@ -297,9 +306,9 @@ int main(int argc, char** argv) {
             if (as_json) {
                 std::cout << row.dump() << std::endl;
             } else {
-                std::printf("typing     %s reuse: %d keystrokes every %d ms, %zu completed, %d cancelled | first token "
-                            "median %.1f ms p95 %.1f ms | %d tokens median %.1f ms p95 %.1f ms\n",
-                            reuse ? "with   " : "without", keystrokes, interval_ms, ttft.size(), cancelled,
+                std::printf("typing     %s reuse: %d keystrokes (bursts of %d every %d ms, then %d ms), %zu completed, %d "
+                            "superseded | first token median %.1f ms p95 %.1f ms | %d tokens median %.1f ms p95 %.1f ms\n",
+                            reuse ? "with   " : "without", keystrokes, burst, interval_ms, pause_ms, ttft.size(), cancelled,
                             percentile(ttft, 0.5), percentile(ttft, 0.95), max_tokens, percentile(full, 0.5),
                             percentile(full, 0.95));
                 std::fflush(stdout);
