@@ -15,7 +15,10 @@ set(DATADIR "${prefix}/${COLIBRI_DATADIR_REL}")
 set(MDWE "${COLIBRI_UNIT_MDWE}")
 set(MDWE_COMMENT "${COLIBRI_UNIT_MDWE_COMMENT}")
 
-set(stage "${COLIBRI_UNITS_STAGE_DIR}")
+# One staging directory per destination: installs to different places may run at once
+# (cmake --install and cpack on the same build tree).
+string(MD5 destination "$ENV{DESTDIR}|${prefix}")
+set(stage "${COLIBRI_UNITS_STAGE_DIR}/${destination}")
 file(REMOVE_RECURSE "${stage}")
 foreach(unit colibrid.service colibrid.socket)
   configure_file("${COLIBRI_SYSTEMD_SOURCE_DIR}/${unit}.in" "${stage}/system/${unit}" @ONLY)
@@ -43,3 +46,4 @@ else()
 endif()
 file(INSTALL "${stage}/config/colibrid.conf" DESTINATION "${DOCDIR}"
      RENAME colibrid.conf.default FILE_PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
+file(REMOVE_RECURSE "${stage}")
