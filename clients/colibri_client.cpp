@@ -186,11 +186,18 @@ public:
     }
 
     void send(const json& j) {
+        if (send_errno_ != 0) return;
         const std::string line = p::frame(p::dump_line(j));
         std::size_t off = 0;
         while (off < line.size()) {
             const ssize_t n = ::send(fd_, line.data() + off, line.size() - off, MSG_NOSIGNAL);
             if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+                // The daemon has closed the connection, usually after saying why (forbidden,
+                // busy, shutting down): next() returns that line first.
+                send_errno_ = errno;
+                return;
+            }
             if (n < 0) throw std::runtime_error(std::string("cannot send to the daemon: ") + std::strerror(errno));
             off += static_cast<std::size_t>(n);
         }
@@ -216,6 +223,8 @@ public:
             char buf[65536];
             const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
             if (n < 0 && errno == EINTR) continue;
+            if (n <= 0 && send_errno_ != 0)
+                throw std::runtime_error(std::string("cannot send to the daemon: ") + std::strerror(send_errno_));
             if (n <= 0) return std::nullopt;
             framer_.feed(std::string_view(buf, static_cast<std::size_t>(n)));
         }
@@ -223,6 +232,7 @@ public:
 
 private:
     int fd_ = -1;
+    int send_errno_ = 0; ///< the send that found the connection closed
     p::line_framer framer_{std::size_t{1} << 30};
 };
 

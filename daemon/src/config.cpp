@@ -78,7 +78,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
     po::options_description advanced("Advanced and testing");
     advanced.add_options()
         ("worker-exe", po::value(&c.worker_exe), "worker executable (default: colibri-worker next to colibrid)")
-        ("enable-fault-injection", po::bool_switch(&c.enable_fault_injection), "accept the debug_fault request field (tests only)");
+        ("enable-fault-injection", po::bool_switch(&c.enable_fault_injection), "accept the debug_fault request field, and let SIGUSR1 wedge the event loop (tests only)");
 
     po::options_description all("colibrid: the Colibri completion daemon\n\nUsage: colibrid --model FILE [options]");
     all.add(general).add(limits).add(cache).add(watchdog).add(advanced);

@@ -13,6 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if COLIBRI_HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 namespace colibri::daemon {
 namespace {
 
@@ -74,6 +78,18 @@ void check_private_directory(const std::string& dir) {
 } // namespace
 
 std::optional<int> take_activated_socket() {
+#if COLIBRI_HAVE_LIBSYSTEMD
+    // Checks LISTEN_PID, sets FD_CLOEXEC and clears the variables.
+    const int n = ::sd_listen_fds(1);
+    ::unsetenv("LISTEN_FDNAMES");
+    if (n < 0) throw startup_error(std::string("cannot take the sockets passed by systemd: ") + errno_text(-n));
+    if (n == 0) return std::nullopt;
+    if (n > 1) throw startup_error("systemd passed " + std::to_string(n) + " sockets; colibrid uses exactly one");
+    constexpr int fd = SD_LISTEN_FDS_START;
+    if (::sd_is_socket_unix(fd, SOCK_STREAM, 1, nullptr, 0) <= 0)
+        throw startup_error("the socket passed in LISTEN_FDS is not a listening Unix stream socket");
+    return fd;
+#else
     const char* pid = std::getenv("LISTEN_PID");
     const char* fds = std::getenv("LISTEN_FDS");
     if (!pid || !fds) return std::nullopt;
@@ -93,6 +109,7 @@ std::optional<int> take_activated_socket() {
         throw startup_error("the socket passed in LISTEN_FDS is not a listening Unix stream socket");
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     return fd;
+#endif
 }
 
 listen_socket listen_socket::open(const std::string& path, std::optional<gid_t> group) {
@@ -104,7 +121,13 @@ listen_socket listen_socket::open(const std::string& path, std::optional<gid_t> 
         socklen_t len = sizeof(addr);
         if (::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
             len > offsetof(sockaddr_un, sun_path))
-            s.path_ = addr.sun_path;
+            s.path_ = addr.sun_path; // empty for an abstract socket
+        // Who may connect was decided by the socket unit (SocketMode=, SocketGroup=).
+        struct stat st{};
+        if (!s.path_.empty() && ::stat(s.path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+            if ((st.st_mode & 0020) != 0) s.file_group_ = st.st_gid;
+            s.file_world_ = (st.st_mode & 0002) != 0;
+        }
         return s;
     }
 
@@ -166,7 +189,8 @@ listen_socket listen_socket::open(const std::string& path, std::optional<gid_t> 
 
 listen_socket::listen_socket(listen_socket&& o) noexcept
     : fd_(o.fd_), lock_fd_(o.lock_fd_), path_(std::move(o.path_)), activated_(o.activated_),
-      owns_file_(o.owns_file_), dev_(o.dev_), ino_(o.ino_) {
+      owns_file_(o.owns_file_), dev_(o.dev_), ino_(o.ino_), file_group_(o.file_group_),
+      file_world_(o.file_world_) {
     o.fd_ = -1;
     o.lock_fd_ = -1;
     o.owns_file_ = false;
@@ -193,7 +217,7 @@ void listen_socket::remove_file() {
 }
 
 bool peer_allowed(uid_t uid, gid_t gid, const std::vector<gid_t>& groups, const peer_policy& policy) {
-    if (uid == 0 || uid == policy.owner) return true;
+    if (uid == 0 || uid == policy.owner || policy.anyone) return true;
     if (!policy.group) return false;
     if (gid == *policy.group) return true;
     for (gid_t g : groups)

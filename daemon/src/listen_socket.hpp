@@ -35,6 +35,10 @@ public:
     int release_fd();
     const std::string& path() const { return path_; }
     bool activated() const { return activated_; }
+    /// Socket activation: the group that the socket file lets connect (mode g+w), if any.
+    std::optional<gid_t> file_group() const { return file_group_; }
+    /// Socket activation: the socket file lets everyone connect (mode o+w).
+    bool file_world() const { return file_world_; }
     /// Removes the socket file now (idempotent).
     void remove_file();
 
@@ -47,6 +51,8 @@ private:
     bool owns_file_ = false;
     dev_t dev_ = 0;
     ino_t ino_ = 0;
+    std::optional<gid_t> file_group_;
+    bool file_world_ = false;
 };
 
 /// Takes a socket passed by systemd (LISTEN_PID/LISTEN_FDS); nullopt when none.
@@ -56,9 +62,11 @@ std::optional<int> take_activated_socket();
 struct peer_policy {
     uid_t owner = 0;
     std::optional<gid_t> group;
+    bool anyone = false; ///< a socket unit with SocketMode=0666: the file's mode decides
 };
 
-/// Root, the owner, and members of the configured group (primary or supplementary).
+/// Root, the owner, members of the configured group (primary or supplementary), and
+/// everyone when `anyone`.
 bool peer_allowed(uid_t uid, gid_t gid, const std::vector<gid_t>& groups, const peer_policy& policy);
 
 /// Supplementary groups of a user id (empty when the user is unknown).

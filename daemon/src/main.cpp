@@ -82,13 +82,23 @@ int main(int argc, char** argv) {
 
     ::signal(SIGPIPE, SIG_IGN);
     try {
+        std::optional<gid_t> group;
+        if (!cfg.socket_group.empty()) group = cd::resolve_group(cfg.socket_group);
+
+        cd::sd_notifier notifier;
+        auto sock = cd::listen_socket::open(cfg.socket, group);
         cd::peer_policy policy;
         policy.owner = ::geteuid();
-        std::optional<gid_t> group;
-        if (!cfg.socket_group.empty()) group = policy.group = cd::resolve_group(cfg.socket_group);
-
-        cd::sd_notifier notifier; // clears NOTIFY_SOCKET so that the worker does not inherit it
-        auto sock = cd::listen_socket::open(cfg.socket, group);
+        if (sock.activated()) {
+            // The socket unit decided who may connect (SocketMode=, SocketGroup=).
+            policy.group = sock.file_group();
+            policy.anyone = sock.file_world();
+            if (group && group != policy.group)
+                spdlog::warn("--socket-group is ignored under socket activation: the socket unit's "
+                             "SocketGroup= and SocketMode= decide who may connect");
+        } else {
+            policy.group = group;
+        }
         boost::asio::io_context io;
         cd::server srv(io, cfg, std::move(sock), std::move(launch), policy, notifier);
         srv.start();

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <fstream>
 
 #include "colibri/protocol/codec.hpp"
@@ -36,8 +37,8 @@ std::uint64_t rss_bytes(pid_t pid) {
 server::server(asio::io_context& io, const daemon_config& cfg, listen_socket sock, worker_launch launch,
                peer_policy policy, sd_notifier& notifier)
     : io_(io), cfg_(cfg), listen_(std::move(sock)), acceptor_(io), accept_retry_(io),
-      signals_(io, SIGTERM, SIGINT), grace_timer_(io), sd_watchdog_timer_(io), policy_(policy),
-      notifier_(notifier), scheduler_(io, cfg),
+      signals_(io, SIGTERM, SIGINT), grace_timer_(io), wedge_signal_(io), policy_(policy),
+      reporter_(io, notifier, [this] { return service_status(); }), scheduler_(io, cfg),
       supervisor_(io, std::move(launch), cfg.watchdog, make_supervisor_handlers()),
       started_(std::chrono::steady_clock::now()) {
     acceptor_.assign(asio::local::stream_protocol(), listen_.release_fd());
@@ -54,32 +55,62 @@ supervisor::handlers server::make_supervisor_handlers() {
 
 void server::start() {
     logger()->info("listening on {}{}", listen_.path(), listen_.activated() ? " (socket activation)" : "");
-    if (cfg_.enable_fault_injection) logger()->warn("fault injection is enabled: for tests only");
+    if (cfg_.enable_fault_injection) {
+        logger()->warn("fault injection is enabled: for tests only");
+        wait_wedge_signal();
+    }
     wait_signals();
     do_accept();
-    schedule_sd_watchdog();
     supervisor_.start();
+    reporter_.start();
 }
 
 void server::on_state(worker_state s) {
-    // idle <-> busy flips with every request: not worth a systemd status update.
-    const bool routine = (s == worker_state::busy) || (s == worker_state::ready && last_state_ == worker_state::busy);
+    // READY=1 once the daemon can answer completions: the first worker has loaded the
+    // model, or loading keeps failing and requests get `unavailable` with the reason.
+    if (s == worker_state::ready || s == worker_state::unavailable) reporter_.ready();
+    // idle <-> busy flips with every request: the periodic refresh reports the counts.
+    const bool routine = s == worker_state::busy || (s == worker_state::ready && last_state_ == worker_state::busy);
     last_state_ = s;
-    if (!routine) notifier_.notify("STATUS=worker " + std::string(to_string(s)));
-    if (!announced_ready_ && (s == worker_state::ready || s == worker_state::unavailable)) {
-        announced_ready_ = true;
-        notifier_.notify("READY=1");
-    }
+    if (!routine) reporter_.update();
 }
 
-void server::schedule_sd_watchdog() {
-    const auto interval = notifier_.watchdog_interval();
-    if (!interval) return;
-    sd_watchdog_timer_.expires_after(*interval);
-    sd_watchdog_timer_.async_wait([this](boost::system::error_code ec) {
+std::string server::service_status() const {
+    const auto& st = scheduler_.stats();
+    const std::string counts = std::to_string(st.served) + (st.served == 1 ? " request" : " requests") +
+                               " served, " + std::to_string(supervisor_.restarts()) + " worker " +
+                               (supervisor_.restarts() == 1 ? "restart" : "restarts");
+    if (shutting_down_)
+        return "shutting down, " + std::to_string(scheduler_.in_flight()) + " requests in flight; " + counts;
+    const json& info = supervisor_.model_info();
+    switch (supervisor_.state()) {
+    case worker_state::starting: return "loading model " + cfg_.model + "; " + counts;
+    case worker_state::ready:
+    case worker_state::busy: {
+        std::string model = cfg_.model;
+        if (info.contains("architecture") && info.contains("quant"))
+            model += " (" + info["architecture"].get<std::string>() + " " + info["quant"].get<std::string>() + ", " +
+                     info.value("backend", cfg_.device) + ")";
+        return "serving " + model + "; " + counts;
+    }
+    case worker_state::restarting:
+        return "worker failed (" + supervisor_.last_crash_reason() + "), restarting; " + counts;
+    case worker_state::unavailable:
+        return "unavailable: the worker keeps failing (" + supervisor_.last_crash_reason() + "), next attempt in " +
+               std::to_string(cfg_.watchdog.crash_loop_retry_ms / 1000) + " s; " + counts;
+    case worker_state::stopping:
+    case worker_state::stopped: break;
+    }
+    return "stopping; " + counts;
+}
+
+void server::wait_wedge_signal() {
+    wedge_signal_.add(SIGUSR1);
+    wedge_signal_.async_wait([](boost::system::error_code ec, int) {
         if (ec) return;
-        notifier_.notify("WATCHDOG=1");
-        schedule_sd_watchdog();
+        logger()->warn("fault injection: SIGUSR1 wedges the event loop; the systemd watchdog pings stop");
+        logger()->flush();
+        for (;;) ::pause(); // only SIGKILL (or systemd's WatchdogSignal=) ends this
     });
 }
 
@@ -278,7 +309,7 @@ void server::begin_shutdown(int signo) {
     shutting_down_ = true;
     logger()->info("signal {}: shutting down ({} requests in flight, grace {} ms)", signo, scheduler_.in_flight(),
                    cfg_.shutdown_grace_ms);
-    notifier_.notify("STOPPING=1");
+    reporter_.stopping();
     boost::system::error_code ignored;
     acceptor_.close(ignored);
     accept_retry_.cancel();
@@ -299,7 +330,8 @@ void server::finish_shutdown() {
     if (finished_) return;
     finished_ = true;
     grace_timer_.cancel();
-    sd_watchdog_timer_.cancel();
+    reporter_.stopping();
+    wedge_signal_.cancel();
     scheduler_.on_drained = nullptr;
     scheduler_.cancel_all();
     // Close every connection once its last events are written.

@@ -20,6 +20,7 @@
 #include "listen_socket.hpp"
 #include "scheduler.hpp"
 #include "sd_notify.hpp"
+#include "service_reporter.hpp"
 #include "supervisor.hpp"
 
 namespace colibri::daemon {
@@ -49,7 +50,10 @@ private:
     void begin_shutdown(int signo);
     void finish_shutdown();
     void on_state(worker_state s);
-    void schedule_sd_watchdog();
+    /// The STATUS= line for systemd.
+    std::string service_status() const;
+    /// Fault injection (tests only): SIGUSR1 wedges the event loop for good.
+    void wait_wedge_signal();
 
     void handle_complete(const std::shared_ptr<connection>& conn, const nlohmann::json& id,
                          protocol::complete_request req);
@@ -65,9 +69,9 @@ private:
     boost::asio::steady_timer accept_retry_;
     boost::asio::signal_set signals_;
     boost::asio::steady_timer grace_timer_;
-    boost::asio::steady_timer sd_watchdog_timer_;
+    boost::asio::signal_set wedge_signal_;
     peer_policy policy_;
-    sd_notifier& notifier_;
+    service_reporter reporter_;
     protocol::request_limits limits_;
     scheduler scheduler_;
     supervisor supervisor_;
@@ -75,7 +79,6 @@ private:
     std::chrono::steady_clock::time_point started_;
     bool shutting_down_ = false;
     bool finished_ = false;
-    bool announced_ready_ = false;
     worker_state last_state_ = worker_state::stopped;
 };
 

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "log.hpp"
+#include "sd_notify.hpp"
 
 namespace colibri::daemon {
 
@@ -90,6 +91,19 @@ void supervisor::spawn() {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // systemd's notification and activation variables are for the supervisor alone: a
+    // worker must never be able to report READY or WATCHDOG in its place.
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e) {
+        const std::string_view var(*e);
+        bool keep = true;
+        for (const char* name : service_environment_variables) {
+            const std::string_view n(name);
+            if (var.size() > n.size() && var.compare(0, n.size(), n) == 0 && var[n.size()] == '=') keep = false;
+        }
+        if (keep) envp.push_back(*e);
+    }
+    envp.push_back(nullptr);
 
     int sv[2];
     int exec_pipe[2];
@@ -119,7 +133,7 @@ void supervisor::spawn() {
         ::signal(SIGPIPE, SIG_DFL);
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (::getppid() != parent) ::_exit(1);
-        ::execv(argv[0], argv.data());
+        ::execve(argv[0], argv.data(), envp.data());
         const int err = errno;
         (void)!::write(4, &err, sizeof(err));
         ::_exit(127);

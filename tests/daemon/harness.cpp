@@ -63,15 +63,15 @@ temp_dir::~temp_dir() {
 }
 
 daemon_process::daemon_process(const options& overrides, bool wait, const std::string& model_content,
-                               int listen_fd) {
+                               int listen_fd, const launch_options& launch) {
     socket_ = dir_.path() + "/run/colibri.sock";
     model_ = dir_.path() + "/model.colibri";
     log_path_ = dir_.path() + "/colibrid.log";
     std::ofstream(model_) << model_content;
 
-    const std::string notify_path = dir_.path() + "/notify";
+    notify_path_ = dir_.path() + "/notify";
     notify_fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    const sockaddr_un naddr = unix_addr(notify_path);
+    const sockaddr_un naddr = unix_addr(notify_path_);
     if (::bind(notify_fd_, reinterpret_cast<const sockaddr*>(&naddr), sizeof(naddr)) != 0)
         throw std::runtime_error("cannot bind the notify socket");
 
@@ -95,7 +95,8 @@ daemon_process::daemon_process(const options& overrides, bool wait, const std::s
     }
     if (opts.count("--socket")) socket_ = opts["--socket"];
     if (listen_fd >= 0) opts.erase("--socket");
-    std::vector<std::string> args = {COLIBRID_EXE};
+    std::vector<std::string> args = launch.wrapper;
+    args.push_back(COLIBRID_EXE);
     for (const auto& [k, v] : opts) {
         args.push_back(k);
         if (!v.empty()) args.push_back(v);
@@ -103,7 +104,12 @@ daemon_process::daemon_process(const options& overrides, bool wait, const std::s
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    const std::string notify_env = "NOTIFY_SOCKET=" + notify_path;
+    const std::string notify_env = "NOTIFY_SOCKET=" + notify_path_;
+    std::vector<std::pair<std::string, std::string>> env;
+    for (const auto& e : launch.env) {
+        const auto eq = e.find('=');
+        env.emplace_back(e.substr(0, eq), eq == std::string::npos ? "" : e.substr(eq + 1));
+    }
 
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -111,6 +117,11 @@ daemon_process::daemon_process(const options& overrides, bool wait, const std::s
         ::dup2(log, 2);
         ::prctl(PR_SET_PDEATHSIG, SIGTERM); // never outlive a test binary killed by ctest
         ::putenv(const_cast<char*>(notify_env.c_str()));
+        const std::string self = std::to_string(::getpid());
+        for (auto& [name, value] : env) {
+            if (value == "$PID") value = self;
+            ::setenv(name.c_str(), value.c_str(), 1);
+        }
         if (listen_fd >= 0) {
             ::dup2(listen_fd, 3);
             const std::string pid = std::to_string(::getpid());
@@ -133,14 +144,10 @@ daemon_process::~daemon_process() {
 
 bool daemon_process::wait_ready(std::chrono::milliseconds timeout) {
     const auto deadline = clock_type::now() + timeout;
-    char buf[4096];
     for (;;) {
-        pollfd pfd{notify_fd_, POLLIN, 0};
         const int left = remaining_ms(deadline);
-        if (::poll(&pfd, 1, std::min(left, 100)) > 0) {
-            const ssize_t n = ::recv(notify_fd_, buf, sizeof(buf), 0);
-            if (n > 0 && std::string(buf, static_cast<std::size_t>(n)).find("READY=1") != std::string::npos)
-                return true;
+        if (auto msg = next_notification(std::chrono::milliseconds(std::min(left, 100)))) {
+            if (msg->find("READY=1") != std::string::npos) return true;
         }
         int status = 0;
         if (::waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -149,6 +156,16 @@ bool daemon_process::wait_ready(std::chrono::milliseconds timeout) {
         }
         if (left == 0) return false;
     }
+}
+
+std::optional<std::string> daemon_process::next_notification(std::chrono::milliseconds timeout) {
+    pollfd pfd{notify_fd_, POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(timeout.count())) <= 0) return std::nullopt;
+    char buf[4096];
+    const ssize_t n = ::recv(notify_fd_, buf, sizeof(buf), 0);
+    if (n < 0) return std::nullopt;
+    notifications_.emplace_back(buf, static_cast<std::size_t>(n));
+    return notifications_.back();
 }
 
 std::optional<int> daemon_process::stop(int sig, std::chrono::milliseconds timeout) {

@@ -35,9 +35,19 @@ class daemon_process {
 public:
     using options = std::map<std::string, std::string>; ///< "--flag" -> value ("" for a switch)
 
+    /// How the process is started, beyond colibrid's options.
+    struct launch_options {
+        /// "NAME=VALUE" set in colibrid's environment; "$PID" in VALUE becomes its pid.
+        std::vector<std::string> env;
+        /// A program (and its arguments) that runs colibrid's command line, such as
+        /// systemd-socket-activate.
+        std::vector<std::string> wrapper;
+    };
+
     /// `listen_fd` >= 0: hand colibrid this listening socket the systemd way (LISTEN_FDS).
     explicit daemon_process(const options& overrides = {}, bool wait_ready = true,
-                            const std::string& model_content = "fake model\n", int listen_fd = -1);
+                            const std::string& model_content = "fake model\n", int listen_fd = -1,
+                            const launch_options& launch = {});
     ~daemon_process();
     daemon_process(const daemon_process&) = delete;
     daemon_process& operator=(const daemon_process&) = delete;
@@ -49,6 +59,12 @@ public:
 
     /// Waits for READY=1 on the notify socket.
     bool wait_ready(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+    /// The next datagram on the notify socket (recorded in notifications()); nullopt on timeout.
+    std::optional<std::string> next_notification(std::chrono::milliseconds timeout);
+    /// Every datagram received on the notify socket so far, in order.
+    const std::vector<std::string>& notifications() const { return notifications_; }
+    /// The path of the notify socket (NOTIFY_SOCKET).
+    const std::string& notify_path() const { return notify_path_; }
     /// Sends `sig` and waits for the exit; returns the wait status (nullopt: still running).
     std::optional<int> stop(int sig = 15, std::chrono::milliseconds timeout = std::chrono::seconds(10));
     /// Waits for the process to exit on its own.
@@ -61,6 +77,8 @@ private:
     std::string socket_;
     std::string model_;
     std::string log_path_;
+    std::string notify_path_;
+    std::vector<std::string> notifications_;
     int notify_fd_ = -1;
     pid_t pid_ = -1;
 };

@@ -1,13 +1,19 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "config.hpp"
 #include "listen_socket.hpp"
+#include "sd_notify.hpp"
 #include "supervisor.hpp"
 #include "harness.hpp"
 
@@ -89,6 +95,9 @@ TEST_CASE("peer policy: owner - root - and the configured group") {
     CHECK(cd::peer_allowed(1001, 2000, {}, with_group));      // primary group
     CHECK(cd::peer_allowed(1001, 1001, {5, 2000}, with_group)); // supplementary group
     CHECK_FALSE(cd::peer_allowed(1001, 1001, {5, 6}, with_group));
+
+    cd::peer_policy world{1000, std::nullopt, true}; // an activated socket with mode 0666
+    CHECK(cd::peer_allowed(1001, 1001, {}, world));
 }
 
 TEST_CASE("resolve_group accepts names and numbers") {
@@ -145,4 +154,49 @@ TEST_CASE("eviction under the memory cap: least recently used first - only what 
     CHECK(cw::slots_to_evict(s, 3, 150, 100, 25000) == std::vector<std::size_t>{1, 0});
     CHECK(cw::slots_to_evict(s, 3, 150, 100, 100) == std::vector<std::size_t>{1, 0, 2}); // all others
     CHECK(cw::slots_to_evict(s, 0, 150, 100, 25000) == std::vector<std::size_t>{1});    // never the chosen one
+}
+
+TEST_CASE("sd_notifier never blocks when nobody reads the notify socket") {
+    colibri::test::temp_dir dir;
+    const std::string path = dir.path() + "/notify";
+    const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, path.c_str());
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    ::setenv("NOTIFY_SOCKET", path.c_str(), 1);
+    cd::sd_notifier notifier;
+    ::unsetenv("NOTIFY_SOCKET");
+    REQUIRE(notifier.enabled());
+    CHECK(notifier.notify("STATUS=first"));
+    char buf[64] = {};
+    CHECK(::recv(fd, buf, sizeof(buf) - 1, 0) == 12);
+    CHECK(std::string(buf) == "STATUS=first");
+    // Far more than the receive queue holds: the surplus is dropped, nothing waits.
+    const auto start = std::chrono::steady_clock::now();
+    int sent = 0;
+    for (int i = 0; i < 5000; ++i) sent += notifier.notify("WATCHDOG=1") ? 1 : 0;
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+    CHECK(sent > 0);
+    CHECK(sent < 5000);
+    ::close(fd);
+}
+
+TEST_CASE("sd_notifier: watchdog only for this process - half the period") {
+    ::setenv("WATCHDOG_USEC", "3000000", 1);
+    ::setenv("WATCHDOG_PID", std::to_string(::getpid()).c_str(), 1);
+    {
+        cd::sd_notifier mine;
+        REQUIRE(mine.watchdog_interval().has_value());
+        CHECK(mine.watchdog_interval()->count() == 1500000);
+        CHECK_FALSE(mine.enabled());
+    }
+    ::setenv("WATCHDOG_USEC", "3000000", 1);
+    ::setenv("WATCHDOG_PID", "1", 1);
+    {
+        cd::sd_notifier other;
+        CHECK_FALSE(other.watchdog_interval().has_value());
+    }
+    ::unsetenv("WATCHDOG_USEC");
+    ::unsetenv("WATCHDOG_PID");
 }

@@ -375,3 +375,25 @@ TEST_CASE("engine: line limits through the daemon cut where the engine cuts") {
     rp.stop_on_dedent = true;
     CHECK(complete(c, "dedent", rp)["text"] == in_process(rp));
 }
+
+TEST_CASE("engine: daemon and worker serve with writable+executable memory refused (MemoryDenyWriteExecute)") {
+    // What colibrid.service's MemoryDenyWriteExecute=yes enforces, applied by the kernel
+    // (PR_SET_MDWE) to colibrid and, inherited, to its worker.
+    const auto probe = run_command({COLIBRI_MDWE_EXEC_EXE, "/bin/true"}, std::chrono::seconds(10));
+    if (WIFEXITED(probe.status) && WEXITSTATUS(probe.status) == 77) {
+        MESSAGE("skipped: this kernel has no PR_SET_MDWE (" << probe.err << ")");
+        return;
+    }
+    REQUIRE(WIFEXITED(probe.status));
+    REQUIRE(WEXITSTATUS(probe.status) == 0);
+    daemon_process d(engine_daemon(), true, "", -1, {{}, {COLIBRI_MDWE_EXEC_EXE}});
+    client c(d.socket_path());
+    reference_params greedy;
+    greedy.prompt = "def add(a, b):";
+    greedy.max_tokens = 16;
+    c.send(request_for("w", greedy));
+    auto events = c.until_final("w", std::chrono::seconds(20));
+    CHECK(events.back()["event"] == "done");
+    CHECK(concat_pieces(events) == in_process(greedy));
+    CHECK(c.call({{"id", "s2"}, {"op", "status"}})["worker"]["restarts"] == 0);
+}
