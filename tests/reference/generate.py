@@ -358,7 +358,7 @@ def load_reference(path):
     return model.double().eval()
 
 
-def run_reference(model, prompt_ids, top_k):
+def run_reference(model, prompt_ids, top_k, n_greedy=N_GREEDY):
     """Prompt logits, greedy continuation, per-step logits, router logits."""
     captured = {}
 
@@ -378,7 +378,7 @@ def run_reference(model, prompt_ids, top_k):
             prompt_router = {li: v.copy() for li, v in captured.items()}
             seq = list(prompt_ids)
             step_logits = []
-            for _ in range(N_GREEDY):
+            for _ in range(n_greedy):
                 lg = model(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1].numpy().copy()
                 step_logits.append(lg)
                 seq.append(int(np.argmax(lg)))
@@ -390,8 +390,8 @@ def run_reference(model, prompt_ids, top_k):
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
                 do_sample=False,
-                max_new_tokens=N_GREEDY,
-                min_new_tokens=N_GREEDY,
+                max_new_tokens=n_greedy,
+                min_new_tokens=n_greedy,
                 eos_token_id=None,
                 pad_token_id=0,
                 num_beams=1,

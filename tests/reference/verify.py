@@ -75,6 +75,10 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     ok = check_tokenizer(args.fixtures)
     for d in sorted(p for p in args.fixtures.iterdir() if (p / "expected.json").exists()):
+        if "prompt_ids" not in json.loads((d / "expected.json").read_text()):
+            # *_bpe (generate_bpe_models.py): re-check by regenerating and diffing
+            print(f"{d.name:12s} skipped (generate_bpe_models.py fixture)")
+            continue
         ok &= check_family(d)
     sys.exit(0 if ok else 1)
 
