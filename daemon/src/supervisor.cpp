@@ -228,7 +228,9 @@ void supervisor::handle_line(std::string_view line) {
                 if (state_ != worker_state::starting) return;
                 start_timer_.cancel();
                 model_info_ = std::move(m.info);
+                // The cache counters change with every job: kept apart from the model's description.
                 cache_stats_ = model_info_.value("cache", nlohmann::json());
+                model_info_.erase("cache");
                 set_state(worker_state::ready);
                 logger()->info("worker ready (pid {})", pid_);
                 schedule_ping();
