@@ -169,7 +169,8 @@ std::string default_text() {
 
 int main(int argc, char** argv) {
     std::string socket = colibri::protocol::default_socket_path(), text_file, sizes_arg = "500,1000";
-    int keystrokes = 30, interval_ms = 100, burst = 5, pause_ms = 2500, max_tokens = 16, typing_tokens = 500;
+    int keystrokes = 30, interval_ms = 100, burst = 5, pause_ms = 2500, max_tokens = 16, typing_tokens = 500,
+        suffix_chars = 0;
     bool as_json = false;
     po::options_description opts(
         "colibri-typing-bench: latency as you type, through a running colibrid\n\n"
@@ -178,6 +179,8 @@ int main(int argc, char** argv) {
         "text", po::value(&text_file), "source text to type (default: generated Python)")(
         "sizes", po::value(&sizes_arg), "follow-up: prompt sizes in tokens, comma-separated (default 500,1000)")(
         "typing-tokens", po::value(&typing_tokens), "typing: tokens of text before the cursor (default 500)")(
+        "suffix-chars", po::value(&suffix_chars), "typing: characters of text after the cursor sent as the suffix "
+                                                  "(fill-in-the-middle; default 0: none)")(
         "keystrokes", po::value(&keystrokes), "typing: keystrokes (default 30)")(
         "interval-ms", po::value(&interval_ms), "typing: time between keystrokes of a burst (default 100)")(
         "burst", po::value(&burst), "typing: keystrokes per burst (default 5)")(
@@ -263,23 +266,30 @@ int main(int argc, char** argv) {
 
         // Typing: one request per keystroke in one session.
         const size_t start = chars_for(typing_tokens);
+        const std::string suffix = suffix_chars > 0 ? text.substr(start + static_cast<size_t>(keystrokes),
+                                                                  static_cast<size_t>(suffix_chars))
+                                                    : std::string();
+        auto with_suffix = [&](json req) {
+            if (!suffix.empty()) req["suffix"] = suffix;
+            return req;
+        };
         for (const bool reuse : {true, false}) {
             const std::string head = unique_line();
             const std::string session = "typing-bench-" + std::to_string(rng());
             // The text before the first keystroke is in the cache, as after earlier typing.
-            c.call(complete_req(id(), head + text.substr(0, start), 0));
+            c.call(with_suffix(complete_req(id(), head + text.substr(0, start), 0)));
             std::vector<json> ids;
             auto at = clock_type::now();
             for (int k = 1; k <= keystrokes; ++k) {
                 std::this_thread::sleep_until(at);
                 at += std::chrono::milliseconds(k % std::max(burst, 1) == 0 ? pause_ms : interval_ms);
                 const std::string prompt = (reuse ? head : unique_line()) + text.substr(0, start + static_cast<size_t>(k));
-                json req = complete_req(id(), prompt, max_tokens);
+                json req = with_suffix(complete_req(id(), prompt, max_tokens));
                 req["session"] = session;
                 ids.push_back(req["id"]);
                 c.send(req);
             }
-            std::vector<double> ttft, full;
+            std::vector<double> ttft, full, recomputed;
             int cancelled = 0;
             for (const json& rid : ids) {
                 const auto r = c.wait(rid);
@@ -290,6 +300,8 @@ int main(int argc, char** argv) {
                 }
                 ttft.push_back(r.final["timings"].value("queued_ms", 0.0) + r.final["timings"].value("prefill_ms", 0.0));
                 full.push_back(ms_since(r.sent, r.final_event));
+                const json& u = r.final["usage"];
+                recomputed.push_back(u["prompt_tokens"].get<double>() - u["cached_tokens"].get<double>());
             }
             json row = {{"measure", "typing"},
                         {"reuse", reuse},
@@ -302,15 +314,18 @@ int main(int argc, char** argv) {
                         {"ttft_median_ms", percentile(ttft, 0.5)},
                         {"ttft_p95_ms", percentile(ttft, 0.95)},
                         {"complete_median_ms", percentile(full, 0.5)},
-                        {"complete_p95_ms", percentile(full, 0.95)}};
+                        {"complete_p95_ms", percentile(full, 0.95)},
+                        {"suffix_chars", suffix.size()},
+                        {"recomputed_tokens_median", percentile(recomputed, 0.5)}};
             if (as_json) {
                 std::cout << row.dump() << std::endl;
             } else {
                 std::printf("typing     %s reuse: %d keystrokes (bursts of %d every %d ms, then %d ms), %zu completed, %d "
-                            "superseded | first token median %.1f ms p95 %.1f ms | %d tokens median %.1f ms p95 %.1f ms\n",
+                            "superseded | first token median %.1f ms p95 %.1f ms | %d tokens median %.1f ms p95 %.1f ms | prompt "
+                            "tokens computed median %.0f\n",
                             reuse ? "with   " : "without", keystrokes, burst, interval_ms, pause_ms, ttft.size(), cancelled,
                             percentile(ttft, 0.5), percentile(ttft, 0.95), max_tokens, percentile(full, 0.5),
-                            percentile(full, 0.95));
+                            percentile(full, 0.95), percentile(recomputed, 0.5));
                 std::fflush(stdout);
             }
         }

@@ -109,6 +109,11 @@ typedef struct colibri_generate_params {
     /** Nonzero: ends the completion before a line indented less than the prompt's last
      *  line (the cursor's line); blank lines never end it (default 0). */
     int stop_on_dedent;
+    /** Nonzero: a FIM prompt puts the suffix first ([prefix] [suffix] suffix [middle]
+     *  prefix), so that text typed at the cursor only changes the prompt's end and the
+     *  cached prompt stays valid up to the cursor. Only for models trained with that order
+     *  (StarCoder, CodeLlama). Default 0: prefix-suffix-middle. */
+    int fim_spm;
 } colibri_generate_params;
 
 void colibri_generate_params_init(colibri_generate_params* params);

@@ -39,7 +39,8 @@ p::finish_reason map_finish(colibri_finish_reason r) {
 class engine_generator final : public generator {
 public:
     explicit engine_generator(const worker_options& opts)
-        : slots_(static_cast<std::size_t>(opts.slots)), cap_bytes_(static_cast<std::size_t>(opts.cache_mb) << 20) {
+        : slots_(static_cast<std::size_t>(opts.slots)), cap_bytes_(static_cast<std::size_t>(opts.cache_mb) << 20),
+          fim_spm_(opts.fim_spm) {
         colibri_model_params mp;
         colibri_model_params_init(&mp);
         mp.device = opts.device.c_str();
@@ -77,6 +78,7 @@ public:
                 {"n_params_active", mi.n_params_active},
                 {"file_size", mi.file_size},
                 {"fim", mi.fim ? mi.fim : "none"},
+                {"fim_order", fim_spm_ ? "spm" : "psm"},
                 {"cache", cache_stats()}};
     }
 
@@ -93,6 +95,7 @@ public:
         gp.seed = job.seed;
         gp.max_lines = req.max_lines;
         gp.stop_on_dedent = req.stop_on_dedent ? 1 : 0;
+        gp.fim_spm = fim_spm_ ? 1 : 0;
         std::vector<const char*> stop;
         for (const auto& s : req.stop) stop.push_back(s.c_str());
         gp.stop = stop.empty() ? nullptr : stop.data();
@@ -218,6 +221,7 @@ private:
     colibri_model* model_ = nullptr;
     std::vector<slot> slots_;
     std::size_t cap_bytes_;
+    bool fim_spm_;
     std::size_t token_bytes_ = 0;
     std::uint64_t clock_ = 0;
     counters stats_;

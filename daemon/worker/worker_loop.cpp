@@ -200,6 +200,11 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
         else if (a == "--threads") o.threads = parse_int(a, value());
         else if (a == "--slots") o.slots = parse_int(a, value());
         else if (a == "--cache-mb") o.cache_mb = parse_int(a, value());
+        else if (a == "--fim-order") {
+            const std::string v = value();
+            if (v != "psm" && v != "spm") throw std::invalid_argument("--fim-order must be psm or spm");
+            o.fim_spm = v == "spm";
+        }
         else if (a == "--enable-fault-injection") o.fault_injection = true;
         else throw std::invalid_argument("unknown argument '" + a + "'");
     }

@@ -70,11 +70,12 @@ struct worker_options {
     int threads = 0;
     int slots = 4;                ///< KV-cache slots
     std::int64_t cache_mb = 2048; ///< cap on the memory of all slots' cached tokens
+    bool fim_spm = false;         ///< FIM prompts suffix first
     bool fault_injection = false;
 };
 
 /// Parses `--fd N --model FILE [--device D] [--threads N] [--slots N] [--cache-mb N]
-/// [--enable-fault-injection]`.
+/// [--fim-order psm|spm] [--enable-fault-injection]`.
 /// Throws std::invalid_argument.
 worker_options parse_worker_args(int argc, const char* const* argv);
 

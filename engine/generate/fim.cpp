@@ -89,13 +89,14 @@ fim_template fim_for(const tokenizer& tok, fim_kind kind) {
 }
 
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix,
-                      std::string_view suffix, std::vector<int32_t>& out) {
+                      std::string_view suffix, fim_order order, std::vector<int32_t>& out) {
     COLIBRI_ASSERT(t.kind != fim_kind::none);
     out.push_back(t.prefix);
-    tok.encode(prefix, out);
+    if (order == fim_order::psm) tok.encode(prefix, out);
     out.push_back(t.suffix);
     tok.encode(suffix, out);
     out.push_back(t.middle);
+    if (order == fim_order::spm) tok.encode(prefix, out);
 }
 
 } // namespace colibri

@@ -30,8 +30,14 @@ fim_template detect_fim(const tokenizer& tok);
 /// missing token when the vocabulary lacks it.
 fim_template fim_for(const tokenizer& tok, fim_kind kind);
 
-/// Prefix-suffix-middle order: [prefix] prefix [suffix] suffix [middle]. Appends to out.
+/// Where the suffix goes. psm: [prefix] prefix [suffix] suffix [middle] — every family's
+/// trained order. spm (suffix first): [prefix] [suffix] suffix [middle] prefix — the
+/// variant StarCoder and CodeLlama were also trained with; text typed at the cursor then
+/// changes only the end of the prompt, so a cached prompt stays valid up to the cursor.
+enum class fim_order { psm, spm };
+
+/// Appends the FIM prompt for prefix and suffix to out, in the given order.
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix,
-                      std::string_view suffix, std::vector<int32_t>& out);
+                      std::string_view suffix, fim_order order, std::vector<int32_t>& out);
 
 } // namespace colibri

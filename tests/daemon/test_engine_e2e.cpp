@@ -30,6 +30,7 @@ struct reference_params {
     std::vector<std::string> stop;
     int max_lines = 0;
     bool stop_on_dedent = false;
+    bool fim_spm = false;
 };
 
 /// The completion the engine produces in-process for the same request.
@@ -49,6 +50,7 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
     gp.seed = rp.seed;
     gp.max_lines = rp.max_lines;
     gp.stop_on_dedent = rp.stop_on_dedent ? 1 : 0;
+    gp.fim_spm = rp.fim_spm ? 1 : 0;
     std::vector<const char*> stop;
     for (const auto& s : rp.stop) stop.push_back(s.c_str());
     gp.stop = stop.empty() ? nullptr : stop.data();
@@ -396,4 +398,31 @@ TEST_CASE("engine: daemon and worker serve with writable+executable memory refus
     CHECK(events.back()["event"] == "done");
     CHECK(concat_pieces(events) == in_process(greedy));
     CHECK(c.call({{"id", "s2"}, {"op", "status"}})["worker"]["restarts"] == 0);
+}
+
+TEST_CASE("engine: suffix-first FIM keeps the cache valid up to the cursor as the user types") {
+    reference_params rp;
+    rp.model = COLIBRI_DEFAULT_MODEL;
+    rp.prompt = source_file("psm", 2) + "def total(items):\n    t";
+    rp.suffix = "\n    return t\n\n" + source_file("after", 3);
+    rp.max_tokens = 6;
+    int cached[2] = {0, 0};
+    for (const bool spm : {false, true}) {
+        CAPTURE(spm);
+        auto opts = engine_daemon(COLIBRI_DEFAULT_MODEL);
+        opts["--fim-order"] = spm ? "spm" : "psm";
+        daemon_process d(opts);
+        client c(d.socket_path());
+        CHECK(c.call({{"id", "s"}, {"op", "status"}})["model"]["fim_order"] == (spm ? "spm" : "psm"));
+        reference_params typed = rp;
+        typed.fim_spm = spm;
+        complete(c, "first", typed);
+        typed.prompt += "o";
+        const json done = complete(c, "typed", typed);
+        cached[spm] = done["usage"]["cached_tokens"].get<int>();
+        CHECK(done["text"] == in_process(typed));
+        if (spm) CHECK(cached[1] >= done["usage"]["prompt_tokens"].get<int>() - 3); // all but the typed end
+    }
+    // prefix-suffix-middle recomputes the whole suffix after the cursor
+    CHECK(cached[0] < cached[1] - 30);
 }

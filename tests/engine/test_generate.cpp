@@ -208,8 +208,12 @@ TEST_CASE("fill-in-the-middle templates are detected from the vocabulary") {
 
     // prefix-suffix-middle order
     std::vector<int32_t> ids;
-    build_fim_prompt(qwen, detect_fim(qwen), "ab", "c", ids);
+    build_fim_prompt(qwen, detect_fim(qwen), "ab", "c", fim_order::psm, ids);
     CHECK(ids == std::vector<int32_t>{7, 1000 + 'a', 1000 + 'b', 8, 1000 + 'c', 9});
+    // suffix first: the prefix comes last, so typing at the cursor changes only the end
+    ids.clear();
+    build_fim_prompt(qwen, detect_fim(qwen), "ab", "c", fim_order::spm, ids);
+    CHECK(ids == std::vector<int32_t>{7, 8, 1000 + 'c', 9, 1000 + 'a', 1000 + 'b'});
 
     // forcing a family the vocabulary lacks names the missing token
     try {
