@@ -169,7 +169,7 @@ std::string default_text() {
 
 int main(int argc, char** argv) {
     std::string socket = colibri::protocol::default_socket_path(), text_file, sizes_arg = "500,1000";
-    int keystrokes = 30, interval_ms = 100, burst = 5, pause_ms = 2500, max_tokens = 16, typing_tokens = 500,
+    int keystrokes = 30, interval_ms = 100, burst = 5, pause_ms = 4000, max_tokens = 16, typing_tokens = 500,
         suffix_chars = 0;
     bool as_json = false;
     po::options_description opts(
@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
         "keystrokes", po::value(&keystrokes), "typing: keystrokes (default 30)")(
         "interval-ms", po::value(&interval_ms), "typing: time between keystrokes of a burst (default 100)")(
         "burst", po::value(&burst), "typing: keystrokes per burst (default 5)")(
-        "pause-ms", po::value(&pause_ms), "typing: pause after each burst (default 2500)")(
+        "pause-ms", po::value(&pause_ms), "typing: pause after each burst (default 4000)")(
         "max-tokens", po::value(&max_tokens), "typing: tokens per completion (default 16)")(
         "json", po::bool_switch(&as_json), "one JSON object per measurement");
     po::variables_map vm;
