@@ -22,7 +22,8 @@ device_spec parse_device(const std::string& text) {
     throw error(errc::invalid_argument, "unknown device '" + text + "' (expected cpu or cuda:N)");
 }
 
-std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string& device, int n_threads) {
+std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string& device, int n_threads,
+                                      bool f32_activations) {
     const device_spec d = parse_device(device);
     if (d.type == device_spec::kind::cuda) {
         std::string why;
@@ -44,6 +45,7 @@ std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string
     const int64_t max_cols = std::max({hp.n_embd, hp.n_head * hp.head_dim, hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
     cpu_options co;
     co.n_threads = n_threads > 0 ? n_threads : usable_cpu_count();
+    co.int8_activations = !f32_activations;
     rt->be = make_cpu_backend(co, max_cols);
     rt->device = "cpu";
     return rt;

@@ -127,11 +127,45 @@ public:
         const uint64_t rb = format::row_bytes(w.type, w.cols());
         const bool q8 = w.type == format::dtype::q8_0;
         if (uses_int8(w)) {
-            const int64_t nb = cols / format::qk;
-            auto dot = q8 ? vk_.dot_q8_0 : vk_.dot_q4_0;
-            for (int64_t r = r0; r < r1; ++r) {
-                for (int t = 0; t < n; ++t) y[t * rows + r] = dot(w.data + r * rb, xq + t * nb, cols);
+            const auto tile = q8 ? vk_.tile_q8_0 : vk_.tile_q4_0;
+            const size_t nb = size_t(cols / format::qk);
+            float out[16];
+            // one row at a time (stride 0 repeats it in the tile), for the rows left over
+            const auto single_row = [&](int64_t r) {
+                for (int t = 0; t < n; t += 4) {
+                    const int nt = std::min(4, n - t);
+                    tile(w.data + r * rb, 0, xq + size_t(t) * nb, nb, nt, cols, out);
+                    for (int k = 0; k < nt; ++k) y[(t + k) * rows + r] = out[4 * k];
+                }
+            };
+            if (n <= 4) {
+                // decode and short batches: four streams a quarter of the range apart keep
+                // more hardware prefetch streams busy than one sequential walk
+                const int64_t q = (r1 - r0) / 4;
+                for (int64_t i = 0; i < q; ++i) {
+                    tile(w.data + (r0 + i) * rb, size_t(q) * rb, xq, nb, n, cols, out);
+                    for (int t = 0; t < n; ++t) {
+                        for (int k = 0; k < 4; ++k) y[t * rows + r0 + i + k * q] = out[4 * t + k];
+                    }
+                }
+                for (int64_t r = r0 + 4 * q; r < r1; ++r) single_row(r);
+                return;
             }
+            // prefill: tiles of four adjacent rows by four tokens, the tokens in chunks
+            // whose activations stay in the cache while the rows pass
+            constexpr int chunk = 64;
+            const int64_t r4 = r0 + (r1 - r0) / 4 * 4;
+            for (int t0 = 0; t0 < n; t0 += chunk) {
+                const int t1 = std::min(n, t0 + chunk);
+                for (int64_t r = r0; r < r4; r += 4) {
+                    for (int t = t0; t < t1; t += 4) {
+                        const int nt = std::min(4, t1 - t);
+                        tile(w.data + r * rb, rb, xq + size_t(t) * nb, nb, nt, cols, out);
+                        for (int k = 0; k < nt; ++k) std::memcpy(y + (t + k) * rows + r, out + 4 * k, 4 * sizeof(float));
+                    }
+                }
+            }
+            for (int64_t r = r4; r < r1; ++r) single_row(r);
         } else if (format::is_quantized(w.type) && n == 1) {
             // decode: the rows are walked as four streams a quarter apart, which keeps more
             // hardware prefetch streams busy than one sequential walk

@@ -8,12 +8,14 @@ namespace colibri {
 struct vec_kernels;
 
 /// Memory read bandwidth in bytes/s: n_threads read disjoint parts of a buffer of `bytes`
-/// (far larger than the caches); best of `repeats`.
+/// (far larger than the caches), each in 1 MiB chunks of eight streams; best of `repeats`.
 double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const vec_kernels& vk);
 
-/// Multiply-adds per second of the q8_0 row kernels on cache-resident data, all threads:
-/// {f32 activations (the four-token prefill kernel), int8 activations}.
+/// Multiply-adds per second, all threads: the machine's int8 peak (the integer dot-product
+/// instructions on registers), and the q8_0 prefill kernels on cache-resident data with f32
+/// and with int8 activations (four rows by four tokens).
 struct dot_peak {
+    double machine_int8;
     double f32_act;
     double int8_act;
 };

@@ -11,20 +11,27 @@
 namespace colibri {
 
 /// Activations quantised for integer dot products with q8_0 / q4_0 weights: blocks of 32
-/// int8 values with an f32 scale, x = d * q.
+/// int8 values in [-127, 127] with an f32 scale, x = d * q, and the sum of the qs.
 struct block_q8_x {
     float d;
+    int32_t sum;
     int8_t qs[format::qk];
 };
-static_assert(sizeof(block_q8_x) == 36);
+static_assert(sizeof(block_q8_x) == 40);
 
 struct vec_kernels {
     const char* name;
     /// x [n] (n a multiple of 32) -> n/32 blocks
     void (*quantize_x)(const float* x, block_q8_x* out, int64_t n);
-    /// Dot of one weight row with quantised activations.
-    float (*dot_q8_0)(const void* row, const block_q8_x* x, int64_t n);
-    float (*dot_q4_0)(const void* row, const block_q8_x* x, int64_t n);
+    /// Integer dot products of a tile: four weight rows (`stride` bytes apart; 0 repeats
+    /// one row) with n_tok (1..4) quantised activation vectors (`x_stride` blocks apart):
+    /// out[t * 4 + r] = row_r . x_t. Each block's integer sums are exact; they are scaled
+    /// and added in f32 in a fixed order (q8_0: elements 0-15 and 16-31 of every block in
+    /// two sums; q4_0: even and odd blocks in two sums; then the two added), the same in
+    /// every table and for every tile, so SIMD tables match the reference bit for bit and
+    /// batching never changes a result.
+    void (*tile_q8_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q4_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);
@@ -38,9 +45,12 @@ struct vec_kernels {
     float (*dot_f32)(const float* row, const float* x, int64_t n);
     float (*dot_f16)(const void* row, const float* x, int64_t n);
     float (*dot_bf16)(const void* row, const float* x, int64_t n);
-    /// Reads `bytes` (a multiple of 256, 32-byte aligned) as fast as possible; returns a
+    /// Reads `bytes` (a multiple of 512, 32-byte aligned) as fast as possible; returns a
     /// checksum so the reads cannot be optimised away. For measuring memory bandwidth.
     uint64_t (*read_sum)(const void* p, size_t bytes);
+    /// iterations x 256 int8 multiply-adds with the table's integer dot-product
+    /// instructions, on independent registers: the machine's int8 peak. Returns a checksum.
+    uint64_t (*madd_loop)(int64_t iterations);
 };
 
 /// The scalar reference.

@@ -26,19 +26,15 @@ inline float bf16(uint16_t h) {
     return f;
 }
 
+// How far ahead of the reads the row kernels ask for weights: the hardware prefetchers
+// alone leave a decode step waiting on memory.
+constexpr int prefetch_bytes = 512;
+
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-// Sum of products of 32 signed bytes, as 8 int32 lanes turned to floats.
-inline __m256 dot_i8(__m256i a, __m256i b) {
-    const __m256i ax = _mm256_sign_epi8(a, a);  // |a|, unsigned
-    const __m256i sb = _mm256_sign_epi8(b, a);  // b with a's sign
-    const __m256i p16 = _mm256_maddubs_epi16(ax, sb); // |a|,b in [-127,127]: no saturation
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
 void quantize_x(const float* x, block_q8_x* out, int64_t n) {
@@ -62,7 +58,13 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
         for (int j = 0; j < 4; ++j) {
             i[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         }
-        // pack 32 int32 -> 32 int8, then undo the lane interleaving of the packs
+        // the sum of the 32 values, then pack 32 int32 -> 32 int8 and undo the lane
+        // interleaving of the packs
+        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        out[ib].sum = _mm_cvtsi128_si32(s4);
         __m256i p01 = _mm256_packs_epi32(i[0], i[1]);
         __m256i p23 = _mm256_packs_epi32(i[2], i[3]);
         __m256i p = _mm256_packs_epi16(p01, p23);
@@ -71,33 +73,122 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
     }
 }
 
-float dot_q8_0(const void* row, const block_q8_x* x, int64_t n) {
-    const auto* w = static_cast<const block_q8_0*>(row);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / qk; ++ib) {
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[ib].qs));
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[ib].qs));
-        const __m256 d = _mm256_set1_ps(f16(w[ib].d) * x[ib].d);
-        acc = _mm256_fmadd_ps(d, dot_i8(a, b), acc);
-    }
-    return hsum(acc);
+// The f16 scales of one block in each of four rows, as four floats.
+template <class Block>
+inline __m128 scales4(const Block* const w[4], int64_t ib) {
+    const uint64_t h = uint64_t(w[0][ib].d) | uint64_t(w[1][ib].d) << 16 | uint64_t(w[2][ib].d) << 32 |
+                       uint64_t(w[3][ib].d) << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(h)));
 }
 
-float dot_q4_0(const void* row, const block_q8_x* x, int64_t n) {
-    const auto* w = static_cast<const block_q4_0*>(row);
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    const __m256i eight = _mm256_set1_epi8(8);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / qk; ++ib) {
-        // 16 bytes -> low nibbles (elements 0..15) then high nibbles (16..31)
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs));
-        const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-        const __m256i a = _mm256_sub_epi8(_mm256_and_si256(both, low), eight);
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[ib].qs));
-        const __m256 d = _mm256_set1_ps(f16(w[ib].d) * x[ib].d);
-        acc = _mm256_fmadd_ps(d, dot_i8(a, b), acc);
+// Per-row sums of four vectors of 8 int32 lanes, by 128-bit half:
+// [s0 lo, s1 lo, s2 lo, s3 lo | s0 hi, s1 hi, s2 hi, s3 hi], each the sum of 4 lanes.
+inline __m256i hsum4(const __m256i s[4]) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+}
+
+// out[t * 4 + r] = lane r + lane r + 4 of acc[t]: the two partial sums of each row.
+template <int T>
+inline void store_tile(const __m256 acc[T], float* out) {
+    for (int t = 0; t < T; ++t) {
+        _mm_storeu_ps(out + 4 * t, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
     }
-    return hsum(acc);
+}
+
+template <class Block>
+inline void row_pointers(const void* rows, size_t stride, const Block* w[4]) {
+    for (int r = 0; r < 4; ++r) w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
+}
+
+// q8_0: per block and row, |w| and the activations with w's sign go through maddubs (no
+// saturation: |w| <= 127, |x| <= 127), then pairs of int16 are summed to int32 lanes.
+template <int T>
+void tile_q8_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
+    const block_q8_0* w[4];
+    row_pointers(rows, stride, w);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        __m256i a[4], abs[4];
+        for (int r = 0; r < 4; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(&w[r][ib]) + prefetch_bytes, _MM_HINT_T0);
+            a[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][ib].qs));
+            abs[r] = _mm256_sign_epi8(a[r], a[r]);
+        }
+        const __m128 d4 = scales4(w, ib);
+        const __m256 dw = _mm256_set_m128(d4, d4); // elements 0-15 and 16-31 share the scale
+        for (int t = 0; t < T; ++t) {
+            const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
+            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+            __m256i s[4];
+            for (int r = 0; r < 4; ++r) s[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(abs[r], _mm256_sign_epi8(xv, a[r])), ones);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(hsum4(s)), acc[t]);
+        }
+    }
+    store_tile<T>(acc, out);
+}
+
+// q4_0: two blocks at once, one per 128-bit half. The nibbles (0..15) are the unsigned
+// side of maddubs; the -8 offset is taken off the exact sums as 8 * sum(x).
+template <int T>
+void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
+    const block_q4_0* w[4];
+    row_pointers(rows, stride, w);
+    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    const int64_t nb = n / qk;
+    for (int64_t ib = 0; ib < nb; ib += 2) {
+        const bool pair = ib + 1 < nb; // an odd last block runs alone in the low half
+        const int64_t ib1 = pair ? ib + 1 : ib;
+        __m256i lo[4], hi[4];
+        for (int r = 0; r < 4; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(&w[r][ib]) + prefetch_bytes, _MM_HINT_T0);
+            const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][ib].qs));
+            const __m128i q1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][ib1].qs)) : _mm_setzero_si128();
+            const __m256i q = _mm256_set_m128i(q1, q0);
+            lo[r] = _mm256_and_si256(q, low);                        // elements 0-15 of both blocks
+            hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low); // elements 16-31
+        }
+        const __m256 dw = _mm256_set_m128(pair ? scales4(w, ib1) : _mm_setzero_ps(), scales4(w, ib));
+        for (int t = 0; t < T; ++t) {
+            const block_q8_x& x0 = x[size_t(t) * x_stride + size_t(ib)];
+            const block_q8_x& x1 = x[size_t(t) * x_stride + size_t(ib1)];
+            const auto half = [](const block_q8_x& b, int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * i)); };
+            const __m256i xa = _mm256_set_m128i(half(x1, 0), half(x0, 0));
+            const __m256i xb = _mm256_set_m128i(half(x1, 1), half(x0, 1));
+            __m256i s[4];
+            for (int r = 0; r < 4; ++r) {
+                // each maddubs pair sum is at most 2 * 15 * 127: two of them fit in int16
+                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], xa), _mm256_maddubs_epi16(hi[r], xb));
+                s[r] = _mm256_madd_epi16(p, ones);
+            }
+            const __m256i offset = _mm256_set_m128i(_mm_set1_epi32(pair ? 8 * x1.sum : 0), _mm_set1_epi32(8 * x0.sum));
+            const __m256i sums = _mm256_sub_epi32(hsum4(s), offset);
+            const __m256 dx = _mm256_set_m128(_mm_set1_ps(pair ? x1.d : 0.0f), _mm_set1_ps(x0.d));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sums), acc[t]);
+        }
+    }
+    store_tile<T>(acc, out);
+}
+
+void tile_q8_0(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
+    switch (n_tok) {
+    case 1: tile_q8_0_t<1>(rows, stride, x, x_stride, n, out); return;
+    case 2: tile_q8_0_t<2>(rows, stride, x, x_stride, n, out); return;
+    case 3: tile_q8_0_t<3>(rows, stride, x, x_stride, n, out); return;
+    default: tile_q8_0_t<4>(rows, stride, x, x_stride, n, out); return;
+    }
+}
+
+void tile_q4_0(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
+    switch (n_tok) {
+    case 1: tile_q4_0_t<1>(rows, stride, x, x_stride, n, out); return;
+    case 2: tile_q4_0_t<2>(rows, stride, x, x_stride, n, out); return;
+    case 3: tile_q4_0_t<3>(rows, stride, x, x_stride, n, out); return;
+    default: tile_q4_0_t<4>(rows, stride, x, x_stride, n, out); return;
+    }
 }
 
 // 8 int8 -> 8 floats
@@ -153,6 +244,7 @@ void dot4_f32_act(const void* rows, size_t stride, const float* x, int64_t n, fl
     __m256 w[4];
     for (int64_t ib = 0; ib < n / qk; ++ib) {
         for (int i = 0; i < 4; ++i) {
+            _mm_prefetch(reinterpret_cast<const char*>(&b[i][ib]) + prefetch_bytes, _MM_HINT_T0);
             unpack(b[i][ib], w);
             acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16(b[i][ib].d)), block_sum(w, x + ib * qk), acc[i]);
         }
@@ -214,25 +306,44 @@ float dot_bf16(const void* row, const float* x, int64_t n) {
 }
 
 uint64_t read_sum(const void* p, size_t bytes) {
-    // four independent streams (quarters of the range) read in lockstep: more hardware
+    // eight independent streams (eighths of the range) read in lockstep: more hardware
     // prefetch streams in flight than one sequential walk
+    constexpr int streams = 8;
     const auto* v = static_cast<const __m256i*>(p);
-    const size_t quarter = bytes / 128; // in 32-byte vectors
-    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    for (size_t i = 0; i < quarter; i += 2) {
-        a = _mm256_add_epi64(a, _mm256_add_epi64(_mm256_load_si256(v + i), _mm256_load_si256(v + i + 1)));
-        b = _mm256_add_epi64(b, _mm256_add_epi64(_mm256_load_si256(v + quarter + i), _mm256_load_si256(v + quarter + i + 1)));
-        c = _mm256_add_epi64(c, _mm256_add_epi64(_mm256_load_si256(v + 2 * quarter + i), _mm256_load_si256(v + 2 * quarter + i + 1)));
-        d = _mm256_add_epi64(d, _mm256_add_epi64(_mm256_load_si256(v + 3 * quarter + i), _mm256_load_si256(v + 3 * quarter + i + 1)));
+    const size_t part = bytes / (32 * streams); // in 32-byte vectors
+    __m256i acc[streams];
+    for (auto& a : acc) a = _mm256_setzero_si256();
+    for (size_t i = 0; i < part; i += 2) {
+        for (int k = 0; k < streams; ++k) {
+            const __m256i* q = v + size_t(k) * part + i;
+            acc[k] = _mm256_add_epi64(acc[k], _mm256_add_epi64(_mm256_load_si256(q), _mm256_load_si256(q + 1)));
+        }
     }
-    const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+    __m256i s = acc[0];
+    for (int k = 1; k < streams; ++k) s = _mm256_add_epi64(s, acc[k]);
     alignas(32) uint64_t out[4];
     _mm256_store_si256(reinterpret_cast<__m256i*>(out), s);
     return out[0] + out[1] + out[2] + out[3];
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, dot_q8_0, dot_q4_0, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
-                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f16, dot_bf16, read_sum};
+uint64_t madd_loop(int64_t iterations) {
+    // eight independent chains of the int8 dot-product instructions (maddubs, madd, add),
+    // 8 x 32 multiply-adds per iteration, on registers only
+    __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[8];
+    for (auto& x : acc) x = _mm256_setzero_si256();
+    for (int64_t i = 0; i < iterations; ++i) {
+        for (auto& x : acc) x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+        __asm__ volatile("" : "+x"(a), "+x"(b)); // the inputs must be read every time
+    }
+    __m256i s = acc[0];
+    for (int k = 1; k < 8; ++k) s = _mm256_add_epi32(s, acc[k]);
+    return static_cast<uint64_t>(_mm256_extract_epi32(s, 0));
+}
+
+constexpr vec_kernels table = {"avx2", quantize_x, tile_q8_0, tile_q4_0, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
+                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

@@ -23,33 +23,48 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         out[ib].d = d;
-        for (int i = 0; i < qk; ++i) out[ib].qs[i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
-    }
-}
-
-float dot_q8_0(const void* row, const block_q8_x* x, int64_t n) {
-    const auto* w = static_cast<const block_q8_0*>(row);
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / qk; ++ib) {
-        int32_t acc = 0; // exact integer dot of the block
-        for (int i = 0; i < qk; ++i) acc += int32_t(w[ib].qs[i]) * int32_t(x[ib].qs[i]);
-        sum += f16_to_f32(w[ib].d) * x[ib].d * static_cast<float>(acc);
-    }
-    return sum;
-}
-
-float dot_q4_0(const void* row, const block_q8_x* x, int64_t n) {
-    const auto* w = static_cast<const block_q4_0*>(row);
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / qk; ++ib) {
-        int32_t acc = 0;
-        for (int i = 0; i < qk / 2; ++i) {
-            acc += ((w[ib].qs[i] & 0x0F) - 8) * int32_t(x[ib].qs[i]);
-            acc += ((w[ib].qs[i] >> 4) - 8) * int32_t(x[ib].qs[i + qk / 2]);
+        out[ib].sum = 0;
+        for (int i = 0; i < qk; ++i) {
+            out[ib].qs[i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+            out[ib].sum += out[ib].qs[i];
         }
-        sum += f16_to_f32(w[ib].d) * x[ib].d * static_cast<float>(acc);
     }
-    return sum;
+}
+
+// The integer tile kernels' arithmetic for one (row, vector) pair; see vec.h.
+float dot_q8_0(const block_q8_0* w, const block_q8_x* x, int64_t n) {
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        int32_t s[2] = {0, 0}; // exact integer dots of elements 0-15 and 16-31
+        for (int i = 0; i < qk; ++i) s[i / 16] += int32_t(w[ib].qs[i]) * int32_t(x[ib].qs[i]);
+        const float scale = f16_to_f32(w[ib].d) * x[ib].d;
+        lo = std::fma(scale, static_cast<float>(s[0]), lo);
+        hi = std::fma(scale, static_cast<float>(s[1]), hi);
+    }
+    return lo + hi;
+}
+
+float dot_q4_0(const block_q4_0* w, const block_q8_x* x, int64_t n) {
+    float sum[2] = {0.0f, 0.0f}; // even and odd blocks
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        int32_t s = -8 * x[ib].sum; // the weights are nibbles - 8
+        for (int i = 0; i < qk / 2; ++i) {
+            s += (w[ib].qs[i] & 0x0F) * int32_t(x[ib].qs[i]);
+            s += (w[ib].qs[i] >> 4) * int32_t(x[ib].qs[i + qk / 2]);
+        }
+        sum[ib % 2] = std::fma(f16_to_f32(w[ib].d) * x[ib].d, static_cast<float>(s), sum[ib % 2]);
+    }
+    return sum[0] + sum[1];
+}
+
+template <class Block, float (*dot)(const Block*, const block_q8_x*, int64_t)>
+void tile(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
+    for (int t = 0; t < n_tok; ++t) {
+        for (int r = 0; r < 4; ++r) {
+            const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
+            out[t * 4 + r] = dot(w, x + t * x_stride, n);
+        }
+    }
 }
 
 float dot_q8_0_f32(const void* row, const float* x, int64_t n) {
@@ -92,7 +107,15 @@ uint64_t read_sum(const void* p, size_t bytes) {
     return a + b + c + d;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, dot_q8_0, dot_q4_0, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum};
+uint64_t madd_loop(int64_t iterations) {
+    // 8 x 32 multiply-adds of bytes per iteration, as the SIMD tables count them
+    volatile int8_t a = 3, b = 5;
+    uint64_t acc = 0;
+    for (int64_t i = 0; i < iterations * 8 * 32; ++i) acc += uint64_t(int(a) * int(b));
+    return acc;
+}
+
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

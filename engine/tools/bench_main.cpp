@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
         ("gen-tokens", po::value(&gen_tokens), "decoded tokens (default 128)")
         ("reps", po::value(&reps), "repetitions per thread count (default 3)")
         ("bandwidth-mib", po::value(&bandwidth_mib), "buffer of the bandwidth probe (default 1024 MiB)")
-        ("int8-act", "quantise activations to int8 for q8_0/q4_0 weights")
+        ("f32-act", "keep activations in f32 for q8_0/q4_0 weights (default: int8 integer dot products)")
         ("routing", "print per-layer expert selection counts of the decode phase")
         ("json", "print one JSON object instead of text")
         ("json-file", po::value(&json_file), "also append the JSON object as one line to this file");
@@ -183,7 +183,8 @@ int main(int argc, char** argv) {
 
         struct result {
             int threads;
-            double bandwidth, peak_f32, peak_int8;
+            double bandwidth;
+            dot_peak peak;
             stats prefill_tps, decode_tps, ttft_ms;
         };
         std::vector<result> results;
@@ -194,12 +195,10 @@ int main(int argc, char** argv) {
             result r{};
             r.threads = nt;
             r.bandwidth = measure_read_bandwidth(nt, size_t(bandwidth_mib) << 20, 5, vk);
-            const dot_peak peak = measure_dot_peak(nt, vk);
-            r.peak_f32 = peak.f32_act;
-            r.peak_int8 = peak.int8_act;
+            r.peak = measure_dot_peak(nt, vk);
             cpu_options co;
             co.n_threads = nt;
-            co.int8_activations = vm.count("int8-act") > 0;
+            co.int8_activations = vm.count("f32-act") == 0;
             const int64_t max_cols = std::max({hp.n_embd, hp.n_head * hp.head_dim, hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
             auto be = make_cpu_backend(co, max_cols);
             std::vector<double> pre, dec, ttft;
@@ -241,7 +240,7 @@ int main(int argc, char** argv) {
                         "\"prompt_tokens\":%d,\"gen_tokens\":%d,\"reps\":%d,\"load_ms\":%.2f,\"process_start_to_ready_ms\":%.2f,"
                         "\"peak_rss_kib\":%ld,\"runs\":[",
                         model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
-                        vk.name, vm.count("int8-act") ? "true" : "false",
+                        vk.name, vm.count("f32-act") ? "false" : "true",
                         static_cast<unsigned long long>(rt->mdl->file().file_size()),
                         static_cast<unsigned long long>(rt->mdl->n_params()),
                         static_cast<unsigned long long>(rt->mdl->n_params_active()), bytes_per_token, prompt_tokens,
@@ -249,16 +248,16 @@ int main(int argc, char** argv) {
             for (size_t i = 0; i < results.size(); ++i) {
                 const result& r = results[i];
                 const double ceiling = r.bandwidth / bytes_per_token;
-                const double peak = vm.count("int8-act") ? r.peak_int8 : r.peak_f32;
+                const double used = vm.count("f32-act") ? r.peak.f32_act : r.peak.int8_act;
                 std::fprintf(f, "%s{\"threads\":%d,\"read_bandwidth_gbs\":%.3f,\"decode_ceiling_tps\":%.3f,"
                             "\"decode_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"decode_fraction\":%.4f,"
                             "\"prefill_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"ttft_ms\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f},"
-                            "\"dot_peak_gmacs\":{\"f32_act\":%.2f,\"int8_act\":%.2f},\"prefill_fraction_of_int8_peak\":%.4f,\"prefill_fraction_of_used_peak\":%.4f}",
+                            "\"dot_peak_gmacs\":{\"machine_int8\":%.2f,\"f32_act\":%.2f,\"int8_act\":%.2f},\"prefill_fraction_of_int8_peak\":%.4f,\"prefill_fraction_of_used_peak\":%.4f}",
                             i ? "," : "", r.threads, r.bandwidth / 1e9, ceiling, r.decode_tps.median, r.decode_tps.min,
                             r.decode_tps.max, r.decode_tps.median / ceiling, r.prefill_tps.median, r.prefill_tps.min,
-                            r.prefill_tps.max, r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, r.peak_f32 / 1e9,
-                            r.peak_int8 / 1e9, r.prefill_tps.median * macs_per_token / r.peak_int8,
-                            r.prefill_tps.median * macs_per_token / peak);
+                            r.prefill_tps.max, r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, r.peak.machine_int8 / 1e9,
+                            r.peak.f32_act / 1e9, r.peak.int8_act / 1e9, r.prefill_tps.median * macs_per_token / r.peak.machine_int8,
+                            r.prefill_tps.median * macs_per_token / used);
             }
             std::fprintf(f, "]}\n");
         };
@@ -274,22 +273,22 @@ int main(int argc, char** argv) {
             std::printf("model %s: %s, %s weights, %.1f MiB, %.1fM parameters (%.1fM active), %s kernels%s\n",
                         model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
                         rt->mdl->file().file_size() / 1048576.0, rt->mdl->n_params() / 1e6,
-                        rt->mdl->n_params_active() / 1e6, vk.name, vm.count("int8-act") ? ", int8 activations" : "");
+                        rt->mdl->n_params_active() / 1e6, vk.name, vm.count("f32-act") ? ", f32 activations" : ", int8 activations");
             std::printf("load to ready %.1f ms (process start to ready %.1f ms, not counting a random model's writing); bytes read per decoded token %.1f MiB "
                         "(weights %.1f MiB + KV cache %.2f MiB)\n",
                         load_ms, ready_ms, bytes_per_token / 1048576.0, w_bytes / 1048576.0, kv_bytes / 1048576.0);
             std::printf("prompt %d tokens, %d decoded, %d repetitions: median [min-max]\n", prompt_tokens, gen_tokens, reps);
             for (const result& r : results) {
                 const double ceiling = r.bandwidth / bytes_per_token;
-                const double peak = vm.count("int8-act") ? r.peak_int8 : r.peak_f32;
+                const double used = vm.count("f32-act") ? r.peak.f32_act : r.peak.int8_act;
                 std::printf("threads %d: read bandwidth %.2f GB/s -> decode ceiling %.2f tok/s\n", r.threads, r.bandwidth / 1e9, ceiling);
                 std::printf("  decode  %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the ceiling\n", r.decode_tps.median,
                             r.decode_tps.min, r.decode_tps.max, 100.0 * r.decode_tps.median / ceiling);
-                std::printf("  prefill %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the int8 dot peak (%.1f GMAC/s), %5.1f%% of the "
-                            "path used (%.1f GMAC/s)\n",
+                std::printf("  prefill %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the machine's int8 peak (%.1f GMAC/s), %5.1f%% of "
+                            "the kernel used on cached data (%.1f GMAC/s)\n",
                             r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max,
-                            100.0 * r.prefill_tps.median * macs_per_token / r.peak_int8, r.peak_int8 / 1e9,
-                            100.0 * r.prefill_tps.median * macs_per_token / peak, peak / 1e9);
+                            100.0 * r.prefill_tps.median * macs_per_token / r.peak.machine_int8, r.peak.machine_int8 / 1e9,
+                            100.0 * r.prefill_tps.median * macs_per_token / used, used / 1e9);
                 std::printf("  time to first token %.1f ms [%.1f-%.1f]\n", r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max);
             }
             std::printf("peak RSS %.1f MiB\n", peak_rss_kib() / 1024.0);

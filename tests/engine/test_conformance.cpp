@@ -27,10 +27,11 @@ using test::compare;
 
 namespace {
 
-std::unique_ptr<runtime> convert_and_load(const std::string& family, format::dtype q, test::temp_dir& dir) {
+std::unique_ptr<runtime> convert_and_load(const std::string& family, format::dtype q, test::temp_dir& dir,
+                                          bool f32_activations = false) {
     const std::string path = dir.file(family + "-" + std::string(format::dtype_name(q)) + ".colibri");
-    convert_checkpoint(test::fixture(family), path, q, {});
-    return load_runtime(path, "cpu", 2);
+    if (!std::filesystem::exists(path)) convert_checkpoint(test::fixture(family), path, q, {});
+    return load_runtime(path, "cpu", 2, f32_activations);
 }
 
 const std::string families[] = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "llama"};
@@ -42,14 +43,20 @@ const std::string families[] = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "g
 // kernel or converter (which gives a KL divergence of several nats).
 struct budget {
     format::dtype type;
+    bool f32_activations; // q8_0/q4_0 only; other types always use f32 activations
     double min_top1;
     double max_kl;
 };
+// Measured on these tiny random models (whose nearly flat logits make top-1 fragile): int8
+// activations (the default) add to q8_0 about as much error again as its weights (mean KL
+// 0.0002-0.008 against 0.0002-0.003 with f32 activations); to q4_0 they add next to nothing.
 const budget budgets[] = {
-    {format::dtype::f16, 1.0, 1e-5},
-    {format::dtype::bf16, 0.95, 5e-4},
-    {format::dtype::q8_0, 0.85, 6e-3},
-    {format::dtype::q4_0, 0.25, 0.6},
+    {format::dtype::f16, false, 1.0, 1e-5},
+    {format::dtype::bf16, false, 0.95, 5e-4},
+    {format::dtype::q8_0, true, 0.85, 6e-3},
+    {format::dtype::q8_0, false, 0.8, 1.2e-2},
+    {format::dtype::q4_0, true, 0.25, 0.6},
+    {format::dtype::q4_0, false, 0.25, 0.6},
 };
 
 } // namespace
@@ -122,9 +129,11 @@ TEST_CASE("quantised types stay within their error budgets") {
         for (const budget& b : budgets) {
             CAPTURE(family);
             CAPTURE(format::dtype_name(b.type));
-            auto rt = convert_and_load(family, b.type, dir);
+            CAPTURE(b.f32_activations);
+            auto rt = convert_and_load(family, b.type, dir, b.f32_activations);
             const error_stats st = compare(r, run_logits(*rt, r.prompt, 32));
-            MESSAGE(family << " " << format::dtype_name(b.type) << ": top-1 agreement " << st.top1
+            MESSAGE(family << " " << format::dtype_name(b.type) << (b.f32_activations ? " f32" : " int8")
+                           << " activations: top-1 agreement " << st.top1
                            << ", mean KL " << st.mean_kl << ", max relative logit error " << st.max_rel);
             CHECK(st.top1 >= b.min_top1);
             CHECK(st.mean_kl <= b.max_kl);
