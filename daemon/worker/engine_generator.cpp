@@ -166,6 +166,7 @@ private:
     struct slot {
         colibri_session* s = nullptr; ///< created on first use
         std::uint64_t last_used = 0;
+        std::string session; ///< the request session that used it last ("" for none)
     };
 
     colibri_session* session(std::size_t i) {
@@ -200,17 +201,20 @@ private:
         for (std::size_t i = 0; i < slots_.size(); ++i) {
             states[i].n_cached = static_cast<std::size_t>(colibri_session_n_cached(slots_[i].s));
             states[i].last_used = slots_[i].last_used;
+            states[i].same_session = !req.session.empty() && slots_[i].session == req.session;
         }
         for (std::size_t k = 0; k < live.size(); ++k) states[live_index[k]].reusable = reusable[k];
         const std::size_t chosen = choose_slot(states);
         const slot_state& c = states[chosen];
-        if (c.n_cached > 0 && (c.reusable == 0 || 2 * c.reusable < c.n_cached)) ++stats_.evictions; // replaced
+        if (c.n_cached > 0 && (c.reusable == 0 || (2 * c.reusable < c.n_cached && !c.same_session)))
+            ++stats_.evictions; // replaced
         const std::size_t need = n_prompt + static_cast<std::size_t>(std::max(0, req.max_tokens));
         for (std::size_t i : slots_to_evict(states, chosen, need, token_bytes_, cap_bytes_)) {
             colibri_session_reset(slots_[i].s);
             ++stats_.evictions;
         }
         slots_[chosen].last_used = ++clock_;
+        slots_[chosen].session = req.session;
         return session(chosen);
     }
 

@@ -8,7 +8,7 @@ std::size_t choose_slot(std::span<const slot_state> slots) {
     std::size_t best = slots.size();
     for (std::size_t i = 0; i < slots.size(); ++i) {
         const slot_state& s = slots[i];
-        if (s.reusable == 0 || 2 * s.reusable < s.n_cached) continue;
+        if (s.reusable == 0 || (2 * s.reusable < s.n_cached && !s.same_session)) continue;
         if (best == slots.size() || s.reusable > slots[best].reusable ||
             (s.reusable == slots[best].reusable && s.last_used > slots[best].last_used))
             best = i;

@@ -14,11 +14,13 @@ struct slot_state {
     std::size_t n_cached = 0;    ///< tokens the slot's cache holds
     std::size_t reusable = 0;    ///< leading tokens of the new prompt it holds
     std::uint64_t last_used = 0; ///< larger: more recent; 0: never used
+    bool same_session = false;   ///< last used by the request's (named) session
 };
 
 /// The slot reusing the most prompt tokens, provided it reuses at least half of what it
-/// holds (a slot mostly about other text is kept for that text); ties go to the most
-/// recently used. Otherwise an empty slot, otherwise the least recently used one.
+/// holds (a slot mostly about other text is kept for that text) or was last used by the
+/// same session (whose older text is stale anyway); ties go to the most recently used.
+/// Otherwise an empty slot, otherwise the least recently used one.
 /// `slots` must not be empty.
 std::size_t choose_slot(std::span<const slot_state> slots);
 

@@ -255,20 +255,9 @@ public:
                 const int kvh = h / group;
                 const float* q = a.q + t * q_stride + static_cast<int64_t>(h) * a.head_dim;
                 const int n_keys = a.pos[t] + 1;
-                // scores of the query against every cached key up to its position
-                for (int j = 0; j < n_keys; ++j) {
-                    const float* k = a.k_cache + j * kv_stride + static_cast<int64_t>(kvh) * a.head_dim;
-                    scores[j] = vk_.dot_f32(k, q, a.head_dim) * a.scale;
-                }
-                kernels::softmax(scores, n_keys);
-                // weighted sum of the values
                 float* out = a.out + t * q_stride + static_cast<int64_t>(h) * a.head_dim;
-                std::memset(out, 0, sizeof(float) * static_cast<size_t>(a.head_dim));
-                for (int j = 0; j < n_keys; ++j) {
-                    const float* v = a.v_cache + j * kv_stride + static_cast<int64_t>(kvh) * a.head_dim;
-                    const float s = scores[j];
-                    for (int i = 0; i < a.head_dim; ++i) out[i] += s * v[i];
-                }
+                const int64_t kv_off = static_cast<int64_t>(kvh) * a.head_dim;
+                vk_.attend(q, a.k_cache + kv_off, a.v_cache + kv_off, size_t(kv_stride), n_keys, a.head_dim, a.scale, scores, out);
             }
         };
         if (work < min_parallel_work) body(0, 1);

@@ -1,9 +1,11 @@
 // AVX2 + FMA + F16C row kernels. This file alone is compiled with those instruction sets;
 // it is only called after the CPU reported them.
 
+#include "cpu/kernels.h"
 #include "cpu/vec.h"
 
 #if defined(__x86_64__)
+#include <algorithm>
 #include <cstring>
 #include <immintrin.h>
 
@@ -278,6 +280,54 @@ float dot_f32(const float* row, const float* x, int64_t n) {
     return sum;
 }
 
+// Attention for head dimensions that are a multiple of 8 (the usual 64 and 128 as
+// compile-time sizes): four keys' scores at a time, then the values summed in registers,
+// eight vectors (64 dimensions) per pass over the keys.
+template <int NV>
+void attend_t(const float* q, const float* k, const float* v, size_t stride, int n, int nv, float scale, float* scores,
+              float* out) {
+    if constexpr (NV > 0) nv = NV;
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int i = 0; i < nv; ++i) {
+            const __m256 qi = _mm256_loadu_ps(q + 8 * i);
+            for (int u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k + (j + u) * stride + 8 * i), acc[u]);
+        }
+        for (int u = 0; u < 4; ++u) scores[j + u] = hsum(acc[u]) * scale;
+    }
+    for (; j < n; ++j) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < nv; ++i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * i), _mm256_loadu_ps(k + j * stride + 8 * i), acc);
+        scores[j] = hsum(acc) * scale;
+    }
+    kernels::softmax(scores, n);
+    for (int i0 = 0; i0 < nv; i0 += 8) {
+        const int m = std::min(8, nv - i0);
+        __m256 acc[8];
+        for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+        for (int jj = 0; jj < n; ++jj) {
+            const __m256 p = _mm256_set1_ps(scores[jj]);
+            const float* vj = v + jj * stride + 8 * i0;
+            for (int i = 0; i < m; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * i), acc[i]);
+        }
+        for (int i = 0; i < m; ++i) _mm256_storeu_ps(out + 8 * (i0 + i), acc[i]);
+    }
+}
+
+void attend(const float* q, const float* k, const float* v, size_t stride, int n, int head_dim, float scale, float* scores,
+            float* out) {
+    if (head_dim % 8 != 0) {
+        reference_vec_kernels().attend(q, k, v, stride, n, head_dim, scale, scores, out);
+        return;
+    }
+    switch (head_dim) {
+    case 64: attend_t<8>(q, k, v, stride, n, 8, scale, scores, out); return;
+    case 128: attend_t<16>(q, k, v, stride, n, 16, scale, scores, out); return;
+    default: attend_t<0>(q, k, v, stride, n, head_dim / 8, scale, scores, out); return;
+    }
+}
+
 float dot_f16(const void* row, const float* x, int64_t n) {
     const auto* h = static_cast<const uint16_t*>(row);
     __m256 acc = _mm256_setzero_ps();
@@ -327,23 +377,30 @@ uint64_t read_sum(const void* p, size_t bytes) {
 }
 
 uint64_t madd_loop(int64_t iterations) {
-    // eight independent chains of the int8 dot-product instructions (maddubs, madd, add),
+    // independent chains of the int8 dot-product instructions (maddubs, madd, add), each on
+    // its own inputs (the same inputs would let the compiler compute the products once),
     // 8 x 32 multiply-adds per iteration, on registers only
-    __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5);
+    constexpr int chains = 8;
+    __m256i a = _mm256_set1_epi8(3);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i acc[8];
-    for (auto& x : acc) x = _mm256_setzero_si256();
+    __m256i b[chains], acc[chains];
+    for (int k = 0; k < chains; ++k) {
+        b[k] = _mm256_set1_epi8(static_cast<char>(5 + k));
+        acc[k] = _mm256_setzero_si256();
+    }
     for (int64_t i = 0; i < iterations; ++i) {
-        for (auto& x : acc) x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
-        __asm__ volatile("" : "+x"(a), "+x"(b)); // the inputs must be read every time
+        for (int k = 0; k < chains; ++k) acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b[k]), ones));
+        // the inputs must be read every time
+        __asm__ volatile("" : "+x"(a), "+x"(b[0]), "+x"(b[1]), "+x"(b[2]), "+x"(b[3]));
+        __asm__ volatile("" : "+x"(b[4]), "+x"(b[5]), "+x"(b[6]), "+x"(b[7]));
     }
     __m256i s = acc[0];
-    for (int k = 1; k < 8; ++k) s = _mm256_add_epi32(s, acc[k]);
+    for (int k = 1; k < chains; ++k) s = _mm256_add_epi32(s, acc[k]);
     return static_cast<uint64_t>(_mm256_extract_epi32(s, 0));
 }
 
 constexpr vec_kernels table = {"avx2", quantize_x, tile_q8_0, tile_q4_0, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
-                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f16, dot_bf16, read_sum, madd_loop};
+                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

@@ -95,6 +95,16 @@ float dot_bf16(const void* row, const float* x, int64_t n) {
     return kernels::dot_row(format::dtype::bf16, row, x, n);
 }
 
+void attend(const float* q, const float* k, const float* v, size_t stride, int n, int head_dim, float scale,
+            float* scores, float* out) {
+    for (int j = 0; j < n; ++j) scores[j] = kernels::dot_row(format::dtype::f32, k + j * stride, q, head_dim) * scale;
+    kernels::softmax(scores, n);
+    std::fill_n(out, head_dim, 0.0f);
+    for (int j = 0; j < n; ++j) {
+        for (int i = 0; i < head_dim; ++i) out[i] += scores[j] * v[j * stride + i];
+    }
+}
+
 uint64_t read_sum(const void* p, size_t bytes) {
     const auto* u = static_cast<const uint64_t*>(p);
     uint64_t a = 0, b = 0, c = 0, d = 0;
@@ -115,7 +125,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, attend, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

@@ -146,6 +146,16 @@ TEST_CASE("slot choice: the longest reusable prefix wins when it covers half the
     CHECK(cw::choose_slot(tie) == 1); // most recently used of equals
 }
 
+TEST_CASE("slot choice: the request's own session keeps its slot even when it reuses less than half") {
+    // a short prefix before a long suffix: each keystroke reuses only the prefix
+    std::vector<cw::slot_state> s = {{74, 20, 5, true}, {0, 0, 0, false}};
+    CHECK(cw::choose_slot(s) == 0);
+    s[0].same_session = false; // another buffer's slot is kept for it
+    CHECK(cw::choose_slot(s) == 1);
+    s = {{74, 20, 5, true}, {100, 60, 2, false}}; // a longer reuse elsewhere still wins
+    CHECK(cw::choose_slot(s) == 1);
+}
+
 TEST_CASE("eviction under the memory cap: least recently used first - only what is needed") {
     const std::vector<cw::slot_state> s = {{100, 0, 5}, {100, 0, 2}, {100, 0, 9}, {0, 0, 0}};
     // 100 bytes per token; chosen slot 3 needs 150 tokens

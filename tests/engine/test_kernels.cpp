@@ -304,32 +304,40 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
 }
 
 TEST_CASE("backend attention matches a direct computation with grouped heads") {
-    const int n_ctx = 9, n_head = 4, n_head_kv = 2, hd = 8, n = 3;
-    cpu_options o;
-    o.n_threads = 2;
-    auto be = make_cpu_backend(o, 64);
-    auto kc = random_vec(n_ctx * n_head_kv * hd, 31), vc = random_vec(n_ctx * n_head_kv * hd, 32);
-    auto q = random_vec(n * n_head * hd, 33);
-    std::vector<float> out(n * n_head * hd), scratch(2 * n_ctx);
-    const int32_t pos[n] = {4, 5, 6};
-    attention_args a{q.data(), kc.data(), vc.data(), pos, out.data(), scratch.data(), n, n_ctx, n_head, n_head_kv, hd, 0.35f};
-    be->attention(a);
-    for (int t = 0; t < n; ++t) {
-        for (int h = 0; h < n_head; ++h) {
-            const int kvh = h / (n_head / n_head_kv);
-            std::vector<double> s(pos[t] + 1);
-            double mx = -1e300, sum = 0;
-            for (int j = 0; j <= pos[t]; ++j) {
-                double d = 0;
-                for (int i = 0; i < hd; ++i) d += double(q[(t * n_head + h) * hd + i]) * kc[(j * n_head_kv + kvh) * hd + i];
-                s[j] = d * 0.35;
-                mx = std::max(mx, s[j]);
-            }
-            for (double& v : s) sum += (v = std::exp(v - mx));
-            for (int i = 0; i < hd; ++i) {
-                double ref = 0;
-                for (int j = 0; j <= pos[t]; ++j) ref += s[j] / sum * vc[(j * n_head_kv + kvh) * hd + i];
-                CHECK(out[(t * n_head + h) * hd + i] == doctest::Approx(ref).epsilon(1e-4));
+    std::vector<const vec_kernels*> tables = {&reference_vec_kernels()};
+    if (avx2_vec_kernels() != nullptr) tables.push_back(avx2_vec_kernels());
+    for (const vec_kernels* vk : tables)
+    for (int hd : {8, 12, 64, 128, 136}) {
+        CAPTURE(vk->name);
+        CAPTURE(hd);
+        const int n_ctx = 9, n_head = 4, n_head_kv = 2, n = 3;
+        cpu_options o;
+        o.n_threads = 2;
+        o.kernels = vk;
+        auto be = make_cpu_backend(o, 256);
+        auto kc = random_vec(n_ctx * n_head_kv * hd, 31), vc = random_vec(n_ctx * n_head_kv * hd, 32);
+        auto q = random_vec(n * n_head * hd, 33);
+        std::vector<float> out(n * n_head * hd), scratch(2 * n_ctx);
+        const int32_t pos[n] = {4, 5, 6};
+        attention_args a{q.data(), kc.data(), vc.data(), pos, out.data(), scratch.data(), n, n_ctx, n_head, n_head_kv, hd, 0.35f};
+        be->attention(a);
+        for (int t = 0; t < n; ++t) {
+            for (int h = 0; h < n_head; ++h) {
+                const int kvh = h / (n_head / n_head_kv);
+                std::vector<double> s(pos[t] + 1);
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= pos[t]; ++j) {
+                    double d = 0;
+                    for (int i = 0; i < hd; ++i) d += double(q[(t * n_head + h) * hd + i]) * kc[(j * n_head_kv + kvh) * hd + i];
+                    s[j] = d * 0.35;
+                    mx = std::max(mx, s[j]);
+                }
+                for (double& v : s) sum += (v = std::exp(v - mx));
+                for (int i = 0; i < hd; ++i) {
+                    double ref = 0;
+                    for (int j = 0; j <= pos[t]; ++j) ref += s[j] / sum * vc[(j * n_head_kv + kvh) * hd + i];
+                    CHECK(out[(t * n_head + h) * hd + i] == doctest::Approx(ref).epsilon(1e-4));
+                }
             }
         }
     }
