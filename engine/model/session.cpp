@@ -69,10 +69,9 @@ void session::truncate(int n) {
     history_.resize(static_cast<size_t>(n));
     if (n >= high_water_) return;
     const hparams& hp = model_.hp();
-    const size_t kv_dim = size_t(hp.n_head_kv) * hp.head_dim;
-    for (uint32_t il = 0; il < hp.n_layer; ++il) {
-        const size_t layer_off = size_t(il) * size_t(n_ctx_) * kv_dim;
-        const size_t first = layer_off + size_t(n) * kv_dim, count = size_t(high_water_ - n) * kv_dim;
+    const size_t hd = hp.head_dim;
+    for (size_t head = 0; head < size_t(hp.n_layer) * hp.n_head_kv; ++head) { // every layer's heads
+        const size_t first = (head * size_t(n_ctx_) + size_t(n)) * hd, count = size_t(high_water_ - n) * hd;
         k_cache_->discard(first, count);
         v_cache_->discard(first, count);
     }
@@ -152,12 +151,18 @@ void session::attention_block(int il, int n) {
     be_.rope(q_->data(), n, static_cast<int>(hp.n_head), hd, pos_.data(), hp.rope_theta);
     be_.rope(k_->data(), n, static_cast<int>(hp.n_head_kv), hd, pos_.data(), hp.rope_theta);
 
-    // append k, v to this layer's cache
+    // append k, v to this layer's cache, each head's positions in a row
     const size_t layer_off = size_t(il) * size_t(n_ctx_) * size_t(kv_dim);
     float* kc = k_cache_->data() + layer_off;
     float* vc = v_cache_->data() + layer_off;
-    std::copy_n(k_->data(), size_t(n) * kv_dim, kc + size_t(n_past()) * kv_dim);
-    std::copy_n(v_->data(), size_t(n) * kv_dim, vc + size_t(n_past()) * kv_dim);
+    for (int t = 0; t < n; ++t) {
+        for (int h = 0; h < static_cast<int>(hp.n_head_kv); ++h) {
+            const size_t from = size_t(t) * kv_dim + size_t(h) * hd;
+            const size_t to = (size_t(h) * size_t(n_ctx_) + size_t(n_past() + t)) * hd;
+            std::copy_n(k_->data() + from, hd, kc + to);
+            std::copy_n(v_->data() + from, hd, vc + to);
+        }
+    }
 
     attention_args a{};
     a.q = q_->data();

@@ -27,8 +27,8 @@ public:
 
 struct attention_args {
     const float* q;       // [n, n_head*head_dim]
-    const float* k_cache; // [n_ctx, n_head_kv*head_dim] of this layer
-    const float* v_cache; // [n_ctx, n_head_kv*head_dim]
+    const float* k_cache; // [n_head_kv, n_ctx, head_dim] of this layer: each head's keys in a row
+    const float* v_cache; // [n_head_kv, n_ctx, head_dim]
     const int32_t* pos;   // [n]: token t attends to cache rows 0..pos[t]
     float* out;           // [n, n_head*head_dim]
     float* scratch;       // [n_threads, n_ctx]

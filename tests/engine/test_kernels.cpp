@@ -328,14 +328,14 @@ TEST_CASE("backend attention matches a direct computation with grouped heads") {
                 double mx = -1e300, sum = 0;
                 for (int j = 0; j <= pos[t]; ++j) {
                     double d = 0;
-                    for (int i = 0; i < hd; ++i) d += double(q[(t * n_head + h) * hd + i]) * kc[(j * n_head_kv + kvh) * hd + i];
+                    for (int i = 0; i < hd; ++i) d += double(q[(t * n_head + h) * hd + i]) * kc[(kvh * n_ctx + j) * hd + i];
                     s[j] = d * 0.35;
                     mx = std::max(mx, s[j]);
                 }
                 for (double& v : s) sum += (v = std::exp(v - mx));
                 for (int i = 0; i < hd; ++i) {
                     double ref = 0;
-                    for (int j = 0; j <= pos[t]; ++j) ref += s[j] / sum * vc[(j * n_head_kv + kvh) * hd + i];
+                    for (int j = 0; j <= pos[t]; ++j) ref += s[j] / sum * vc[(kvh * n_ctx + j) * hd + i];
                     CHECK(out[(t * n_head + h) * hd + i] == doctest::Approx(ref).epsilon(1e-4));
                 }
             }
