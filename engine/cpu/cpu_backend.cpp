@@ -244,19 +244,17 @@ public:
     void attention(const attention_args& a) override {
         const int group = a.n_head / a.n_head_kv;
         const int64_t q_stride = static_cast<int64_t>(a.n_head) * a.head_dim;
-        const int64_t jobs = static_cast<int64_t>(a.n) * a.n_head;
+        const int64_t jobs = static_cast<int64_t>(a.n) * a.n_head_kv; // a token's query heads of one kv head
         int64_t work = 0; // multiply-adds: two per cached key and head dimension
         for (int t = 0; t < a.n; ++t) work += 2LL * (a.pos[t] + 1) * a.head_dim * a.n_head;
         auto body = [&](int ith, int nth) {
-            float* scores = a.scratch + static_cast<int64_t>(ith) * a.n_ctx;
+            float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
             for (int64_t job = ith; job < jobs; job += nth) {
-                const int t = static_cast<int>(job / a.n_head), h = static_cast<int>(job % a.n_head);
-                const int kvh = h / group;
-                const float* q = a.q + t * q_stride + static_cast<int64_t>(h) * a.head_dim;
-                const int n_keys = a.pos[t] + 1;
-                float* out = a.out + t * q_stride + static_cast<int64_t>(h) * a.head_dim;
+                const int t = static_cast<int>(job / a.n_head_kv), kvh = static_cast<int>(job % a.n_head_kv);
+                const int64_t head0 = t * q_stride + static_cast<int64_t>(kvh) * group * a.head_dim;
                 const int64_t kv_off = static_cast<int64_t>(kvh) * a.n_ctx * a.head_dim;
-                vk_.attend(q, a.k_cache + kv_off, a.v_cache + kv_off, size_t(a.head_dim), n_keys, a.head_dim, a.scale, scores, out);
+                vk_.attend(a.q + head0, group, a.k_cache + kv_off, a.v_cache + kv_off, a.pos[t] + 1, a.head_dim, a.scale,
+                           scores, a.out + head0);
             }
         };
         if (work < min_parallel_work) body(0, 1);

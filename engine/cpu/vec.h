@@ -43,9 +43,10 @@ struct vec_kernels {
     void (*dotx4_q8_0_f32)(const void* row, const float* x, size_t x_stride, int64_t n, float* out);
     void (*dotx4_q4_0_f32)(const void* row, const float* x, size_t x_stride, int64_t n, float* out);
     float (*dot_f32)(const float* row, const float* x, int64_t n);
-    /// One query head against n cached keys and values (rows `stride` floats apart):
-    /// scores[j] = scale * q . k_j, softmax over them, out = sum_j scores[j] * v_j.
-    void (*attend)(const float* q, const float* k, const float* v, size_t stride, int n, int head_dim, float scale,
+    /// n_q query heads (head_dim apart) that share one key/value head, against its n cached
+    /// keys and values (rows of head_dim): for each query g, s = softmax(scale * q_g . k_j)
+    /// over j, out_g = sum_j s_j v_j. scores: scratch of n_q * n floats.
+    void (*attend)(const float* q, int n_q, const float* k, const float* v, int n, int head_dim, float scale,
                    float* scores, float* out);
     float (*dot_f16)(const void* row, const float* x, int64_t n);
     float (*dot_bf16)(const void* row, const float* x, int64_t n);

@@ -281,50 +281,68 @@ float dot_f32(const float* row, const float* x, int64_t n) {
 }
 
 // Attention for head dimensions that are a multiple of 8 (the usual 64 and 128 as
-// compile-time sizes): four keys' scores at a time, then the values summed in registers,
-// eight vectors (64 dimensions) per pass over the keys.
+// compile-time sizes). The keys and values go by in chunks that stay in L1 while every
+// query of the group uses them: scores four keys at a time, then the values summed in
+// registers, eight vectors (64 dimensions) per pass.
 template <int NV>
-void attend_t(const float* q, const float* k, const float* v, size_t stride, int n, int nv, float scale, float* scores,
+void attend_t(const float* q, int n_q, const float* k, const float* v, int n, int nv, float scale, float* scores,
               float* out) {
     if constexpr (NV > 0) nv = NV;
-    int j = 0;
-    for (; j + 4 <= n; j += 4) {
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int i = 0; i < nv; ++i) {
-            const __m256 qi = _mm256_loadu_ps(q + 8 * i);
-            for (int u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k + (j + u) * stride + 8 * i), acc[u]);
+    const int hd = 8 * nv;
+    constexpr int chunk = 32;
+    for (int j0 = 0; j0 < n; j0 += chunk) {
+        const int j1 = std::min(n, j0 + chunk);
+        for (int g = 0; g < n_q; ++g) {
+            const float* qg = q + g * hd;
+            float* s = scores + g * n;
+            int j = j0;
+            for (; j + 4 <= j1; j += 4) {
+                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+                for (int i = 0; i < nv; ++i) {
+                    const __m256 qi = _mm256_loadu_ps(qg + 8 * i);
+                    for (int u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k + (j + u) * hd + 8 * i), acc[u]);
+                }
+                for (int u = 0; u < 4; ++u) s[j + u] = hsum(acc[u]) * scale;
+            }
+            for (; j < j1; ++j) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int i = 0; i < nv; ++i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * i), _mm256_loadu_ps(k + j * hd + 8 * i), acc);
+                s[j] = hsum(acc) * scale;
+            }
         }
-        for (int u = 0; u < 4; ++u) scores[j + u] = hsum(acc[u]) * scale;
     }
-    for (; j < n; ++j) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int i = 0; i < nv; ++i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * i), _mm256_loadu_ps(k + j * stride + 8 * i), acc);
-        scores[j] = hsum(acc) * scale;
-    }
-    kernels::softmax(scores, n);
-    for (int i0 = 0; i0 < nv; i0 += 8) {
-        const int m = std::min(8, nv - i0);
-        __m256 acc[8];
-        for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-        for (int jj = 0; jj < n; ++jj) {
-            const __m256 p = _mm256_set1_ps(scores[jj]);
-            const float* vj = v + jj * stride + 8 * i0;
-            for (int i = 0; i < m; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * i), acc[i]);
+    for (int g = 0; g < n_q; ++g) kernels::softmax(scores + g * n, n);
+    std::fill_n(out, size_t(n_q) * size_t(hd), 0.0f);
+    for (int j0 = 0; j0 < n; j0 += chunk) {
+        const int j1 = std::min(n, j0 + chunk);
+        for (int g = 0; g < n_q; ++g) {
+            const float* s = scores + g * n;
+            for (int i0 = 0; i0 < nv; i0 += 8) {
+                const int m = std::min(8, nv - i0);
+                float* o = out + g * hd + 8 * i0;
+                __m256 acc[8];
+                for (int i = 0; i < m; ++i) acc[i] = _mm256_loadu_ps(o + 8 * i);
+                for (int j = j0; j < j1; ++j) {
+                    const __m256 p = _mm256_set1_ps(s[j]);
+                    const float* vj = v + j * hd + 8 * i0;
+                    for (int i = 0; i < m; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * i), acc[i]);
+                }
+                for (int i = 0; i < m; ++i) _mm256_storeu_ps(o + 8 * i, acc[i]);
+            }
         }
-        for (int i = 0; i < m; ++i) _mm256_storeu_ps(out + 8 * (i0 + i), acc[i]);
     }
 }
 
-void attend(const float* q, const float* k, const float* v, size_t stride, int n, int head_dim, float scale, float* scores,
+void attend(const float* q, int n_q, const float* k, const float* v, int n, int head_dim, float scale, float* scores,
             float* out) {
     if (head_dim % 8 != 0) {
-        reference_vec_kernels().attend(q, k, v, stride, n, head_dim, scale, scores, out);
+        reference_vec_kernels().attend(q, n_q, k, v, n, head_dim, scale, scores, out);
         return;
     }
     switch (head_dim) {
-    case 64: attend_t<8>(q, k, v, stride, n, 8, scale, scores, out); return;
-    case 128: attend_t<16>(q, k, v, stride, n, 16, scale, scores, out); return;
-    default: attend_t<0>(q, k, v, stride, n, head_dim / 8, scale, scores, out); return;
+    case 64: attend_t<8>(q, n_q, k, v, n, 8, scale, scores, out); return;
+    case 128: attend_t<16>(q, n_q, k, v, n, 16, scale, scores, out); return;
+    default: attend_t<0>(q, n_q, k, v, n, head_dim / 8, scale, scores, out); return;
     }
 }
 

@@ -95,13 +95,18 @@ float dot_bf16(const void* row, const float* x, int64_t n) {
     return kernels::dot_row(format::dtype::bf16, row, x, n);
 }
 
-void attend(const float* q, const float* k, const float* v, size_t stride, int n, int head_dim, float scale,
-            float* scores, float* out) {
-    for (int j = 0; j < n; ++j) scores[j] = kernels::dot_row(format::dtype::f32, k + j * stride, q, head_dim) * scale;
-    kernels::softmax(scores, n);
-    std::fill_n(out, head_dim, 0.0f);
-    for (int j = 0; j < n; ++j) {
-        for (int i = 0; i < head_dim; ++i) out[i] += scores[j] * v[j * stride + i];
+void attend(const float* q, int n_q, const float* k, const float* v, int n, int head_dim, float scale, float* scores,
+            float* out) {
+    for (int g = 0; g < n_q; ++g) {
+        const float* qg = q + g * head_dim;
+        float* s = scores + g * n;
+        float* o = out + g * head_dim;
+        for (int j = 0; j < n; ++j) s[j] = kernels::dot_row(format::dtype::f32, k + j * head_dim, qg, head_dim) * scale;
+        kernels::softmax(s, n);
+        std::fill_n(o, head_dim, 0.0f);
+        for (int j = 0; j < n; ++j) {
+            for (int i = 0; i < head_dim; ++i) o[i] += s[j] * v[j * head_dim + i];
+        }
     }
 }
 

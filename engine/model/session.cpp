@@ -41,7 +41,7 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     jobs_.reserve(2 * size_t(hp.n_expert) + 4);
     router_ = be.alloc(B * std::max<size_t>(hp.n_expert, 1));
     shared_gate_ = be.alloc(B);
-    scratch_ = be.alloc(size_t(be.n_threads()) * size_t(n_ctx_));
+    scratch_ = be.alloc(size_t(be.n_threads()) * (hp.n_head / std::max<uint32_t>(hp.n_head_kv, 1)) * size_t(n_ctx_));
     logits_ = be.alloc((all_logits ? B : 1) * size_t(hp.n_vocab));
     k_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
     v_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);

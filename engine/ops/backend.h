@@ -31,7 +31,7 @@ struct attention_args {
     const float* v_cache; // [n_head_kv, n_ctx, head_dim]
     const int32_t* pos;   // [n]: token t attends to cache rows 0..pos[t]
     float* out;           // [n, n_head*head_dim]
-    float* scratch;       // [n_threads, n_ctx]
+    float* scratch;       // [n_threads, n_head / n_head_kv, n_ctx]
     int n, n_ctx, n_head, n_head_kv, head_dim;
     float scale;
 };

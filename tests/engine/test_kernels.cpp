@@ -310,15 +310,15 @@ TEST_CASE("backend attention matches a direct computation with grouped heads") {
     for (int hd : {8, 12, 64, 128, 136}) {
         CAPTURE(vk->name);
         CAPTURE(hd);
-        const int n_ctx = 9, n_head = 4, n_head_kv = 2, n = 3;
+        const int n_ctx = 70, n_head = 4, n_head_kv = 2, n = 3;
         cpu_options o;
         o.n_threads = 2;
         o.kernels = vk;
         auto be = make_cpu_backend(o, 256);
         auto kc = random_vec(n_ctx * n_head_kv * hd, 31), vc = random_vec(n_ctx * n_head_kv * hd, 32);
         auto q = random_vec(n * n_head * hd, 33);
-        std::vector<float> out(n * n_head * hd), scratch(2 * n_ctx);
-        const int32_t pos[n] = {4, 5, 6};
+        std::vector<float> out(n * n_head * hd), scratch(2 * (n_head / n_head_kv) * n_ctx);
+        const int32_t pos[n] = {4, 40, 69}; // across the kernels' chunks of keys
         attention_args a{q.data(), kc.data(), vc.data(), pos, out.data(), scratch.data(), n, n_ctx, n_head, n_head_kv, hd, 0.35f};
         be->attention(a);
         for (int t = 0; t < n; ++t) {
