@@ -244,6 +244,21 @@ public:
     void attention(const attention_args& a) override {
         const int group = a.n_head / a.n_head_kv;
         const int64_t q_stride = static_cast<int64_t>(a.n_head) * a.head_dim;
+        const int64_t kv_dim = static_cast<int64_t>(a.n_head_kv) * a.head_dim;
+        // store the batch's keys and values, each head's positions in a row
+        for (int t = 0; t < a.n; ++t) {
+            for (int h = 0; h < a.n_head_kv; ++h) {
+                const int64_t from = t * kv_dim + static_cast<int64_t>(h) * a.head_dim;
+                const int64_t to = (static_cast<int64_t>(h) * a.n_ctx + a.pos[t]) * a.head_dim;
+                if (a.kv_f16) {
+                    vk_.to_f16(a.k_new + from, static_cast<uint16_t*>(a.k_cache) + to, a.head_dim);
+                    vk_.to_f16(a.v_new + from, static_cast<uint16_t*>(a.v_cache) + to, a.head_dim);
+                } else {
+                    std::memcpy(static_cast<float*>(a.k_cache) + to, a.k_new + from, sizeof(float) * size_t(a.head_dim));
+                    std::memcpy(static_cast<float*>(a.v_cache) + to, a.v_new + from, sizeof(float) * size_t(a.head_dim));
+                }
+            }
+        }
         const int64_t jobs = static_cast<int64_t>(a.n) * a.n_head_kv; // a token's query heads of one kv head
         int64_t work = 0; // multiply-adds: two per cached key and head dimension
         for (int t = 0; t < a.n; ++t) work += 2LL * (a.pos[t] + 1) * a.head_dim * a.n_head;
@@ -253,8 +268,15 @@ public:
                 const int t = static_cast<int>(job / a.n_head_kv), kvh = static_cast<int>(job % a.n_head_kv);
                 const int64_t head0 = t * q_stride + static_cast<int64_t>(kvh) * group * a.head_dim;
                 const int64_t kv_off = static_cast<int64_t>(kvh) * a.n_ctx * a.head_dim;
-                vk_.attend(a.q + head0, group, a.k_cache + kv_off, a.v_cache + kv_off, a.pos[t] + 1, a.head_dim, a.scale,
-                           scores, a.out + head0);
+                if (a.kv_f16) {
+                    vk_.attend_f16(a.q + head0, group, static_cast<const uint16_t*>(a.k_cache) + kv_off,
+                                   static_cast<const uint16_t*>(a.v_cache) + kv_off, a.pos[t] + 1, a.head_dim, a.scale,
+                                   scores, a.out + head0);
+                } else {
+                    vk_.attend(a.q + head0, group, static_cast<const float*>(a.k_cache) + kv_off,
+                               static_cast<const float*>(a.v_cache) + kv_off, a.pos[t] + 1, a.head_dim, a.scale, scores,
+                               a.out + head0);
+                }
             }
         };
         if (work < min_parallel_work) body(0, 1);

@@ -44,10 +44,15 @@ struct vec_kernels {
     void (*dotx4_q4_0_f32)(const void* row, const float* x, size_t x_stride, int64_t n, float* out);
     float (*dot_f32)(const float* row, const float* x, int64_t n);
     /// n_q query heads (head_dim apart) that share one key/value head, against its n cached
-    /// keys and values (rows of head_dim): for each query g, s = softmax(scale * q_g . k_j)
-    /// over j, out_g = sum_j s_j v_j. scores: scratch of n_q * n floats.
+    /// keys and values (rows of head_dim, f32 or f16): for each query g,
+    /// s = softmax(scale * q_g . k_j) over j, out_g = sum_j s_j v_j. scores: scratch of
+    /// n_q * n floats.
     void (*attend)(const float* q, int n_q, const float* k, const float* v, int n, int head_dim, float scale,
                    float* scores, float* out);
+    void (*attend_f16)(const float* q, int n_q, const uint16_t* k, const uint16_t* v, int n, int head_dim, float scale,
+                       float* scores, float* out);
+    /// n floats to f16, rounded to nearest even.
+    void (*to_f16)(const float* x, uint16_t* out, int64_t n);
     float (*dot_f16)(const void* row, const float* x, int64_t n);
     float (*dot_bf16)(const void* row, const float* x, int64_t n);
     /// Reads `bytes` (a multiple of 512, 32-byte aligned) as fast as possible; returns a

@@ -7,6 +7,7 @@
 #if defined(__x86_64__)
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <immintrin.h>
 
 // No inline function from another header is used here: compiled with AVX2 in this file,
@@ -284,8 +285,11 @@ float dot_f32(const float* row, const float* x, int64_t n) {
 // compile-time sizes). The keys and values go by in chunks that stay in L1 while every
 // query of the group uses them: scores four keys at a time, then the values summed in
 // registers, eight vectors (64 dimensions) per pass.
-template <int NV>
-void attend_t(const float* q, int n_q, const float* k, const float* v, int n, int nv, float scale, float* scores,
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+template <int NV, class T>
+void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, float scale, float* scores,
               float* out) {
     if constexpr (NV > 0) nv = NV;
     const int hd = 8 * nv;
@@ -300,13 +304,13 @@ void attend_t(const float* q, int n_q, const float* k, const float* v, int n, in
                 __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
                 for (int i = 0; i < nv; ++i) {
                     const __m256 qi = _mm256_loadu_ps(qg + 8 * i);
-                    for (int u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(qi, _mm256_loadu_ps(k + (j + u) * hd + 8 * i), acc[u]);
+                    for (int u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(qi, load8(k + (j + u) * hd + 8 * i), acc[u]);
                 }
                 for (int u = 0; u < 4; ++u) s[j + u] = hsum(acc[u]) * scale;
             }
             for (; j < j1; ++j) {
                 __m256 acc = _mm256_setzero_ps();
-                for (int i = 0; i < nv; ++i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * i), _mm256_loadu_ps(k + j * hd + 8 * i), acc);
+                for (int i = 0; i < nv; ++i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * i), load8(k + j * hd + 8 * i), acc);
                 s[j] = hsum(acc) * scale;
             }
         }
@@ -324,8 +328,8 @@ void attend_t(const float* q, int n_q, const float* k, const float* v, int n, in
                 for (int i = 0; i < m; ++i) acc[i] = _mm256_loadu_ps(o + 8 * i);
                 for (int j = j0; j < j1; ++j) {
                     const __m256 p = _mm256_set1_ps(s[j]);
-                    const float* vj = v + j * hd + 8 * i0;
-                    for (int i = 0; i < m; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * i), acc[i]);
+                    const T* vj = v + j * hd + 8 * i0;
+                    for (int i = 0; i < m; ++i) acc[i] = _mm256_fmadd_ps(p, load8(vj + 8 * i), acc[i]);
                 }
                 for (int i = 0; i < m; ++i) _mm256_storeu_ps(o + 8 * i, acc[i]);
             }
@@ -333,10 +337,12 @@ void attend_t(const float* q, int n_q, const float* k, const float* v, int n, in
     }
 }
 
-void attend(const float* q, int n_q, const float* k, const float* v, int n, int head_dim, float scale, float* scores,
+template <class T>
+void attend(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores,
             float* out) {
     if (head_dim % 8 != 0) {
-        reference_vec_kernels().attend(q, n_q, k, v, n, head_dim, scale, scores, out);
+        if constexpr (std::is_same_v<T, float>) reference_vec_kernels().attend(q, n_q, k, v, n, head_dim, scale, scores, out);
+        else reference_vec_kernels().attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out);
         return;
     }
     switch (head_dim) {
@@ -344,6 +350,14 @@ void attend(const float* q, int n_q, const float* k, const float* v, int n, int 
     case 128: attend_t<16>(q, n_q, k, v, n, 16, scale, scores, out); return;
     default: attend_t<0>(q, n_q, k, v, n, head_dim / 8, scale, scores, out); return;
     }
+}
+
+void to_f16(const float* x, uint16_t* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
 float dot_f16(const void* row, const float* x, int64_t n) {
@@ -418,7 +432,7 @@ uint64_t madd_loop(int64_t iterations) {
 }
 
 constexpr vec_kernels table = {"avx2", quantize_x, tile_q8_0, tile_q4_0, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
-                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend, dot_f16, dot_bf16, read_sum, madd_loop};
+                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend<float>, attend<uint16_t>, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

@@ -95,19 +95,30 @@ float dot_bf16(const void* row, const float* x, int64_t n) {
     return kernels::dot_row(format::dtype::bf16, row, x, n);
 }
 
-void attend(const float* q, int n_q, const float* k, const float* v, int n, int head_dim, float scale, float* scores,
-            float* out) {
+inline float as_f32(float x) { return x; }
+inline float as_f32(uint16_t h) { return f16_to_f32(h); }
+
+template <class T>
+void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores, float* out) {
     for (int g = 0; g < n_q; ++g) {
         const float* qg = q + g * head_dim;
         float* s = scores + g * n;
         float* o = out + g * head_dim;
-        for (int j = 0; j < n; ++j) s[j] = kernels::dot_row(format::dtype::f32, k + j * head_dim, qg, head_dim) * scale;
+        for (int j = 0; j < n; ++j) {
+            float d = 0.0f;
+            for (int i = 0; i < head_dim; ++i) d += as_f32(k[j * head_dim + i]) * qg[i];
+            s[j] = d * scale;
+        }
         kernels::softmax(s, n);
         std::fill_n(o, head_dim, 0.0f);
         for (int j = 0; j < n; ++j) {
-            for (int i = 0; i < head_dim; ++i) o[i] += s[j] * v[j * head_dim + i];
+            for (int i = 0; i < head_dim; ++i) o[i] += s[j] * as_f32(v[j * head_dim + i]);
         }
     }
+}
+
+void to_f16(const float* x, uint16_t* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
 
 uint64_t read_sum(const void* p, size_t bytes) {
@@ -130,7 +141,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, attend, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, attend_t<float>, attend_t<uint16_t>, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

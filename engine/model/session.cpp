@@ -43,8 +43,12 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     shared_gate_ = be.alloc(B);
     scratch_ = be.alloc(size_t(be.n_threads()) * (hp.n_head / std::max<uint32_t>(hp.n_head_kv, 1)) * size_t(n_ctx_));
     logits_ = be.alloc((all_logits ? B : 1) * size_t(hp.n_vocab));
-    k_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
-    v_cache_ = be.alloc(size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim);
+    // f16 keys and values for models with quantised weights (half the memory and the reads
+    // of f32, whose rounding is far below the weights'); f32 otherwise
+    kv_f16_ = format::is_quantized(m.layers()[0].wq->type);
+    const size_t kv_floats = (size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim * kv_elem_bytes() + 3) / 4;
+    k_cache_ = be.alloc(kv_floats);
+    v_cache_ = be.alloc(kv_floats);
 
     history_.reserve(size_t(n_ctx_));
     pos_.resize(B);
@@ -69,9 +73,11 @@ void session::truncate(int n) {
     history_.resize(static_cast<size_t>(n));
     if (n >= high_water_) return;
     const hparams& hp = model_.hp();
-    const size_t hd = hp.head_dim;
+    const size_t hd = hp.head_dim, elem = kv_elem_bytes();
     for (size_t head = 0; head < size_t(hp.n_layer) * hp.n_head_kv; ++head) { // every layer's heads
-        const size_t first = (head * size_t(n_ctx_) + size_t(n)) * hd, count = size_t(high_water_ - n) * hd;
+        // in floats, rounded inwards (discard gives back whole pages inside the range only)
+        const size_t first = ((head * size_t(n_ctx_) + size_t(n)) * hd * elem + 3) / 4;
+        const size_t count = size_t(high_water_ - n) * hd * elem / 4;
         k_cache_->discard(first, count);
         v_cache_->discard(first, count);
     }
@@ -80,7 +86,7 @@ void session::truncate(int n) {
 
 size_t session::token_bytes() const {
     const hparams& hp = model_.hp();
-    return 2 * size_t(hp.n_layer) * size_t(hp.n_head_kv) * hp.head_dim * sizeof(float);
+    return 2 * size_t(hp.n_layer) * size_t(hp.n_head_kv) * hp.head_dim * kv_elem_bytes();
 }
 
 void session::eval(const int32_t* tokens, int n) {
@@ -151,23 +157,15 @@ void session::attention_block(int il, int n) {
     be_.rope(q_->data(), n, static_cast<int>(hp.n_head), hd, pos_.data(), hp.rope_theta);
     be_.rope(k_->data(), n, static_cast<int>(hp.n_head_kv), hd, pos_.data(), hp.rope_theta);
 
-    // append k, v to this layer's cache, each head's positions in a row
-    const size_t layer_off = size_t(il) * size_t(n_ctx_) * size_t(kv_dim);
-    float* kc = k_cache_->data() + layer_off;
-    float* vc = v_cache_->data() + layer_off;
-    for (int t = 0; t < n; ++t) {
-        for (int h = 0; h < static_cast<int>(hp.n_head_kv); ++h) {
-            const size_t from = size_t(t) * kv_dim + size_t(h) * hd;
-            const size_t to = (size_t(h) * size_t(n_ctx_) + size_t(n_past() + t)) * hd;
-            std::copy_n(k_->data() + from, hd, kc + to);
-            std::copy_n(v_->data() + from, hd, vc + to);
-        }
-    }
-
+    // this layer's cache; the backend stores the new keys and values at pos_ first
+    const size_t layer_bytes = size_t(n_ctx_) * size_t(kv_dim) * kv_elem_bytes();
     attention_args a{};
     a.q = q_->data();
-    a.k_cache = kc;
-    a.v_cache = vc;
+    a.k_new = k_->data();
+    a.v_new = v_->data();
+    a.k_cache = reinterpret_cast<uint8_t*>(k_cache_->data()) + size_t(il) * layer_bytes;
+    a.v_cache = reinterpret_cast<uint8_t*>(v_cache_->data()) + size_t(il) * layer_bytes;
+    a.kv_f16 = kv_f16_;
     a.pos = pos_.data();
     a.out = att_->data();
     a.scratch = scratch_->data();

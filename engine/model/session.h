@@ -69,6 +69,8 @@ private:
     std::unique_ptr<device_buffer> x_, xn_, q_, k_, v_, att_, o_, ffn_out_, xg_, hg_, hu_, yo_;
     std::unique_ptr<device_buffer> router_, shared_gate_, scratch_, logits_;
     std::unique_ptr<device_buffer> k_cache_, v_cache_; // [n_layer, n_head_kv, n_ctx, head_dim]
+    bool kv_f16_ = false;                               // the caches hold f16, else f32
+    size_t kv_elem_bytes() const { return kv_f16_ ? 2 : 4; }
     int high_water_ = 0; // cache positions [0, high_water_) may hold memory
 
     // Host-side bookkeeping for routing, sized at creation.

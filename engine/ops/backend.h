@@ -27,8 +27,11 @@ public:
 
 struct attention_args {
     const float* q;       // [n, n_head*head_dim]
-    const float* k_cache; // [n_head_kv, n_ctx, head_dim] of this layer: each head's keys in a row
-    const float* v_cache; // [n_head_kv, n_ctx, head_dim]
+    const float* k_new;   // [n, n_head_kv*head_dim]: this batch's keys, stored at pos[t] first
+    const float* v_new;   // [n, n_head_kv*head_dim]
+    void* k_cache;        // [n_head_kv, n_ctx, head_dim] of this layer: each head's keys in a row
+    void* v_cache;        // [n_head_kv, n_ctx, head_dim]
+    bool kv_f16;          // the caches hold f16 (otherwise f32)
     const int32_t* pos;   // [n]: token t attends to cache rows 0..pos[t]
     float* out;           // [n, n_head*head_dim]
     float* scratch;       // [n_threads, n_head / n_head_kv, n_ctx]
@@ -65,7 +68,8 @@ public:
     virtual void add_bias(float* y, const tensor_view& b, int n, int dim) = 0;
     /// Rotary embedding on x [n, n_heads*head_dim] at positions pos[n].
     virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) = 0;
-    /// Causal attention over the cache, grouped-query heads.
+    /// Stores the batch's keys and values in the cache, then causal attention over it,
+    /// grouped-query heads.
     virtual void attention(const attention_args& a) = 0;
     /// gate = silu(gate) * up, n elements
     virtual void swiglu(float* gate, const float* up, int64_t n) = 0;

@@ -172,12 +172,16 @@ int main(int argc, char** argv) {
         const auto& hp = rt->mdl->hp();
         const int n_ctx = prompt_tokens + gen_tokens + 1;
         const int n_batch = std::min(prompt_tokens, 512);
-        { session warm(*rt->mdl, *rt->be, n_ctx, n_batch); }
+        size_t kv_token_bytes = 0; // keys and values of one position, all layers (f16 or f32)
+        {
+            session warm(*rt->mdl, *rt->be, n_ctx, n_batch);
+            kv_token_bytes = warm.token_bytes();
+        }
         const double load_ms = ms_since(t_load);
         const double ready_ms = ms_since(process_start);
 
         const double w_bytes = weight_bytes_per_token(*rt->mdl);
-        const double kv_bytes = 2.0 * hp.n_layer * hp.n_head_kv * hp.head_dim * 4.0 * (prompt_tokens + gen_tokens / 2.0);
+        const double kv_bytes = double(kv_token_bytes) * (prompt_tokens + gen_tokens / 2.0);
         const double bytes_per_token = w_bytes + kv_bytes;
         const double macs_per_token = double(rt->mdl->n_params_active()) - hp.n_embd;
 

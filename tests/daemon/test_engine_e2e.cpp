@@ -283,16 +283,16 @@ TEST_CASE("engine: each file keeps its own cache slot - evicted or restarted mea
 
 TEST_CASE("engine: the memory cap empties the least recently used slot") {
     auto opts = engine_daemon(COLIBRI_DEFAULT_MODEL);
-    opts["--cache-memory-mb"] = "1"; // 170 tokens of the default model's cache
+    opts["--cache-memory-mb"] = "1"; // 341 tokens of the default model's f16 cache
     daemon_process d(opts);
     client c(d.socket_path());
     reference_params a, b;
     a.model = b.model = COLIBRI_DEFAULT_MODEL;
-    a.prompt = source_file("first", 8);
-    b.prompt = source_file("second", 8);
+    a.prompt = source_file("first", 16);
+    b.prompt = source_file("second", 16);
     a.max_tokens = b.max_tokens = 4;
     const json da = complete(c, "a", a);
-    REQUIRE(da["usage"]["prompt_tokens"].get<int>() > 100); // two such prompts exceed the cap
+    REQUIRE(da["usage"]["prompt_tokens"].get<int>() > 180); // two such prompts exceed the cap
     CHECK(complete(c, "b", b)["usage"]["cached_tokens"] == 0);
     a.prompt += "def";
     const json again = complete(c, "a2", a);

@@ -303,39 +303,46 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
     }
 }
 
-TEST_CASE("backend attention matches a direct computation with grouped heads") {
+TEST_CASE("backend attention stores the batch and matches a direct computation with grouped heads") {
     std::vector<const vec_kernels*> tables = {&reference_vec_kernels()};
     if (avx2_vec_kernels() != nullptr) tables.push_back(avx2_vec_kernels());
     for (const vec_kernels* vk : tables)
+    for (bool f16 : {false, true})
     for (int hd : {8, 12, 64, 128, 136}) {
         CAPTURE(vk->name);
+        CAPTURE(f16);
         CAPTURE(hd);
-        const int n_ctx = 70, n_head = 4, n_head_kv = 2, n = 3;
+        // a batch of every position of the context: token t attends to 0..t
+        const int n_ctx = 70, n_head = 4, n_head_kv = 2, n = n_ctx;
         cpu_options o;
         o.n_threads = 2;
         o.kernels = vk;
         auto be = make_cpu_backend(o, 256);
-        auto kc = random_vec(n_ctx * n_head_kv * hd, 31), vc = random_vec(n_ctx * n_head_kv * hd, 32);
+        auto kn = random_vec(n * n_head_kv * hd, 31), vn = random_vec(n * n_head_kv * hd, 32);
         auto q = random_vec(n * n_head * hd, 33);
         std::vector<float> out(n * n_head * hd), scratch(2 * (n_head / n_head_kv) * n_ctx);
-        const int32_t pos[n] = {4, 40, 69}; // across the kernels' chunks of keys
-        attention_args a{q.data(), kc.data(), vc.data(), pos, out.data(), scratch.data(), n, n_ctx, n_head, n_head_kv, hd, 0.35f};
+        std::vector<float> kc(n_head_kv * n_ctx * hd), vc(n_head_kv * n_ctx * hd); // f16 uses half
+        std::vector<int32_t> pos(n);
+        for (int t = 0; t < n; ++t) pos[t] = t;
+        attention_args a{q.data(), kn.data(), vn.data(), kc.data(), vc.data(), f16, pos.data(), out.data(),
+                         scratch.data(), n, n_ctx, n_head, n_head_kv, hd, 0.35f};
         be->attention(a);
-        for (int t = 0; t < n; ++t) {
+        const auto stored = [&](const std::vector<float>& x, size_t i) { return f16 ? f16_to_f32(f32_to_f16(x[i])) : x[i]; };
+        for (int t : {0, 4, 31, 32, 40, 69}) { // across the kernels' chunks of keys
             for (int h = 0; h < n_head; ++h) {
                 const int kvh = h / (n_head / n_head_kv);
-                std::vector<double> s(pos[t] + 1);
+                std::vector<double> s(t + 1);
                 double mx = -1e300, sum = 0;
-                for (int j = 0; j <= pos[t]; ++j) {
+                for (int j = 0; j <= t; ++j) {
                     double d = 0;
-                    for (int i = 0; i < hd; ++i) d += double(q[(t * n_head + h) * hd + i]) * kc[(kvh * n_ctx + j) * hd + i];
+                    for (int i = 0; i < hd; ++i) d += double(q[(t * n_head + h) * hd + i]) * stored(kn, size_t((j * n_head_kv + kvh) * hd + i));
                     s[j] = d * 0.35;
                     mx = std::max(mx, s[j]);
                 }
                 for (double& v : s) sum += (v = std::exp(v - mx));
                 for (int i = 0; i < hd; ++i) {
                     double ref = 0;
-                    for (int j = 0; j <= pos[t]; ++j) ref += s[j] / sum * vc[(kvh * n_ctx + j) * hd + i];
+                    for (int j = 0; j <= t; ++j) ref += s[j] / sum * stored(vn, size_t((j * n_head_kv + kvh) * hd + i));
                     CHECK(out[(t * n_head + h) * hd + i] == doctest::Approx(ref).epsilon(1e-4));
                 }
             }
