@@ -132,7 +132,7 @@ TEST_CASE("quantised types stay within their error budgets") {
             CAPTURE(b.f32_activations);
             auto rt = convert_and_load(family, b.type, dir, b.f32_activations);
             const error_stats st = compare(r, run_logits(*rt, r.prompt, 32));
-            MESSAGE(family << " " << format::dtype_name(b.type) << (b.f32_activations ? " f32" : " int8")
+            MESSAGE(family << " " << format::dtype_name(b.type) << std::string(b.f32_activations ? " f32" : " int8")
                            << " activations: top-1 agreement " << st.top1
                            << ", mean KL " << st.mean_kl << ", max relative logit error " << st.max_rel);
             CHECK(st.top1 >= b.min_top1);
