@@ -5,13 +5,13 @@
 #include "cpu/vec.h"
 
 #if defined(__x86_64__)
-#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <immintrin.h>
 
-// No inline function from another header is used here: compiled with AVX2 in this file,
-// the linker could pick that copy for the whole program (an ODR trap on older CPUs).
+// No inline function or template from another header (std::min, std::fill_n, ...) is used
+// here: compiled with AVX2 in this file, the linker could pick that copy for the whole
+// program (an ODR trap on older CPUs). Helpers below have internal linkage.
 
 namespace colibri {
 
@@ -32,6 +32,9 @@ inline float bf16(uint16_t h) {
 // How far ahead of the reads the row kernels ask for weights: the hardware prefetchers
 // alone leave a decode step waiting on memory.
 constexpr int prefetch_bytes = 512;
+
+inline int min_int(int a, int b) { return a < b ? a : b; }
+inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -176,22 +179,17 @@ void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
     store_tile<T>(acc, out);
 }
 
+// One instance per token count of the tile.
+using tile_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, float*);
+constexpr tile_fn q8_0_tiles[4] = {tile_q8_0_t<1>, tile_q8_0_t<2>, tile_q8_0_t<3>, tile_q8_0_t<4>};
+constexpr tile_fn q4_0_tiles[4] = {tile_q4_0_t<1>, tile_q4_0_t<2>, tile_q4_0_t<3>, tile_q4_0_t<4>};
+
 void tile_q8_0(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
-    switch (n_tok) {
-    case 1: tile_q8_0_t<1>(rows, stride, x, x_stride, n, out); return;
-    case 2: tile_q8_0_t<2>(rows, stride, x, x_stride, n, out); return;
-    case 3: tile_q8_0_t<3>(rows, stride, x, x_stride, n, out); return;
-    default: tile_q8_0_t<4>(rows, stride, x, x_stride, n, out); return;
-    }
+    q8_0_tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
 }
 
 void tile_q4_0(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
-    switch (n_tok) {
-    case 1: tile_q4_0_t<1>(rows, stride, x, x_stride, n, out); return;
-    case 2: tile_q4_0_t<2>(rows, stride, x, x_stride, n, out); return;
-    case 3: tile_q4_0_t<3>(rows, stride, x, x_stride, n, out); return;
-    default: tile_q4_0_t<4>(rows, stride, x, x_stride, n, out); return;
-    }
+    q4_0_tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
 }
 
 // 8 int8 -> 8 floats
@@ -295,7 +293,7 @@ void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, fl
     const int hd = 8 * nv;
     constexpr int chunk = 32;
     for (int j0 = 0; j0 < n; j0 += chunk) {
-        const int j1 = std::min(n, j0 + chunk);
+        const int j1 = min_int(n, j0 + chunk);
         for (int g = 0; g < n_q; ++g) {
             const float* qg = q + g * hd;
             float* s = scores + g * n;
@@ -316,13 +314,13 @@ void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, fl
         }
     }
     for (int g = 0; g < n_q; ++g) kernels::softmax(scores + g * n, n);
-    std::fill_n(out, size_t(n_q) * size_t(hd), 0.0f);
+    for (int i = 0; i < n_q * hd; ++i) out[i] = 0.0f;
     for (int j0 = 0; j0 < n; j0 += chunk) {
-        const int j1 = std::min(n, j0 + chunk);
+        const int j1 = min_int(n, j0 + chunk);
         for (int g = 0; g < n_q; ++g) {
             const float* s = scores + g * n;
             for (int i0 = 0; i0 < nv; i0 += 8) {
-                const int m = std::min(8, nv - i0);
+                const int m = min_int(8, nv - i0);
                 float* o = out + g * hd + 8 * i0;
                 __m256 acc[8];
                 for (int i = 0; i < m; ++i) acc[i] = _mm256_loadu_ps(o + 8 * i);

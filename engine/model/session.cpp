@@ -45,7 +45,7 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     logits_ = be.alloc((all_logits ? B : 1) * size_t(hp.n_vocab));
     // f16 keys and values for models with quantised weights (half the memory and the reads
     // of f32, whose rounding is far below the weights'); f32 otherwise
-    kv_f16_ = format::is_quantized(m.layers()[0].wq->type);
+    kv_f16_ = !m.layers().empty() && format::is_quantized(m.layers()[0].wq->type);
     const size_t kv_floats = (size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim * kv_elem_bytes() + 3) / 4;
     k_cache_ = be.alloc(kv_floats);
     v_cache_ = be.alloc(kv_floats);
