@@ -6,6 +6,7 @@
 #include "cpu/vec.h"
 #include "ops/backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -102,6 +103,11 @@ public:
                 const matmul_job& jb = jobs[j];
                 if (!uses_int8(*jb.w)) continue;
                 const int64_t cols = static_cast<int64_t>(jb.w->cols()), nb = cols / format::qk;
+                if (j > 0 && uses_int8(*jobs[j - 1].w) && jobs[j - 1].x == jb.x && jobs[j - 1].n == jb.n &&
+                    jobs[j - 1].w->cols() == jb.w->cols()) {
+                    xq_begin_[size_t(j)] = xq_begin_[size_t(j) - 1]; // the same activations (gate and up)
+                    continue;
+                }
                 for (int t = 0; t < jb.n; ++t) vk_.quantize_x(jb.x + t * cols, xq_.data() + xq_begin_[size_t(j)] + t * nb, cols);
             }
         }
@@ -223,19 +229,33 @@ public:
 
     void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) override {
         const int half = head_dim / 2;
-        for (int t = 0; t < n; ++t) {
-            // the angles depend on the position only: compute them once for all heads
-            for (int i = 0; i < half; ++i) {
-                const double angle = pos[t] * std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
-                cos_[i] = static_cast<float>(std::cos(angle));
-                sin_[i] = static_cast<float>(std::sin(angle));
+        // The angles depend on the position only: computed once per batch for every head
+        // and layer (the same positions come back for k, and for every layer).
+        const bool same = rope_theta_ == theta && rope_half_ == half &&
+                          rope_pos_.size() == size_t(n) && std::equal(pos, pos + n, rope_pos_.begin());
+        if (!same) {
+            rope_theta_ = theta;
+            rope_half_ = half;
+            rope_pos_.assign(pos, pos + n);
+            rope_cs_.resize(size_t(n) * size_t(half) * 2); // grows, then stays
+            for (int t = 0; t < n; ++t) {
+                float* cs = rope_cs_.data() + size_t(t) * size_t(half) * 2;
+                for (int i = 0; i < half; ++i) {
+                    const double angle = pos[t] * std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+                    cs[i] = static_cast<float>(std::cos(angle));
+                    cs[half + i] = static_cast<float>(std::sin(angle));
+                }
             }
+        }
+        for (int t = 0; t < n; ++t) {
+            const float* c = rope_cs_.data() + size_t(t) * size_t(half) * 2;
+            const float* sn = c + half;
             for (int h = 0; h < n_heads; ++h) {
                 float* v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
                 for (int i = 0; i < half; ++i) {
                     const float a = v[i], b = v[i + half];
-                    v[i] = a * cos_[i] - b * sin_[i];
-                    v[i + half] = b * cos_[i] + a * sin_[i];
+                    v[i] = a * c[i] - b * sn[i];
+                    v[i + half] = b * c[i] + a * sn[i];
                 }
             }
         }
@@ -283,7 +303,11 @@ public:
         else pool_.run(body);
     }
 
-    void swiglu(float* gate, const float* up, int64_t n) override { kernels::swiglu(gate, up, n); }
+    void swiglu(float* gate, const float* up, int64_t n) override {
+        // an exponential each: worth the threads for a prefill batch (about 20 multiply-adds'
+        // worth of work per element for the split threshold)
+        split(n, 20 * n, [&](int64_t b, int64_t e) { kernels::swiglu(gate + b, up + b, e - b); });
+    }
 
     void add_scaled(float* x, const float* y, int64_t n, float s) override {
         for (int64_t i = 0; i < n; ++i) x[i] += s * y[i];
@@ -307,8 +331,11 @@ private:
     std::vector<block_q8_x> xq_;      // quantised activations of every job
     std::vector<int64_t> row_begin_;  // [n_jobs + 1] first global row of each job
     std::vector<size_t> xq_begin_;    // [n_jobs] first block of each job in xq_
-    float cos_[2048];
-    float sin_[2048];
+    // rotary angles of the last positions seen: [n][cos of half pairs, sin of half pairs]
+    std::vector<int32_t> rope_pos_;
+    std::vector<float> rope_cs_;
+    float rope_theta_ = 0.0f;
+    int rope_half_ = 0;
 };
 
 } // namespace
