@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <doctest/doctest.h>
+#include <utility>
 #include <vector>
 
 using namespace colibri;
@@ -308,12 +309,14 @@ TEST_CASE("backend attention stores the batch and matches a direct computation w
     if (avx2_vec_kernels() != nullptr) tables.push_back(avx2_vec_kernels());
     for (const vec_kernels* vk : tables)
     for (bool f16 : {false, true})
-    for (int hd : {8, 12, 64, 128, 136}) {
+    for (int hd : {8, 12, 64, 128, 136})
+    for (auto [n_head, n_head_kv] : {std::pair{4, 2}, std::pair{6, 3}}) {
         CAPTURE(vk->name);
         CAPTURE(f16);
         CAPTURE(hd);
+        CAPTURE(n_head_kv);
         // a batch of every position of the context: token t attends to 0..t
-        const int n_ctx = 70, n_head = 4, n_head_kv = 2, n = n_ctx;
+        const int n_ctx = 70, n = n_ctx;
         cpu_options o;
         o.n_threads = 2;
         o.kernels = vk;
@@ -327,6 +330,17 @@ TEST_CASE("backend attention stores the batch and matches a direct computation w
         attention_args a{q.data(), kn.data(), vn.data(), kc.data(), vc.data(), f16, pos.data(), out.data(),
                          scratch.data(), n, n_ctx, n_head, n_head_kv, hd, 0.35f};
         be->attention(a);
+        // the last token again on its own (decode): the same bits
+        std::vector<float> out1(n_head * hd);
+        attention_args a1 = a;
+        a1.q += (n - 1) * n_head * hd;
+        a1.k_new += (n - 1) * n_head_kv * hd;
+        a1.v_new += (n - 1) * n_head_kv * hd;
+        a1.pos = pos.data() + n - 1;
+        a1.out = out1.data();
+        a1.n = 1;
+        be->attention(a1);
+        for (int i = 0; i < n_head * hd; ++i) REQUIRE(out1[i] == out[(n - 1) * n_head * hd + i]);
         const auto stored = [&](const std::vector<float>& x, size_t i) { return f16 ? f16_to_f32(f32_to_f16(x[i])) : x[i]; };
         for (int t : {0, 4, 31, 32, 40, 69}) { // across the kernels' chunks of keys
             for (int h = 0; h < n_head; ++h) {
