@@ -61,4 +61,12 @@ inline fake_completion make_fake_completion(const protocol::complete_request& re
     return out;
 }
 
+/// The text the fake worker sends for a plain prompt.
+inline std::string fake_text(const std::string& prompt, int max_tokens, std::uint64_t seed) {
+    protocol::complete_request req;
+    req.prompt = prompt;
+    req.max_tokens = max_tokens;
+    return make_fake_completion(req, seed).text();
+}
+
 } // namespace colibri::test

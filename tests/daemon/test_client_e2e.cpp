@@ -9,16 +9,8 @@
 #include "harness.hpp"
 
 using namespace colibri::test;
-namespace p = colibri::protocol;
 
 namespace {
-
-std::string expected_text(const std::string& prompt, int max_tokens, std::uint64_t seed) {
-    p::complete_request req;
-    req.prompt = prompt;
-    req.max_tokens = max_tokens;
-    return make_fake_completion(req, seed).text();
-}
 
 run_result client_run(const daemon_process& d, std::vector<std::string> args, const std::string& input = "") {
     args.insert(args.begin(), {COLIBRI_CLIENT_EXE, "--socket", d.socket_path()});
@@ -33,7 +25,7 @@ TEST_CASE("client: stdout carries exactly the completion") {
     daemon_process d;
     auto r = client_run(d, {"--max_tokens", "12", "--seed", "5", "def f(x):"});
     CHECK(exit_code(r) == 0);
-    CHECK(r.out == expected_text("def f(x):", 12, 5));
+    CHECK(r.out == fake_text("def f(x):", 12, 5));
     auto dashed = client_run(d, {"--max-tokens=12", "--seed=5", "--no-stream", "--prompt", "def f(x):"});
     CHECK(exit_code(dashed) == 0);
     CHECK(dashed.out == r.out);
@@ -44,7 +36,7 @@ TEST_CASE("client: the prompt from standard input") {
     const std::string prompt = "line one\nline \xc3\xa9 two\n";
     auto r = client_run(d, {"--max_tokens", "9", "--seed", "3"}, prompt);
     CHECK(exit_code(r) == 0);
-    CHECK(r.out == expected_text(prompt, 9, 3));
+    CHECK(r.out == fake_text(prompt, 9, 3));
 }
 
 TEST_CASE("client: --json prints the daemon's events") {

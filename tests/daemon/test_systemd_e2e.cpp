@@ -19,17 +19,9 @@
 #include "harness.hpp"
 
 using namespace colibri::test;
-namespace p = colibri::protocol;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string expected_text(const std::string& prompt, int max_tokens, std::uint64_t seed) {
-    p::complete_request req;
-    req.prompt = prompt;
-    req.max_tokens = max_tokens;
-    return make_fake_completion(req, seed).text();
-}
 
 bool has(const std::string& msg, const std::string& line) {
     const auto at = msg.find(line);
@@ -215,7 +207,7 @@ TEST_CASE("socket activation with systemd-socket-activate: started by the first 
                          10s);
     CHECK(WIFEXITED(r.status));
     CHECK(WEXITSTATUS(r.status) == 0);
-    CHECK(r.out == expected_text("def f(x):", 12, 5));
+    CHECK(r.out == fake_text("def f(x):", 12, 5));
     REQUIRE(d.wait_ready());
     CHECK(d.log().find("listening on " + path + " (socket activation)") != std::string::npos);
 

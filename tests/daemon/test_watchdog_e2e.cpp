@@ -11,16 +11,8 @@
 #include "harness.hpp"
 
 using namespace colibri::test;
-namespace p = colibri::protocol;
 
 namespace {
-
-std::string expected_text(const std::string& prompt, int max_tokens, std::uint64_t seed) {
-    p::complete_request req;
-    req.prompt = prompt;
-    req.max_tokens = max_tokens;
-    return make_fake_completion(req, seed).text();
-}
 
 json faulty(const json& id, const std::string& kind, int after_tokens) {
     json req = complete_request(id, "faulty " + kind, 50, 1);
@@ -56,7 +48,7 @@ TEST_CASE("worker SIGSEGV mid-stream: error event - restart - the next request s
     c.send(complete_request("after", "recovered", 6, 2));
     auto next = c.until_final("after", std::chrono::seconds(5));
     CHECK(next.back()["event"] == "done");
-    CHECK(concat_pieces(next) == expected_text("recovered", 6, 2));
+    CHECK(concat_pieces(next) == fake_text("recovered", 6, 2));
 
     auto status = c.call({{"id", "s"}, {"op", "status"}});
     CHECK(status["worker"]["restarts"] == 1);
@@ -78,7 +70,7 @@ TEST_CASE("worker killed from outside (SIGKILL) mid-stream") {
     CHECK(events.back()["code"] == "worker_crashed");
     CHECK(events.back()["message"].get<std::string>().find("SIGKILL") != std::string::npos);
     c.send(complete_request("after", "recovered", 6, 2));
-    CHECK(concat_pieces(c.until_final("after", std::chrono::seconds(5))) == expected_text("recovered", 6, 2));
+    CHECK(concat_pieces(c.until_final("after", std::chrono::seconds(5))) == fake_text("recovered", 6, 2));
     auto status = c.call({{"id", "s2"}, {"op", "status"}});
     CHECK(status["worker"]["pid"].get<int>() != pid);
 }
@@ -115,8 +107,8 @@ TEST_CASE("queued requests continue on the restarted worker") {
     auto q2 = waiter.until_final("q2", std::chrono::seconds(5));
     CHECK(q1.back()["event"] == "done");
     CHECK(q2.back()["event"] == "done");
-    CHECK(concat_pieces(q1) == expected_text("queued one", 5, 1));
-    CHECK(concat_pieces(q2) == expected_text("queued two", 5, 2));
+    CHECK(concat_pieces(q1) == fake_text("queued one", 5, 1));
+    CHECK(concat_pieces(q2) == fake_text("queued two", 5, 2));
 }
 
 TEST_CASE("a hung worker is killed after the progress timeout - the request ends with timeout") {
@@ -131,7 +123,7 @@ TEST_CASE("a hung worker is killed after the progress timeout - the request ends
     CHECK(err["finish_reason"] == "timeout");
     CHECK(err["message"].get<std::string>().find("no progress for 300 ms") != std::string::npos);
     c.send(complete_request("after", "recovered", 6, 2));
-    CHECK(concat_pieces(c.until_final("after", std::chrono::seconds(5))) == expected_text("recovered", 6, 2));
+    CHECK(concat_pieces(c.until_final("after", std::chrono::seconds(5))) == fake_text("recovered", 6, 2));
     CHECK(c.call({{"id", "s"}, {"op", "status"}})["worker"]["restarts"] == 1);
 }
 
@@ -146,7 +138,7 @@ TEST_CASE("a frozen worker (SIGSTOP) fails the liveness probe and is replaced") 
     CHECK(events.back()["code"] == "timeout");
     CHECK(events.back()["message"].get<std::string>().find("liveness") != std::string::npos);
     c.send(complete_request("after", "recovered", 6, 2));
-    CHECK(concat_pieces(c.until_final("after", std::chrono::seconds(5))) == expected_text("recovered", 6, 2));
+    CHECK(concat_pieces(c.until_final("after", std::chrono::seconds(5))) == fake_text("recovered", 6, 2));
 }
 
 TEST_CASE("crash loop: unavailable in health and errors - then recovery") {
@@ -168,7 +160,7 @@ TEST_CASE("crash loop: unavailable in health and errors - then recovery") {
     // After the retry delay a fresh worker serves again.
     REQUIRE(wait_health(c, "ok", std::chrono::seconds(5)));
     c.send(complete_request("after", "recovered", 6, 2));
-    CHECK(concat_pieces(c.until_final("after", std::chrono::seconds(5))) == expected_text("recovered", 6, 2));
+    CHECK(concat_pieces(c.until_final("after", std::chrono::seconds(5))) == fake_text("recovered", 6, 2));
 }
 
 TEST_CASE("a worker that cannot load its model: unavailable with the reason - daemon stays up") {
