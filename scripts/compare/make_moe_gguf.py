@@ -1,0 +1,108 @@
+"""Writes a random-weight MoE model of one of colibri-bench's --shape shapes as a GGUF file
+that llama.cpp loads and colibri-convert converts (Q8_0/Q4_0 blocks copied byte for byte).
+
+    make_moe_gguf.py mixtral-like|fine-grained q8_0|q4_0|f16 OUT.gguf [--layers N]
+
+Laid out as llama.cpp's converter writes Mixtral: architecture "llama", experts stacked in
+blk.N.ffn_{gate,up,down}_exps, router blk.N.ffn_gate_inp in F32 (random q/k rows need no
+reordering for llama.cpp's RoPE). Like colibri-bench's random
+model: values uniform in +-1/sqrt(columns), every matrix (embedding and output included) in
+the chosen type, norms ones in F32. Quantised blocks are drawn directly: a scale per block
+(that of 32 uniform values) and uniform integer levels, as ggml's quantiser gives for them.
+Vocabulary: 32000 synthetic sentencepiece tokens (<unk>, <s>, </s>, 256 byte tokens, the
+rest "▁w<i>"): the benchmarks feed token ids, never text. f16 (float matrices) is for
+checking that both engines compute the same function without int8 rounding in the way."""
+import argparse
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+SHAPES = {  # as engine/tools/bench_main.cpp
+    "mixtral-like": dict(n_layer=16, n_expert=8, n_expert_used=2, n_ff_exp=2816),
+    "fine-grained": dict(n_layer=24, n_expert=32, n_expert_used=8, n_ff_exp=512),
+}
+N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_VOCAB = 1024, 16, 8, 64, 32000
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("shape", choices=SHAPES)
+ap.add_argument("quant", choices=["q8_0", "q4_0", "f16"])
+ap.add_argument("out")
+ap.add_argument("--layers", type=int, help="fewer layers than the shape's (for quick checks)")
+ap.add_argument("--seed", type=int, default=1)
+args = ap.parse_args()
+s = SHAPES[args.shape]
+n_layer = args.layers or s["n_layer"]
+qtype = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "f16": Q.F16}[args.quant]
+E, F, X = N_EMBD, s["n_ff_exp"], s["n_expert"]
+
+# (name, shape outermost first, kind): kind "q" quantised, "f" f32 uniform, "1" f32 ones
+tensors = [("token_embd.weight", (N_VOCAB, E), "q")]
+for il in range(n_layer):
+    b = f"blk.{il}."
+    tensors += [(b + "attn_norm.weight", (E,), "1"), (b + "attn_q.weight", (N_HEAD * HEAD_DIM, E), "q"),
+                (b + "attn_k.weight", (N_HEAD_KV * HEAD_DIM, E), "q"), (b + "attn_v.weight", (N_HEAD_KV * HEAD_DIM, E), "q"),
+                (b + "attn_output.weight", (E, N_HEAD * HEAD_DIM), "q"), (b + "ffn_norm.weight", (E,), "1"),
+                (b + "ffn_gate_inp.weight", (X, E), "f"), (b + "ffn_gate_exps.weight", (X, F, E), "q"),
+                (b + "ffn_up_exps.weight", (X, F, E), "q"), (b + "ffn_down_exps.weight", (X, E, F), "q")]
+tensors += [("output_norm.weight", (E,), "1"), ("output.weight", (N_VOCAB, E), "q")]
+
+
+def data(rng, shape, kind):
+    """The tensor's bytes: f32 values, or quantised blocks as uint8 [..., row bytes]."""
+    a = 1.0 / np.sqrt(shape[-1])
+    if kind == "1":
+        return np.ones(shape, np.float32)
+    if kind == "f" or qtype == Q.F16:
+        return rng.uniform(-a, a, shape).astype(np.float32 if kind == "f" else np.float16)
+    nb = int(np.prod(shape)) // 32
+    amax = a * rng.random(nb, np.float32) ** (1 / 32)  # the largest |x| of 32 uniform values
+    if qtype == Q.Q8_0:  # f16 d = amax/127; int8 q in [-127, 127]
+        d, q = amax / 127, rng.integers(-127, 128, (nb, 32), np.int8).view(np.uint8)
+    else:  # f16 d = -+amax/8 (ggml's sign: that of the largest value); nibbles 0..15, value d*(q-8)
+        d, q = amax / 8 * rng.choice(np.float32([-1, 1]), nb), rng.integers(0, 256, (nb, 16), np.uint8)
+    blocks = np.concatenate([d.astype(np.float16).view(np.uint8).reshape(nb, 2), q], axis=1)
+    return blocks.reshape(*shape[:-1], -1)
+
+
+w = gguf.GGUFWriter(args.out, "llama")
+w.add_name(f"random {args.shape} {args.quant}")
+w.add_file_type({Q.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0, Q.Q4_0: gguf.LlamaFileType.MOSTLY_Q4_0, Q.F16: gguf.LlamaFileType.MOSTLY_F16}[qtype])
+w.add_block_count(n_layer)
+w.add_context_length(4096)
+w.add_embedding_length(E)
+w.add_feed_forward_length(F)  # llama.cpp's "llama" reads the expert width from it
+w.add_head_count(N_HEAD)
+w.add_head_count_kv(N_HEAD_KV)
+w.add_rope_dimension_count(HEAD_DIM)
+w.add_rope_freq_base(10000.0)
+w.add_layer_norm_rms_eps(1e-5)
+w.add_expert_count(X)
+w.add_expert_used_count(s["n_expert_used"])
+w.add_vocab_size(N_VOCAB)
+tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+tokens += [f"\u2581w{i}" for i in range(N_VOCAB - len(tokens))]
+types += [gguf.TokenType.NORMAL] * (N_VOCAB - len(types))
+w.add_tokenizer_model("llama")
+w.add_tokenizer_pre("default")
+w.add_token_list(tokens)
+w.add_token_scores([0.0] * 259 + [-float(i) for i in range(N_VOCAB - 259)])
+w.add_token_types(types)
+w.add_unk_token_id(0)
+w.add_bos_token_id(1)
+w.add_eos_token_id(2)
+w.add_add_bos_token(True)
+
+# tensor infos first, then the data one tensor at a time (never the whole file in memory)
+for name, shape, kind in tensors:
+    t = qtype if kind == "q" else Q.F32
+    block, size = gguf.GGML_QUANT_SIZES[t]  # shape is in elements (the dtype is not uint8)
+    w.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) // block * size, raw_dtype=t)
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_ti_data_to_file()
+seeds = np.random.SeedSequence(args.seed).spawn(len(tensors))
+for (name, shape, kind), seed in zip(tensors, seeds):
+    w.write_tensor_data(data(np.random.default_rng(seed), shape, kind))
+w.close()
