@@ -85,6 +85,7 @@ public:
         if (row_begin_.size() < size_t(n_jobs) + 1) row_begin_.resize(size_t(n_jobs) + 1); // grows, then stays
         if (xq_begin_.size() < size_t(n_jobs)) xq_begin_.resize(size_t(n_jobs));
         int64_t total = 0, work = 0;
+        uint64_t bytes = 0;
         size_t xq_blocks = 0;
         for (int j = 0; j < n_jobs; ++j) {
             const matmul_job& jb = jobs[j];
@@ -92,6 +93,7 @@ public:
             row_begin_[size_t(j)] = total;
             total += static_cast<int64_t>(jb.w->rows());
             work += static_cast<int64_t>(jb.w->rows() * jb.w->cols()) * jb.n;
+            bytes += jb.w->rows() * format::row_bytes(jb.w->type, jb.w->cols());
             xq_begin_[size_t(j)] = xq_blocks;
             if (uses_int8(*jb.w)) xq_blocks += size_t(jb.n) * (jb.w->cols() / format::qk);
         }
@@ -111,13 +113,21 @@ public:
                 for (int t = 0; t < jb.n; ++t) vk_.quantize_x(jb.x + t * cols, xq_.data() + xq_begin_[size_t(j)] + t * nb, cols);
             }
         }
-        split(total, work, [&](int64_t g0, int64_t g1) {
+        const auto rows = [&](int64_t g0, int64_t g1) {
             for (int j = 0; j < n_jobs; ++j) {
                 const int64_t b = row_begin_[size_t(j)], e = row_begin_[size_t(j) + 1];
                 const int64_t r0 = std::max(g0, b), r1 = std::min(g1, e);
                 if (r0 < r1) matmul_rows(jobs[j], xq_.data() + xq_begin_[size_t(j)], r0 - b, r1 - b);
             }
-        });
+        };
+        if (work < min_parallel_work) {
+            rows(0, total);
+            return;
+        }
+        // The tail is handed out in chunks of about chunk_bytes of weights, in multiples
+        // of four rows (whole tiles)
+        const int64_t grain = std::max<int64_t>(4, int64_t(chunk_bytes * uint64_t(total) / std::max<uint64_t>(bytes, 1)) / 4 * 4);
+        pool_.parallel_balanced(total, grain, rows);
     }
 
     bool uses_int8(const tensor_view& w) const { return int8_activations_ && format::is_quantized(w.type); }
@@ -157,17 +167,22 @@ public:
                 for (int64_t r = r0 + 4 * q; r < r1; ++r) single_row(r);
                 return;
             }
-            // prefill: tiles of four adjacent rows by four tokens, the tokens in chunks
-            // whose activations stay in the cache while the rows pass
+            // prefill: tiles of four adjacent rows by four tokens. Blocks of rows and
+            // chunks of tokens small enough to stay in L2 together: each block's weights
+            // come from memory once and are reused from the cache for every token chunk.
             constexpr int chunk = 64;
+            const int64_t block = std::max<int64_t>(4, int64_t(l2_block_bytes / rb) / 4 * 4);
             const int64_t r4 = r0 + (r1 - r0) / 4 * 4;
-            for (int t0 = 0; t0 < n; t0 += chunk) {
-                const int t1 = std::min(n, t0 + chunk);
-                for (int64_t r = r0; r < r4; r += 4) {
-                    for (int t = t0; t < t1; t += 4) {
-                        const int nt = std::min(4, t1 - t);
-                        tile(w.data + r * rb, rb, xq + size_t(t) * nb, nb, nt, cols, out);
-                        for (int k = 0; k < nt; ++k) std::memcpy(y + (t + k) * rows + r, out + 4 * k, 4 * sizeof(float));
+            for (int64_t b0 = r0; b0 < r4; b0 += block) {
+                const int64_t b1 = std::min(r4, b0 + block);
+                for (int t0 = 0; t0 < n; t0 += chunk) {
+                    const int t1 = std::min(n, t0 + chunk);
+                    for (int64_t r = b0; r < b1; r += 4) {
+                        for (int t = t0; t < t1; t += 4) {
+                            const int nt = std::min(4, t1 - t);
+                            tile(w.data + r * rb, rb, xq + size_t(t) * nb, nb, nt, cols, out);
+                            for (int k = 0; k < nt; ++k) std::memcpy(y + (t + k) * rows + r, out + 4 * k, 4 * sizeof(float));
+                        }
                     }
                 }
             }
@@ -317,6 +332,13 @@ private:
     // Below this many multiply-adds an operation runs on the calling thread: waking the
     // pool costs more than it saves (small models, short contexts).
     static constexpr int64_t min_parallel_work = 1 << 16;
+    // The last rows of a product are handed to the threads in chunks of about this many
+    // bytes of weights: the threads share the memory unevenly, and with fixed shares one
+    // of them waits for the other at the end of every product.
+    static constexpr uint64_t chunk_bytes = 64 << 10;
+    // Prefill walks a matrix in blocks of rows of about this many bytes, which stay in
+    // L2 while every chunk of tokens passes over them.
+    static constexpr uint64_t l2_block_bytes = 64 << 10;
 
     template <class F>
     void split(int64_t items, int64_t work, F&& f) {

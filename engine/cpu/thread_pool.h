@@ -3,7 +3,9 @@
 // hands a function to every thread (the caller takes part as thread 0) and returns when
 // all are done. Dispatch neither allocates nor throws.
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -43,6 +45,30 @@ public:
         });
     }
 
+    /// Splits [0, n) for threads that may run at different speeds (rows read from memory
+    /// that the threads share unevenly): each thread first takes an equal contiguous share
+    /// of three quarters of the range (long sequential walks), then the rest is handed out
+    /// in chunks of `grain` to whichever thread asks next, so that none waits long for the
+    /// others at the end. f(begin, end); a pool of one thread gets [0, n) in one call.
+    template <class F>
+    void parallel_balanced(int64_t n, int64_t grain, F&& f) {
+        if (n <= 0) return;
+        grain = std::max<int64_t>(grain, 1);
+        if (n_threads_ == 1 || n <= grain) {
+            f(int64_t(0), n);
+            return;
+        }
+        const int64_t share = n * 3 / 4 / n_threads_ / grain * grain; // whole chunks
+        const int64_t tail = share * n_threads_;
+        next_.store(tail, std::memory_order_relaxed); // published by the dispatch
+        run([&](int ith, int) {
+            if (share > 0) f(share * ith, share * (ith + 1));
+            for (int64_t begin; (begin = next_.fetch_add(grain, std::memory_order_relaxed)) < n;) {
+                f(begin, std::min(n, begin + grain));
+            }
+        });
+    }
+
 private:
     using job_fn = void (*)(void*, int, int);
     void dispatch(job_fn fn, void* ctx);
@@ -57,6 +83,7 @@ private:
     std::atomic<bool> stop_{false};
     job_fn fn_ = nullptr;
     void* ctx_ = nullptr;
+    alignas(64) std::atomic<int64_t> next_{0}; // parallel_balanced: the first item not handed out
 };
 
 } // namespace colibri

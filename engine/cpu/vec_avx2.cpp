@@ -136,46 +136,62 @@ void tile_q8_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
 }
 
 // q4_0: two blocks at once, one per 128-bit half. The nibbles (0..15) are the unsigned
-// side of maddubs; the -8 offset is taken off the exact sums as 8 * sum(x).
+// side of maddubs; the -8 offset is taken off the exact sums as 8 * sum(x). Pair: blocks
+// ib and ib + 1; otherwise block ib alone in the low half (an odd last block).
+template <int T, bool Pair>
+inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t x_stride, int64_t ib, __m256 acc[T]) {
+    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
+    __m256i lo[4], hi[4];
+    // the eight f16 scales [rows 0-3 of block ib | rows 0-3 of block ib + 1], converted at once
+    __m128i h = _mm_cvtsi32_si128(w[0][ib].d);
+    for (int r = 0; r < 4; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(&w[r][ib]) + prefetch_bytes, _MM_HINT_T0);
+        const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][ib].qs));
+        const __m128i q1 = Pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][ib + 1].qs)) : _mm_setzero_si128();
+        const __m256i q = _mm256_set_m128i(q1, q0);
+        lo[r] = _mm256_and_si256(q, low);                        // elements 0-15 of both blocks
+        hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low); // elements 16-31
+    }
+    h = _mm_insert_epi16(h, w[1][ib].d, 1);
+    h = _mm_insert_epi16(h, w[2][ib].d, 2);
+    h = _mm_insert_epi16(h, w[3][ib].d, 3);
+    if (Pair) {
+        for (int r = 0; r < 4; ++r) h = _mm_insert_epi16(h, w[r][ib + 1].d, 4 + r);
+    }
+    const __m256 dw = _mm256_cvtph_ps(h);
+    for (int t = 0; t < T; ++t) {
+        const block_q8_x& x0 = x[size_t(t) * x_stride + size_t(ib)];
+        const block_q8_x& x1 = x[size_t(t) * x_stride + size_t(Pair ? ib + 1 : ib)];
+        const auto half = [](const block_q8_x& b, int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * i)); };
+        const __m256i xa = _mm256_set_m128i(half(x1, 0), half(x0, 0));
+        const __m256i xb = _mm256_set_m128i(half(x1, 1), half(x0, 1));
+        __m256i s[4];
+        for (int r = 0; r < 4; ++r) {
+            // each maddubs pair sum is at most 2 * 15 * 127: two of them fit in int16
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], xa), _mm256_maddubs_epi16(hi[r], xb));
+            s[r] = _mm256_madd_epi16(p, ones);
+        }
+        // [d, sum] of both blocks: the scales spread over each half, the offsets likewise
+        const __m256i ds = _mm256_castsi128_si256(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x0)),
+                                                                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x1))));
+        const __m256 dx = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(ds, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)));
+        __m256i offset = _mm256_slli_epi32(_mm256_permutevar8x32_epi32(ds, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3)), 3);
+        if (!Pair) offset = _mm256_blend_epi32(offset, _mm256_setzero_si256(), 0xF0);
+        const __m256i sums = _mm256_sub_epi32(hsum4(s), offset);
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sums), acc[t]);
+    }
+}
+
 template <int T>
 void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
     const block_q4_0* w[4];
     row_pointers(rows, stride, w);
-    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     const int64_t nb = n / qk;
-    for (int64_t ib = 0; ib < nb; ib += 2) {
-        const bool pair = ib + 1 < nb; // an odd last block runs alone in the low half
-        const int64_t ib1 = pair ? ib + 1 : ib;
-        __m256i lo[4], hi[4];
-        for (int r = 0; r < 4; ++r) {
-            _mm_prefetch(reinterpret_cast<const char*>(&w[r][ib]) + prefetch_bytes, _MM_HINT_T0);
-            const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][ib].qs));
-            const __m128i q1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][ib1].qs)) : _mm_setzero_si128();
-            const __m256i q = _mm256_set_m128i(q1, q0);
-            lo[r] = _mm256_and_si256(q, low);                        // elements 0-15 of both blocks
-            hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low); // elements 16-31
-        }
-        const __m256 dw = _mm256_set_m128(pair ? scales4(w, ib1) : _mm_setzero_ps(), scales4(w, ib));
-        for (int t = 0; t < T; ++t) {
-            const block_q8_x& x0 = x[size_t(t) * x_stride + size_t(ib)];
-            const block_q8_x& x1 = x[size_t(t) * x_stride + size_t(ib1)];
-            const auto half = [](const block_q8_x& b, int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * i)); };
-            const __m256i xa = _mm256_set_m128i(half(x1, 0), half(x0, 0));
-            const __m256i xb = _mm256_set_m128i(half(x1, 1), half(x0, 1));
-            __m256i s[4];
-            for (int r = 0; r < 4; ++r) {
-                // each maddubs pair sum is at most 2 * 15 * 127: two of them fit in int16
-                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], xa), _mm256_maddubs_epi16(hi[r], xb));
-                s[r] = _mm256_madd_epi16(p, ones);
-            }
-            const __m256i offset = _mm256_set_m128i(_mm_set1_epi32(pair ? 8 * x1.sum : 0), _mm_set1_epi32(8 * x0.sum));
-            const __m256i sums = _mm256_sub_epi32(hsum4(s), offset);
-            const __m256 dx = _mm256_set_m128(_mm_set1_ps(pair ? x1.d : 0.0f), _mm_set1_ps(x0.d));
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sums), acc[t]);
-        }
-    }
+    int64_t ib = 0;
+    for (; ib + 1 < nb; ib += 2) q4_0_step<T, true>(w, x, x_stride, ib, acc);
+    if (ib < nb) q4_0_step<T, false>(w, x, x_stride, ib, acc);
     store_tile<T>(acc, out);
 }
 

@@ -256,9 +256,13 @@ void session::moe(const layer_weights& l, int n) {
     const size_t n_pairs = size_t(n) * k;
     const float* xn = xn_->data();
     float* xg = xg_->data();
-    for (size_t i = 0; i < n_pairs; ++i) {
-        std::copy_n(xn + size_t(order_[i] / k) * n_embd, n_embd, xg + i * n_embd); // [n*k, n_embd], grouped by expert
+    if (n > 1) {
+        for (size_t i = 0; i < n_pairs; ++i) {
+            std::copy_n(xn + size_t(order_[i] / k) * n_embd, n_embd, xg + i * n_embd); // [n*k, n_embd], grouped by expert
+        }
     }
+    // one token: every expert reads it where it is (and the backend quantises it once)
+    const auto expert_x = [&](int begin) -> const float* { return n > 1 ? xg + size_t(begin) * n_embd : xn; };
     float* hg = hg_->data();
     float* hu = hu_->data();
     float* yo = yo_->data();
@@ -269,8 +273,8 @@ void session::moe(const layer_weights& l, int n) {
     for (int e = 0; e < n_expert; ++e) {
         const int begin = expert_begin_[e], count = expert_begin_[e + 1] - begin;
         if (count == 0) continue;
-        jobs_.push_back({l.experts[e].gate, xg + size_t(begin) * n_embd, count, hg + size_t(begin) * n_ff});
-        jobs_.push_back({l.experts[e].up, xg + size_t(begin) * n_embd, count, hu + size_t(begin) * n_ff});
+        jobs_.push_back({l.experts[e].gate, expert_x(begin), count, hg + size_t(begin) * n_ff});
+        jobs_.push_back({l.experts[e].up, expert_x(begin), count, hu + size_t(begin) * n_ff});
     }
     if (shared) {
         jobs_.push_back({l.shared.gate, xn, n, hg_sh});

@@ -3,11 +3,13 @@
 
 #include "core/half.h"
 #include "cpu/kernels.h"
+#include "cpu/thread_pool.h"
 #include "cpu/vec.h"
 #include "ops/backend.h"
 #include "sampling/sampler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <doctest/doctest.h>
@@ -237,6 +239,37 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             auto r = t == dtype::f16 ? ref.dot_f16 : ref.dot_bf16;
             auto v = t == dtype::f16 ? simd->dot_f16 : simd->dot_bf16;
             CHECK(std::fabs(v(q.data(), x.data(), n) - r(q.data(), x.data(), n)) <= tol);
+        }
+    }
+}
+
+TEST_CASE("thread pool balanced split hands out every item exactly once") {
+    for (int threads : {1, 2, 3}) {
+        thread_pool pool(threads);
+        for (int64_t n : {0, 1, 5, 1000, 4099}) {
+            for (int64_t grain : {0, 1, 3, 64, 5000}) {
+                CAPTURE(threads);
+                CAPTURE(n);
+                CAPTURE(grain);
+                std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+                std::atomic<int> calls{0}, empty{0};
+                std::atomic<int64_t> small{0}; // items in calls of at most grain items
+                pool.parallel_balanced(n, grain, [&](int64_t b, int64_t e) { // runs on the pool's threads
+                    if (b >= e) empty.fetch_add(1);
+                    if (e - b <= std::max<int64_t>(grain, 1)) small.fetch_add(e - b);
+                    for (int64_t i = b; i < e; ++i) seen[size_t(i)].fetch_add(1);
+                    calls.fetch_add(1);
+                });
+                CHECK(empty.load() == 0);
+                for (int64_t i = 0; i < n; ++i) REQUIRE(seen[size_t(i)].load() == 1);
+                if (threads == 1 || n <= std::max<int64_t>(grain, 1)) {
+                    CHECK(calls.load() == (n > 0 ? 1 : 0)); // all of it at once
+                } else {
+                    // one equal share per thread of three quarters, the rest in chunks
+                    CHECK(small.load() >= n / 4);
+                    CHECK(calls.load() <= threads + (n / 4 + threads * std::max<int64_t>(grain, 1)) / std::max<int64_t>(grain, 1) + 1);
+                }
+            }
         }
     }
 }
