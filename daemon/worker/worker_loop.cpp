@@ -132,12 +132,7 @@ public:
         if (fault_.kind != p::fault_kind::none && fault_.kind != p::fault_kind::slow &&
             emitted_ >= fault_.after_tokens)
             trigger_fault(fault_.kind);
-        if (fault_.kind == p::fault_kind::slow) {
-            // Sleep in small steps so that a cancel still stops the job promptly.
-            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(fault_.delay_ms);
-            while (std::chrono::steady_clock::now() < until && !cancelled())
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
+        if (fault_.kind == p::fault_kind::slow) slow_down();
         if (cancelled()) return false;
         if (!ch_.send(w::piece_msg{job_, std::string(text)})) {
             st_.stopping = true;
@@ -157,14 +152,23 @@ public:
         return cancelled();
     }
 
-    /// A fault scheduled after more pieces than the job produced fires at its end.
+    /// A fault scheduled after more pieces than the job produced fires at its end; a slow
+    /// job is late with its end as with every piece (the token that stops it takes a step
+    /// too), so a cancel sent after its last piece still finds it running.
     void at_end() {
-        if (fault_.kind != p::fault_kind::none && fault_.kind != p::fault_kind::slow) trigger_fault(fault_.kind);
+        if (fault_.kind == p::fault_kind::slow) slow_down();
+        else if (fault_.kind != p::fault_kind::none) trigger_fault(fault_.kind);
     }
 
     bool cancelled() const override { return st_.cancelled.load() == job_ || st_.stopping.load(); }
 
 private:
+    // Sleeps delay_ms in small steps, so that a cancel still stops the job promptly.
+    void slow_down() const {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(fault_.delay_ms);
+        while (std::chrono::steady_clock::now() < until && !cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+
     channel& ch_;
     shared_state& st_;
     std::uint64_t job_;

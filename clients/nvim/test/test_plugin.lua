@@ -182,7 +182,9 @@ local function main()
   -- 2. Typing on while a completion streams sends `cancel`, and the daemon confirms it.
   colibri.setup(vim.tbl_extend('force', base, {
     max_tokens = 64, max_lines = 0, stop_on_dedent = false,
-    request = { debug_fault = { kind = 'slow', delay_ms = 200 } }, -- a completion slower than typing
+    -- a completion slower than typing: every token a second late, so that even a middle the
+    -- model ends after one token is still streaming when the next key arrives
+    request = { debug_fault = { kind = 'slow', delay_ms = 1000 } },
   }))
   wait_healthy()
   api.nvim_buf_set_lines(0, 0, -1, false, { 'import os', '', 'def walk(root):', '' })
