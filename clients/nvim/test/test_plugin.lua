@@ -193,11 +193,12 @@ local function main()
   type_keys('    for')
   wait_for('a first piece', function() return colibri.suggestion() ~= nil end)
   local s0 = colibri.stats()
-  check(not colibri.stats().finish_reasons[#s0.finish_reasons + 1], 'the streaming request ended early')
   type_keys(colibri.suggestion():sub(1, 1) == 'x' and 'y' or 'x') -- not what it suggests
   wait_for('the daemon to confirm the cancel', function() return colibri.stats().cancelled > s0.cancelled end)
   local s1 = colibri.stats()
   check(s1.cancels_sent > s0.cancels_sent, 'no cancel sent: ' .. vim.inspect(s1))
+  check(s1.finish_reasons[#s0.finish_reasons + 1] == 'cancelled',
+        'the streaming request did not end cancelled: ' .. vim.inspect(s1.finish_reasons))
   wait_for('the next request to stream', function() return colibri.suggestion() ~= nil end)
   api.nvim_input('<Esc>') -- leaving insert mode cancels too
   wait_for('the cancel on <Esc>', function() return colibri.stats().cancelled > s1.cancelled end)
