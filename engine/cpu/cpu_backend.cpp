@@ -120,14 +120,9 @@ public:
                 if (r0 < r1) matmul_rows(jobs[j], xq_.data() + xq_begin_[size_t(j)], r0 - b, r1 - b);
             }
         };
-        if (work < min_parallel_work) {
-            rows(0, total);
-            return;
-        }
-        // The tail is handed out in chunks of about chunk_bytes of weights, in multiples
-        // of four rows (whole tiles)
+        // chunks of about chunk_bytes of weights, in multiples of four rows (whole tiles)
         const int64_t grain = std::max<int64_t>(4, int64_t(chunk_bytes * uint64_t(total) / std::max<uint64_t>(bytes, 1)) / 4 * 4);
-        pool_.parallel_balanced(total, grain, rows);
+        split(total, work, grain, rows);
     }
 
     bool uses_int8(const tensor_view& w) const { return int8_activations_ && format::is_quantized(w.type); }
@@ -321,7 +316,7 @@ public:
     void swiglu(float* gate, const float* up, int64_t n) override {
         // an exponential each: worth the threads for a prefill batch (about 20 multiply-adds'
         // worth of work per element for the split threshold)
-        split(n, 20 * n, [&](int64_t b, int64_t e) { kernels::swiglu(gate + b, up + b, e - b); });
+        split(n, 20 * n, 1024, [&](int64_t b, int64_t e) { kernels::swiglu(gate + b, up + b, e - b); });
     }
 
     void add_scaled(float* x, const float* y, int64_t n, float s) override {
@@ -333,17 +328,20 @@ private:
     // pool costs more than it saves (small models, short contexts).
     static constexpr int64_t min_parallel_work = 1 << 16;
     // The last rows of a product are handed to the threads in chunks of about this many
-    // bytes of weights: the threads share the memory unevenly, and with fixed shares one
-    // of them waits for the other at the end of every product.
+    // bytes of weights (see split).
     static constexpr uint64_t chunk_bytes = 64 << 10;
     // Prefill walks a matrix in blocks of rows of about this many bytes, which stay in
     // L2 while every chunk of tokens passes over them.
     static constexpr uint64_t l2_block_bytes = 64 << 10;
 
+    // items [0, n) on the calling thread below min_parallel_work, else across the pool:
+    // the threads share the memory unevenly, so after equal shares of most of the items
+    // the rest goes in chunks of `grain` to whichever thread is free, and no thread waits
+    // long for another at the end of an operation.
     template <class F>
-    void split(int64_t items, int64_t work, F&& f) {
+    void split(int64_t items, int64_t work, int64_t grain, F&& f) {
         if (work < min_parallel_work) f(int64_t(0), items);
-        else pool_.parallel_for(items, f);
+        else pool_.parallel_balanced(items, grain, f);
     }
 
     thread_pool pool_;

@@ -29,22 +29,6 @@ public:
         dispatch(thunk, &f);
     }
 
-    /// Splits [0, n) into contiguous chunks, one per thread: f(begin, end).
-    template <class F>
-    void parallel_for(int64_t n, F&& f) {
-        if (n <= 0) return;
-        if (n_threads_ == 1 || n == 1) {
-            f(int64_t(0), n);
-            return;
-        }
-        run([&](int ith, int nth) {
-            const int64_t chunk = (n + nth - 1) / nth;
-            const int64_t begin = std::min<int64_t>(n, chunk * ith);
-            const int64_t end = std::min<int64_t>(n, begin + chunk);
-            if (begin < end) f(begin, end);
-        });
-    }
-
     /// Splits [0, n) for threads that may run at different speeds (rows read from memory
     /// that the threads share unevenly): each thread first takes an equal contiguous share
     /// of three quarters of the range (long sequential walks), then the rest is handed out

@@ -142,8 +142,6 @@ template <int T, bool Pair>
 inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t x_stride, int64_t ib, __m256 acc[T]) {
     const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
     __m256i lo[4], hi[4];
-    // the eight f16 scales [rows 0-3 of block ib | rows 0-3 of block ib + 1], converted at once
-    __m128i h = _mm_cvtsi32_si128(w[0][ib].d);
     for (int r = 0; r < 4; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(&w[r][ib]) + prefetch_bytes, _MM_HINT_T0);
         const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][ib].qs));
@@ -152,6 +150,8 @@ inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t 
         lo[r] = _mm256_and_si256(q, low);                        // elements 0-15 of both blocks
         hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low); // elements 16-31
     }
+    // the eight f16 scales [rows 0-3 of block ib | rows 0-3 of block ib + 1], converted at once
+    __m128i h = _mm_cvtsi32_si128(w[0][ib].d);
     h = _mm_insert_epi16(h, w[1][ib].d, 1);
     h = _mm_insert_epi16(h, w[2][ib].d, 2);
     h = _mm_insert_epi16(h, w[3][ib].d, 3);
