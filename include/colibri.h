@@ -63,6 +63,7 @@ typedef struct colibri_model_info {
     uint64_t n_params_active; /**< parameters touched per token */
     uint64_t file_size;
     const char* fim; /**< FIM template detected in the vocabulary, "none" when absent */
+    int fim_spm;     /**< 1 when the model was trained with suffix-first FIM prompts, else 0 */
 } colibri_model_info;
 
 /** Strings in *info stay valid while the model lives. */
@@ -109,10 +110,11 @@ typedef struct colibri_generate_params {
     /** Nonzero: ends the completion before a line indented less than the prompt's last
      *  line (the cursor's line); blank lines never end it (default 0). */
     int stop_on_dedent;
-    /** Nonzero: a FIM prompt puts the suffix first ([prefix] [suffix] suffix [middle]
-     *  prefix), so that text typed at the cursor only changes the prompt's end and the
-     *  cached prompt stays valid up to the cursor. Only for models trained with that order
-     *  (StarCoder, CodeLlama). Default 0: prefix-suffix-middle. */
+    /** FIM prompt order. 1: the suffix first ([prefix] [suffix] suffix [middle] prefix),
+     *  so that text typed at the cursor only changes the prompt's end and the cached prompt
+     *  stays valid up to the cursor; only for models trained with that order (StarCoder,
+     *  CodeLlama, Colibri's default model). 0: prefix-suffix-middle. -1 (default): the
+     *  order the model file records (colibri_model_info.fim_spm). */
     int fim_spm;
 } colibri_generate_params;
 

@@ -10,14 +10,18 @@ Steps:
   2. train a sentencepiece BPE tokenizer (vocab 4096, byte fallback, identity
      normalisation, no dummy prefix, FIM user-defined symbols);
   3. train MixtralForCausalLM with next-token prediction where ~50% of the
-     sequences are fill-in-the-middle (PSM:
-     <fim_prefix> prefix <fim_suffix> suffix <fim_middle> middle </s>),
-     split points chosen at character level inside a document window;
+     sequences are fill-in-the-middle, by default in the suffix-first (SPM) order
+     <fim_prefix> <fim_suffix> suffix <fim_middle> prefix middle </s>
+     (the middle then continues the prefix directly, which a small model learns
+     far sooner than the PSM order <fim_prefix> prefix <fim_suffix> suffix
+     <fim_middle> middle </s>), split points chosen at character level inside a
+     document window;
   4. write a Hugging Face checkpoint in the per-expert Mixtral layout
-     (config.json, model.safetensors, tokenizer.model, tokenizer_config.json)
-     that colibri-convert reads, every few minutes and at the end.
+     (config.json, model.safetensors, tokenizer.model, tokenizer_config.json with
+     the FIM order the model was trained with) that colibri-convert reads, every
+     few minutes and at the end.
 
-Training is capped by wall-clock time (--minutes) and runs on one CPU thread.
+Training is capped by wall-clock time (--minutes) and runs on two CPU threads.
 All randomness is seeded; the number of optimisation steps depends on the
 speed of the machine (the learning-rate schedule follows elapsed time).
 Resume after a crash with --resume (the time budget counts across runs).
@@ -129,11 +133,12 @@ def train_tokenizer(train_files, out_dir: Path, vocab_size: int, seed: int):
 # --------------------------------------------------------------------------
 
 class Sampler:
-    def __init__(self, files, sp, seq_len: int, fim_rate: float, seed: int):
+    def __init__(self, files, sp, seq_len: int, fim_rate: float, spm_rate: float, seed: int):
         self.texts = [t for _, t in files]
         self.sp = sp
         self.seq_len = seq_len
         self.fim_rate = fim_rate
+        self.spm_rate = spm_rate
         self.rng = random.Random(seed)
         self.eos = sp.eos_id()
         self.fp, self.fs, self.fm = (sp.piece_to_id(x) for x in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE))
@@ -187,8 +192,12 @@ class Sampler:
                     nl = window.find("\n", b + 1 if b > a else b)
                     b = len(window) if nl < 0 else nl
             pre, mid, suf = window[:a], window[a:b], window[b:]
-            seg = ([self.fp] + self.sp.encode(pre) + [self.fs] + self.sp.encode(suf) +
-                   [self.fm] + self.sp.encode(mid) + [self.eos])
+            if self.rng.random() < self.spm_rate:
+                seg = ([self.fp, self.fs] + self.sp.encode(suf) + [self.fm] + self.sp.encode(pre) +
+                       self.sp.encode(mid) + [self.eos])
+            else:
+                seg = ([self.fp] + self.sp.encode(pre) + [self.fs] + self.sp.encode(suf) +
+                       [self.fm] + self.sp.encode(mid) + [self.eos])
             if len(seg) <= budget or len(window) < 64:
                 return seg
             window = window[: int(len(window) * 0.75)]
@@ -241,7 +250,7 @@ def make_config(args, sp):
 EXPERT_KEY = re.compile(r"^model\.layers\.\d+\.block_sparse_moe\.experts\.\d+\.w[123]\.weight$")
 
 
-def export_hf(model, config, tokenizer_path: Path, out: Path, extra_meta: dict):
+def export_hf(model, config, tokenizer_path: Path, out: Path, fim_order: str, extra_meta: dict):
     """config.json + model.safetensors (per-expert layout) + tokenizer files."""
     sd = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in model.state_dict().items()}
     if not any(EXPERT_KEY.match(k) for k in sd):
@@ -263,6 +272,7 @@ def export_hf(model, config, tokenizer_path: Path, out: Path, extra_meta: dict):
         "add_eos_token": False,
         "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None,
         "additional_special_tokens": [FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE],
+        "fim_order": fim_order,   # read by colibri-convert: the order FIM prompts must use
         "legacy": False, "add_prefix_space": False,
         "model_max_length": 2048,
     }
@@ -317,10 +327,17 @@ SAMPLE_PROMPTS = [
 ]
 
 
-def prompt_text(kind, prefix, suffix):
+def prompt_text(kind, prefix, suffix, fim_order="spm"):
+    if kind == "fim" and fim_order == "spm":
+        return f"{FIM_PREFIX}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}{prefix}"
     if kind == "fim":
         return f"{FIM_PREFIX}{prefix}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}"
     return prefix
+
+
+def fim_order_of(spm_rate: float) -> str:
+    """The order inference should use: the one most of the FIM training was in."""
+    return "spm" if spm_rate >= 0.5 else "psm"
 
 
 # --------------------------------------------------------------------------
@@ -333,19 +350,20 @@ def main():
     ap.add_argument("--corpus", default="/usr/lib/python3.11")
     ap.add_argument("--minutes", type=float, default=55.0, help="wall-clock cap for the training loop")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--fim-rate", type=float, default=0.5)
+    ap.add_argument("--spm-rate", type=float, default=1.0, help="fraction of FIM segments in suffix-first order")
     ap.add_argument("--val-fraction", type=float, default=0.02)
-    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=6)
+    ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--top-k", type=int, default=2)
-    ap.add_argument("--expert-ffn", type=int, default=384)
+    ap.add_argument("--expert-ffn", type=int, default=256)
     ap.add_argument("--aux-loss", type=float, default=0.01)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
@@ -394,8 +412,9 @@ def main():
         f"'    return x\\n' -> {sp.encode('    return x' + chr(10), out_type=str)}")
 
     t0 = time.time()
-    train_s = Sampler(train_files, sp, args.seq_len, args.fim_rate, args.seed + 1)
-    val_s = Sampler(val_files, sp, args.seq_len, args.fim_rate, args.seed + 2)
+    train_s = Sampler(train_files, sp, args.seq_len, args.fim_rate, args.spm_rate, args.seed + 1)
+    val_s = Sampler(val_files, sp, args.seq_len, args.fim_rate, args.spm_rate, args.seed + 2)
+    fim_order = fim_order_of(args.spm_rate)
     log(f"tokenized in {time.time() - t0:.1f}s: train {train_s.n_tokens} tokens "
         f"({train_s.chars_per_token:.2f} chars/token), validation {val_s.n_tokens} tokens")
     val_batches = [val_s.batch(args.batch) for _ in range(args.val_batches)]
@@ -439,7 +458,7 @@ def main():
         meta = {"step": step, "tokens_seen": tokens_seen, "train_minutes": elapsed / 60,
                 "parameters_total": n_total, "parameters_active": n_active, "history": history,
                 "final": final, "args": vars(args)}
-        export_hf(model, config, tok_path, out, meta)
+        export_hf(model, config, tok_path, out, fim_order, meta)
 
     t_start = time.time()
     last_eval = last_save = t_start
@@ -505,7 +524,7 @@ def main():
     stop = {sp.eos_id()}
     samples = []
     for kind, pre, suf in SAMPLE_PROMPTS:
-        text = prompt_text(kind, pre, suf)
+        text = prompt_text(kind, pre, suf, fim_order)
         ids = sp.encode(text)
         gen = greedy(model, sp, ids, 64, stop)
         samples.append({"kind": kind, "prompt": text, "prompt_ids": ids, "ids": gen,

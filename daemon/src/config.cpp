@@ -62,7 +62,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
     cache.add_options()
         ("cache-slots", po::value(&c.cache_slots)->default_value(c.cache_slots), "KV caches the worker keeps; a request reuses the one sharing the longest prefix with its prompt")
         ("cache-memory-mb", po::value(&c.cache_memory_mb)->default_value(c.cache_memory_mb), "memory all cached tokens may take; least recently used slots are emptied first")
-        ("fim-order", po::value(&c.fim_order)->default_value(c.fim_order), "fill-in-the-middle prompt order: psm (prefix, suffix, middle), or spm (suffix first: keeps the cache valid up to the cursor; only for models trained with it, such as StarCoder and CodeLlama)");
+        ("fim-order", po::value(&c.fim_order)->default_value(c.fim_order), "fill-in-the-middle prompt order: auto (the order the model file records: spm for Colibri's default model, else psm), psm (prefix, suffix, middle), or spm (suffix first: keeps the cache valid up to the cursor; only for models trained with it, such as StarCoder and CodeLlama)");
 
     po::options_description watchdog("Watchdog");
     watchdog.add_options()
@@ -128,8 +128,8 @@ command_line parse_command_line(int argc, const char* const* argv) {
     require_range("crash-loop-threshold", w.crash_loop_threshold, 1, 1000);
     require_range("crash-loop-window-ms", w.crash_loop_window_ms, 1, 86400000);
     require_range("crash-loop-retry-ms", w.crash_loop_retry_ms, 0, 86400000);
-    if (c.fim_order != "psm" && c.fim_order != "spm")
-        throw config_error("--fim-order must be 'psm' or 'spm' (got '" + c.fim_order + "')");
+    if (c.fim_order != "auto" && c.fim_order != "psm" && c.fim_order != "spm")
+        throw config_error("--fim-order must be 'auto', 'psm' or 'spm' (got '" + c.fim_order + "')");
     if (c.device != "cpu" && c.device.rfind("cuda:", 0) != 0)
         throw config_error("--device must be 'cpu' or 'cuda:N' (got '" + c.device + "')");
     return out;

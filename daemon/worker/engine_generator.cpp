@@ -78,7 +78,7 @@ public:
                 {"n_params_active", mi.n_params_active},
                 {"file_size", mi.file_size},
                 {"fim", mi.fim ? mi.fim : "none"},
-                {"fim_order", fim_spm_ ? "spm" : "psm"},
+                {"fim_order", (fim_spm_ < 0 ? mi.fim_spm != 0 : fim_spm_ != 0) ? "spm" : "psm"},
                 {"cache", cache_stats()}};
     }
 
@@ -95,7 +95,7 @@ public:
         gp.seed = job.seed;
         gp.max_lines = req.max_lines;
         gp.stop_on_dedent = req.stop_on_dedent ? 1 : 0;
-        gp.fim_spm = fim_spm_ ? 1 : 0;
+        gp.fim_spm = fim_spm_;
         std::vector<const char*> stop;
         for (const auto& s : req.stop) stop.push_back(s.c_str());
         gp.stop = stop.empty() ? nullptr : stop.data();
@@ -225,7 +225,7 @@ private:
     colibri_model* model_ = nullptr;
     std::vector<slot> slots_;
     std::size_t cap_bytes_;
-    bool fim_spm_;
+    int fim_spm_; // 1 suffix first, 0 prefix first, -1 the model file's order
     std::size_t token_bytes_ = 0;
     std::uint64_t clock_ = 0;
     counters stats_;

@@ -206,8 +206,8 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
         else if (a == "--cache-mb") o.cache_mb = parse_int(a, value());
         else if (a == "--fim-order") {
             const std::string v = value();
-            if (v != "psm" && v != "spm") throw std::invalid_argument("--fim-order must be psm or spm");
-            o.fim_spm = v == "spm";
+            if (v != "auto" && v != "psm" && v != "spm") throw std::invalid_argument("--fim-order must be auto, psm or spm");
+            o.fim_spm = v == "auto" ? -1 : v == "spm" ? 1 : 0;
         }
         else if (a == "--enable-fault-injection") o.fault_injection = true;
         else throw std::invalid_argument("unknown argument '" + a + "'");

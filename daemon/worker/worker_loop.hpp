@@ -70,7 +70,7 @@ struct worker_options {
     int threads = 0;
     int slots = 4;                ///< KV-cache slots
     std::int64_t cache_mb = 2048; ///< cap on the memory of all slots' cached tokens
-    bool fim_spm = false;         ///< FIM prompts suffix first
+    int fim_spm = -1;             ///< FIM prompts suffix first: 1, 0, or -1 for the model file's order
     bool fault_injection = false;
 };
 

@@ -111,6 +111,7 @@ colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_
     info->n_params_active = model->rt->mdl->n_params_active();
     info->file_size = model->rt->mdl->file().file_size();
     info->fim = colibri::fim_kind_name(colibri::detect_fim(*model->rt->tok).kind).data();
+    info->fim_spm = model->rt->tok->fim_suffix_first() ? 1 : 0;
     return COLIBRI_OK;
 }
 
@@ -157,7 +158,7 @@ void colibri_generate_params_init(colibri_generate_params* p) {
     p->cancel_user = nullptr;
     p->max_lines = 0;
     p->stop_on_dedent = 0;
-    p->fim_spm = 0;
+    p->fim_spm = -1;
 }
 
 namespace {
@@ -181,7 +182,7 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
     if (p.max_lines < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "max_lines must be >= 0");
     req.max_lines = p.max_lines;
     req.stop_on_dedent = p.stop_on_dedent != 0;
-    req.order = p.fim_spm != 0 ? colibri::fim_order::spm : colibri::fim_order::psm;
+    if (p.fim_spm >= 0) req.order = p.fim_spm != 0 ? colibri::fim_order::spm : colibri::fim_order::psm;
     if (p.suffix != nullptr) req.suffix = std::string_view(p.suffix, p.suffix_len);
     if (p.fim != nullptr && std::string_view(p.fim) != "auto") {
         colibri::fim_kind k;

@@ -93,8 +93,14 @@ void count_params(const hparams& hp, const std::vector<std::pair<std::string, ui
     }
 }
 
+fim_training_order parse_fim_training_order(const std::string& s, const std::string& what) {
+    if (s == "psm") return fim_training_order::psm;
+    if (s == "spm") return fim_training_order::spm;
+    throw error(errc::invalid_argument, what + " must be 'psm' or 'spm' (got '" + s + "')");
+}
+
 convert_summary convert_checkpoint(const std::string& input, const std::string& output, dtype quant,
-                                   const model_writer::progress& progress) {
+                                   const model_writer::progress& progress, std::optional<fim_training_order> fim_order) {
     const auto t0 = std::chrono::steady_clock::now();
     const safetensors_checkpoint ckpt(input);
     checkpoint_plan plan = plan_checkpoint(input, ckpt, quant);
@@ -104,9 +110,9 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
     const fs::path json_path = dir / "tokenizer.json";
     tokenizer_header th{};
     std::vector<uint8_t> payload;
+    const auto tok_config = read_json_if_present(dir / "tokenizer_config.json");
     if (fs::exists(sp_path)) {
         auto config = read_json_if_present(dir / "config.json");
-        auto tok_config = read_json_if_present(dir / "tokenizer_config.json");
         payload = read_file_bytes(sp_path.string());
         th = sentencepiece_header(payload, sp_path.string(), config.get(), tok_config.get(), plan.hp.n_vocab);
     } else if (fs::exists(json_path)) {
@@ -121,6 +127,12 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
     } else {
         throw error(errc::io, input + ": no tokenizer.model or tokenizer.json");
     }
+    if (!fim_order && tok_config != nullptr && tok_config->contains("fim_order")) {
+        const json& v = (*tok_config)["fim_order"];
+        fim_order = parse_fim_training_order(v.is_string() ? v.get<std::string>() : v.dump(),
+                                             (dir / "tokenizer_config.json").string() + ": fim_order");
+    }
+    if (fim_order == fim_training_order::spm) th.flags |= tok_fim_spm;
 
     model_writer w(plan.hp, th, std::move(payload));
     std::vector<std::pair<std::string, uint64_t>> sizes;

@@ -145,6 +145,7 @@ enum class tokenizer_kind : uint32_t {
 enum : uint32_t {
     tok_add_bos = 1u << 0,
     tok_add_eos = 1u << 1,
+    tok_fim_spm = 1u << 2, ///< fill-in-the-middle prompts go suffix first (the model was trained so)
 };
 
 /// Start of the tokenizer section; the payload follows it.

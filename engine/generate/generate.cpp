@@ -113,7 +113,8 @@ std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request&
     fim_template fim;
     if (req.suffix) fim = req.fim ? fim_for(tok, *req.fim) : detect_fim(tok);
     if (fim.kind != fim_kind::none) {
-        build_fim_prompt(tok, fim, req.prompt, *req.suffix, req.order, tokens);
+        const fim_order order = req.order ? *req.order : tok.fim_suffix_first() ? fim_order::spm : fim_order::psm;
+        build_fim_prompt(tok, fim, req.prompt, *req.suffix, order, tokens);
     } else {
         tok.encode(req.prompt, tokens);
     }

@@ -26,7 +26,9 @@ struct generate_request {
     std::optional<std::string_view> suffix;
     /// FIM template: nullopt detects it from the vocabulary; a kind forces it.
     std::optional<fim_kind> fim;
-    fim_order order = fim_order::psm; ///< where the suffix goes in a FIM prompt
+    /// Where the suffix goes in a FIM prompt; nullopt: the order the model was trained
+    /// with (tokenizer::fim_suffix_first).
+    std::optional<fim_order> order;
     int max_tokens = 128;
     sampling_params sampling;
     std::vector<std::string> stop; ///< generation ends before the first match; never emitted

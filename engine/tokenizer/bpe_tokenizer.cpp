@@ -150,6 +150,7 @@ public:
         bos_ = th.bos_id;
         eos_ = th.eos_id;
         add_bos_ = (th.flags & format::tok_add_bos) != 0;
+        fim_suffix_first_ = (th.flags & format::tok_fim_spm) != 0;
         strips_leading_space_ = false;
         for (const auto& d : decoders_) {
             if (d.op == decoder_op::strip && d.content == " " && d.start >= 1) strips_leading_space_ = true;

@@ -26,6 +26,7 @@ public:
         bos_ = th.bos_id;
         eos_ = th.eos_id;
         add_bos_ = (th.flags & format::tok_add_bos) != 0;
+        fim_suffix_first_ = (th.flags & format::tok_fim_spm) != 0;
     }
 
     void encode(std::string_view text, std::vector<int32_t>& out) const override {

@@ -34,6 +34,9 @@ public:
     int32_t bos_id() const { return bos_; }
     int32_t eos_id() const { return eos_; }
     bool add_bos() const { return add_bos_; }
+    /// True when the model was trained with suffix-first fill-in-the-middle prompts
+    /// (format::tok_fim_spm): its FIM prompts use that order unless a request says otherwise.
+    bool fim_suffix_first() const { return fim_suffix_first_; }
     /// True when decode drops one leading space of a text (sentencepiece, and BPE
     /// tokenizers whose decoder strips it); text_stream does the same at the start.
     bool strips_leading_space() const { return strips_leading_space_; }
@@ -45,6 +48,7 @@ public:
 protected:
     int32_t bos_ = -1, eos_ = -1;
     bool add_bos_ = false;
+    bool fim_suffix_first_ = false;
     bool strips_leading_space_ = true;
     bool replaces_maximal_subparts_ = false;
 };

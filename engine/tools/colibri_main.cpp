@@ -65,7 +65,7 @@ void print_route(void*, int pos, int layer, const int32_t* experts, const float*
 
 int main(int argc, char** argv) {
     if (argc > 1 && std::string_view(argv[1]) == "tokenize") return tokenize_main(argc - 1, argv + 1);
-    std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto", order_name = "psm", ppl_path;
+    std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto", order_name = "auto", ppl_path;
     std::vector<std::string> stops;
     generate_request req;
     int threads = 0, n_ctx = 0;
@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
         ("prompt,p", po::value(&prompt), "prompt text ('-' reads standard input); with --suffix, the text before the cursor")
         ("suffix", po::value(&suffix), "text after the cursor: fill in the middle with the model's FIM tokens")
         ("fim", po::value(&fim), "FIM template: auto (default: from the vocabulary), starcoder, qwen, deepseek, codellama, none")
-        ("fim-order", po::value(&order_name), "psm (default: prefix, suffix, middle) or spm (suffix first; only for models trained so)")
+        ("fim-order", po::value(&order_name), "auto (default: the order the model file records), psm (prefix, suffix, middle) or "
+                                               "spm (suffix first; only for models trained so)")
         ("device", po::value(&device), "cpu (default) or cuda:N")
         ("threads,t", po::value(&threads), "worker threads (default: the CPUs this process may use)")
         ("seed,s", po::value(&req.sampling.seed), "sampling seed (same seed, same tokens)")
@@ -175,9 +176,9 @@ int main(int argc, char** argv) {
             if (!parse_fim_kind(fim, k)) throw error(errc::invalid_argument, "unknown --fim '" + fim + "'");
             req.fim = k;
         }
-        if (order_name != "psm" && order_name != "spm")
-            throw error(errc::invalid_argument, "--fim-order must be psm or spm, not '" + order_name + "'");
-        req.order = order_name == "spm" ? fim_order::spm : fim_order::psm;
+        if (order_name != "auto" && order_name != "psm" && order_name != "spm")
+            throw error(errc::invalid_argument, "--fim-order must be auto, psm or spm, not '" + order_name + "'");
+        if (order_name != "auto") req.order = order_name == "spm" ? fim_order::spm : fim_order::psm;
         session s(*rt->mdl, *rt->be, n_ctx);
         if (vm.count("route-debug")) s.set_route_observer({print_route, nullptr});
         sampler smp(static_cast<int>(hp.n_vocab));

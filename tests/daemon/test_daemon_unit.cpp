@@ -43,6 +43,7 @@ TEST_CASE("command line: defaults and overrides") {
     CHECK(cl.config.watchdog.ping_interval_ms == 1000);
     CHECK(cl.config.max_line_bytes == (1u << 20));
     CHECK_FALSE(cl.config.enable_fault_injection);
+    CHECK(cl.config.fim_order == "auto");
 }
 
 TEST_CASE("command line: errors are config_error with the option's name") {
@@ -55,6 +56,9 @@ TEST_CASE("command line: errors are config_error with the option's name") {
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--default-timeout-ms", "9", "--max-timeout-ms", "5"}),
                          doctest::Contains("default-timeout-ms"), cd::config_error);
     CHECK_THROWS_AS(parse({"--model", "m", "--no-such-flag"}), cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--fim-order", "middle"}), doctest::Contains("'auto', 'psm' or 'spm'"),
+                         cd::config_error);
+    CHECK(parse({"--model", "m", "--fim-order", "spm"}).config.fim_order == "spm");
     CHECK(parse({"--help"}).help);
     CHECK(parse({"--help"}).help_text.find("--progress-timeout-ms") != std::string::npos);
 }

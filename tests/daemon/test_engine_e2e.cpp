@@ -30,7 +30,7 @@ struct reference_params {
     std::vector<std::string> stop;
     int max_lines = 0;
     bool stop_on_dedent = false;
-    bool fim_spm = false;
+    int fim_spm = -1; // -1: the model file's FIM order
 };
 
 /// The completion the engine produces in-process for the same request.
@@ -50,7 +50,7 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
     gp.seed = rp.seed;
     gp.max_lines = rp.max_lines;
     gp.stop_on_dedent = rp.stop_on_dedent ? 1 : 0;
-    gp.fim_spm = rp.fim_spm ? 1 : 0;
+    gp.fim_spm = rp.fim_spm;
     std::vector<const char*> stop;
     for (const auto& s : rp.stop) stop.push_back(s.c_str());
     gp.stop = stop.empty() ? nullptr : stop.data();
@@ -233,6 +233,7 @@ TEST_CASE("engine: colibri-client prints exactly what colibri prints for the sam
 TEST_CASE("engine: each file keeps its own cache slot - evicted or restarted means cold - never wrong") {
     auto opts = engine_daemon(COLIBRI_DEFAULT_MODEL);
     opts["--cache-slots"] = "2";
+    opts["--fim-order"] = "psm";
     daemon_process d(opts);
     client c(d.socket_path());
     auto fim = [](const std::string& name, const std::string& typed) {
@@ -241,10 +242,12 @@ TEST_CASE("engine: each file keeps its own cache slot - evicted or restarted mea
         rp.prompt = source_file(name, 4) + "def " + name + "_total(items):\n    " + typed;
         rp.suffix = "\n    return total\n";
         rp.max_tokens = 8;
+        rp.fim_spm = 0;
         return rp;
     };
-    // Every prompt here starts with the same two tokens (<fim_prefix> and "def"): a slot
-    // holding another file shares exactly those, and a replaced slot reuses only them.
+    // Prefix first, every prompt here starts with the same two tokens (<fim_prefix> and
+    // "def"): a slot holding another file shares exactly those, and a replaced slot reuses
+    // only them.
     auto run = [&](const reference_params& rp, int want_cached, const char* what) {
         CAPTURE(what);
         const json done = complete(c, what, rp);
@@ -283,16 +286,19 @@ TEST_CASE("engine: each file keeps its own cache slot - evicted or restarted mea
 
 TEST_CASE("engine: the memory cap empties the least recently used slot") {
     auto opts = engine_daemon(COLIBRI_DEFAULT_MODEL);
-    opts["--cache-memory-mb"] = "1"; // 341 tokens of the default model's f16 cache
+    opts["--cache-memory-mb"] = "1";
     daemon_process d(opts);
     client c(d.socket_path());
     reference_params a, b;
     a.model = b.model = COLIBRI_DEFAULT_MODEL;
-    a.prompt = source_file("first", 16);
-    b.prompt = source_file("second", 16);
+    a.prompt = source_file("first", 32);
+    b.prompt = source_file("second", 32);
     a.max_tokens = b.max_tokens = 4;
     const json da = complete(c, "a", a);
-    REQUIRE(da["usage"]["prompt_tokens"].get<int>() > 180); // two such prompts exceed the cap
+    const json cache = c.call({{"id", "s0"}, {"op", "status"}})["cache"];
+    const std::int64_t one = (da["usage"]["prompt_tokens"].get<std::int64_t>() + 4) * cache["token_bytes"].get<std::int64_t>();
+    REQUIRE(one <= cache["memory_cap_bytes"].get<std::int64_t>());   // one such prompt fits
+    REQUIRE(2 * one > cache["memory_cap_bytes"].get<std::int64_t>()); // two exceed the cap
     CHECK(complete(c, "b", b)["usage"]["cached_tokens"] == 0);
     a.prompt += "def";
     const json again = complete(c, "a2", a);
@@ -400,6 +406,21 @@ TEST_CASE("engine: daemon and worker serve with writable+executable memory refus
     CHECK(c.call({{"id", "s2"}, {"op", "status"}})["worker"]["restarts"] == 0);
 }
 
+TEST_CASE("engine: without --fim-order the daemon uses the FIM order the model file records") {
+    reference_params rp;
+    rp.model = COLIBRI_DEFAULT_MODEL;
+    rp.prompt = "def total(items):\n    t";
+    rp.suffix = "\n    return t\n";
+    rp.max_tokens = 8;
+    daemon_process d(engine_daemon(COLIBRI_DEFAULT_MODEL));
+    client c(d.socket_path());
+    CHECK(c.call({{"id", "s"}, {"op", "status"}})["model"]["fim_order"] == "spm"); // the default model's
+    const json done = complete(c, "auto", rp);
+    reference_params spm = rp;
+    spm.fim_spm = 1;
+    CHECK(done["text"] == in_process(spm));
+}
+
 TEST_CASE("engine: suffix-first FIM keeps the cache valid up to the cursor as the user types") {
     reference_params rp;
     rp.model = COLIBRI_DEFAULT_MODEL;
@@ -415,7 +436,7 @@ TEST_CASE("engine: suffix-first FIM keeps the cache valid up to the cursor as th
         client c(d.socket_path());
         CHECK(c.call({{"id", "s"}, {"op", "status"}})["model"]["fim_order"] == (spm ? "spm" : "psm"));
         reference_params typed = rp;
-        typed.fim_spm = spm;
+        typed.fim_spm = spm ? 1 : 0;
         complete(c, "first", typed);
         typed.prompt += "o";
         const json done = complete(c, "typed", typed);

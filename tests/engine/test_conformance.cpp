@@ -175,6 +175,7 @@ TEST_CASE("the shipped default model loads and fills in the middle with its Star
     auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
     CHECK(detect_fim(*rt->tok).kind == fim_kind::starcoder);
     CHECK_FALSE(rt->tok->add_bos());
+    CHECK(rt->tok->fim_suffix_first()); // trained with suffix-first prompts
     session s(*rt->mdl, *rt->be, 512, 32);
     sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
     generate_request req;
@@ -198,6 +199,19 @@ TEST_CASE("the shipped default model loads and fills in the middle with its Star
     });
     CHECK(second == first);
     CHECK(r2.n_cached_tokens == r2.n_prompt_tokens - 1);
+    // the order the file records is suffix first: asking for it explicitly changes nothing,
+    // prefix first shares only the leading <fim_prefix> with the cached prompt
+    req.order = fim_order::spm;
+    std::string third;
+    const generate_result r3 = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
+        third.append(p);
+        return true;
+    });
+    CHECK(third == first);
+    CHECK(r3.n_cached_tokens == r3.n_prompt_tokens - 1);
+    req.order = fim_order::psm;
+    const generate_result r4 = generate(s, *rt->tok, smp, req, [](std::string_view) { return true; });
+    CHECK(r4.n_cached_tokens == 1);
 }
 
 TEST_CASE("perplexity scores every token once and matches the reference log-likelihood") {

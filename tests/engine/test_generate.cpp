@@ -228,6 +228,37 @@ TEST_CASE("fill-in-the-middle templates are detected from the vocabulary") {
     CHECK_FALSE(parse_fim_kind("santacoder", k));
 }
 
+TEST_CASE("the converter records the FIM order from tokenizer_config.json or its option") {
+    test::temp_dir dir;
+    const std::string ckpt = dir.file("ckpt");
+    std::filesystem::create_directories(ckpt);
+    for (const auto& e : std::filesystem::directory_iterator(test::fixture("mixtral"))) {
+        std::filesystem::copy_file(e.path(), ckpt + "/" + e.path().filename().string());
+    }
+    auto order_of = [&](const std::optional<fim_training_order>& option) {
+        const std::string path = dir.file("m.colibri");
+        convert_checkpoint(ckpt, path, format::dtype::f32, {}, option);
+        return load_runtime(path, "cpu", 1)->tok->fim_suffix_first();
+    };
+    auto write_config = [&](const std::string& text) { std::ofstream(ckpt + "/tokenizer_config.json") << text; };
+    CHECK_FALSE(order_of(std::nullopt)); // no tokenizer_config.json: prefix first
+    write_config(R"({"add_bos_token": true, "fim_order": "spm"})");
+    CHECK(order_of(std::nullopt));
+    CHECK_FALSE(order_of(fim_training_order::psm)); // the option wins
+    write_config(R"({"fim_order": "psm"})");
+    CHECK_FALSE(order_of(std::nullopt));
+    CHECK(order_of(fim_training_order::spm));
+    write_config(R"({"fim_order": "middle-first"})");
+    try {
+        order_of(std::nullopt);
+        FAIL("a bad fim_order was accepted");
+    } catch (const error& e) {
+        CHECK(e.code() == errc::invalid_argument);
+        CHECK(std::string(e.what()).find("tokenizer_config.json: fim_order must be 'psm' or 'spm' (got 'middle-first')") !=
+              std::string::npos);
+    }
+}
+
 TEST_CASE("a suffix on a model without FIM tokens completes the prompt alone") {
     test::temp_dir dir;
     const std::string path = dir.file("llama.colibri");
