@@ -93,14 +93,8 @@ void count_params(const hparams& hp, const std::vector<std::pair<std::string, ui
     }
 }
 
-fim_training_order parse_fim_training_order(const std::string& s, const std::string& what) {
-    if (s == "psm") return fim_training_order::psm;
-    if (s == "spm") return fim_training_order::spm;
-    throw error(errc::invalid_argument, what + " must be 'psm' or 'spm' (got '" + s + "')");
-}
-
 convert_summary convert_checkpoint(const std::string& input, const std::string& output, dtype quant,
-                                   const model_writer::progress& progress, std::optional<fim_training_order> fim_order) {
+                                   const model_writer::progress& progress, std::optional<fim_order> order) {
     const auto t0 = std::chrono::steady_clock::now();
     const safetensors_checkpoint ckpt(input);
     checkpoint_plan plan = plan_checkpoint(input, ckpt, quant);
@@ -127,12 +121,15 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
     } else {
         throw error(errc::io, input + ": no tokenizer.model or tokenizer.json");
     }
-    if (!fim_order && tok_config != nullptr && tok_config->contains("fim_order")) {
+    if (!order && tok_config != nullptr && tok_config->contains("fim_order")) {
         const json& v = (*tok_config)["fim_order"];
-        fim_order = parse_fim_training_order(v.is_string() ? v.get<std::string>() : v.dump(),
-                                             (dir / "tokenizer_config.json").string() + ": fim_order");
+        const std::string name = v.is_string() ? v.get<std::string>() : v.dump();
+        if (!parse_fim_order(name, order.emplace())) {
+            throw error(errc::invalid_argument, (dir / "tokenizer_config.json").string() +
+                                                    ": fim_order must be 'psm' or 'spm' (got '" + name + "')");
+        }
     }
-    if (fim_order == fim_training_order::spm) th.flags |= tok_fim_spm;
+    if (order == fim_order::spm) th.flags |= tok_fim_spm;
 
     model_writer w(plan.hp, th, std::move(payload));
     std::vector<std::pair<std::string, uint64_t>> sizes;

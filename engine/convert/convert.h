@@ -3,6 +3,7 @@
 
 #include "format/format.h"
 #include "format/writer.h"
+#include "generate/fim.h"
 
 #include <cmath>
 #include <cstdint>
@@ -67,28 +68,22 @@ struct convert_summary {
     std::vector<type_conversion> conversions; ///< GGUF input only
 };
 
-/// The fill-in-the-middle order a model was trained with, recorded in the file
-/// (format::tok_fim_spm) so that generation uses it unless told otherwise.
-enum class fim_training_order { psm, spm };
-
-/// Parses "psm" / "spm"; throws colibri::error (invalid_argument) naming `what` otherwise.
-fim_training_order parse_fim_training_order(const std::string& s, const std::string& what);
-
 /// Converts the checkpoint directory `input` to `output`. The tokenizer is input/tokenizer.model
-/// (sentencepiece) when present, else input/tokenizer.json (byte-level BPE). The FIM order is
-/// `fim_order` when given, else tokenizer_config.json's "fim_order" ("psm" or "spm") when
-/// present, else psm.
+/// (sentencepiece) when present, else input/tokenizer.json (byte-level BPE). The FIM order the
+/// model was trained with, recorded in the file (format::tok_fim_spm) so that generation uses
+/// it unless told otherwise, is `fim_order` when given, else tokenizer_config.json's
+/// "fim_order" ("psm" or "spm") when present, else psm.
 convert_summary convert_checkpoint(const std::string& input, const std::string& output,
                                    format::dtype quant, const model_writer::progress& progress,
-                                   std::optional<fim_training_order> fim_order = std::nullopt);
+                                   std::optional<fim_order> order = std::nullopt);
 
 /// Converts a GGUF file (docs/gguf.md). `quant` empty keeps each tensor's type where ours
 /// has the same layout (F32, F16, BF16, Q8_0, Q4_0) and writes the other quantised types
 /// as q8_0; a given `quant` is used for every matrix. Throws colibri::error naming the file
-/// and any unsupported architecture, tensor type or tokenizer.
+/// and any unsupported architecture, tensor type or tokenizer. `order` as for a checkpoint.
 convert_summary convert_gguf(const std::string& input, const std::string& output,
                              std::optional<format::dtype> quant, const model_writer::progress& progress,
-                             std::optional<fim_training_order> fim_order = std::nullopt);
+                             std::optional<fim_order> order = std::nullopt);
 
 /// Adds the parameter counts of tensors (name, elements) to `sum`: all of them, and those
 /// one token uses (n_expert_used of the experts; one row of the embedding).

@@ -294,7 +294,7 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
 } // namespace
 
 convert_summary convert_gguf(const std::string& input, const std::string& output, std::optional<dtype> quant,
-                             const model_writer::progress& progress, std::optional<fim_training_order> fim_order) {
+                             const model_writer::progress& progress, std::optional<fim_order> order) {
     const auto t0 = std::chrono::steady_clock::now();
     const gguf_file f(input);
     auto conv = std::make_shared<std::vector<type_conversion>>();
@@ -305,7 +305,7 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
                std::to_string(plan.hp.n_vocab) + " rows of token_embd.weight");
     }
     tok.header.payload_size = tok.payload.size();
-    if (fim_order == fim_training_order::spm) tok.header.flags |= format::tok_fim_spm;
+    if (order == fim_order::spm) tok.header.flags |= format::tok_fim_spm;
     make_tokenizer(tok.header, tok.payload, plan.hp.n_vocab, input); // refuses what the engine could not load
     model_writer w(plan.hp, tok.header, std::move(tok.payload));
     std::vector<std::pair<std::string, uint64_t>> sizes;

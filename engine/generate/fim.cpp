@@ -73,6 +73,12 @@ bool parse_fim_kind(std::string_view name, fim_kind& out) {
     return false;
 }
 
+bool parse_fim_order(std::string_view name, fim_order& out) {
+    if (name != "psm" && name != "spm") return false;
+    out = name == "spm" ? fim_order::spm : fim_order::psm;
+    return true;
+}
+
 fim_template detect_fim(const tokenizer& tok) {
     for (const auto& f : families) {
         fim_template t = make(tok, f, false);

@@ -36,6 +36,9 @@ fim_template fim_for(const tokenizer& tok, fim_kind kind);
 /// changes only the end of the prompt, so a cached prompt stays valid up to the cursor.
 enum class fim_order { psm, spm };
 
+/// Parses "psm" / "spm"; false when it is neither.
+bool parse_fim_order(std::string_view name, fim_order& out);
+
 /// Appends the FIM prompt for prefix and suffix to out, in the given order.
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix,
                       std::string_view suffix, fim_order order, std::vector<int32_t>& out);

@@ -176,9 +176,8 @@ int main(int argc, char** argv) {
             if (!parse_fim_kind(fim, k)) throw error(errc::invalid_argument, "unknown --fim '" + fim + "'");
             req.fim = k;
         }
-        if (order_name != "auto" && order_name != "psm" && order_name != "spm")
+        if (order_name != "auto" && !parse_fim_order(order_name, req.order.emplace()))
             throw error(errc::invalid_argument, "--fim-order must be auto, psm or spm, not '" + order_name + "'");
-        if (order_name != "auto") req.order = order_name == "spm" ? fim_order::spm : fim_order::psm;
         session s(*rt->mdl, *rt->be, n_ctx);
         if (vm.count("route-debug")) s.set_route_observer({print_route, nullptr});
         sampler smp(static_cast<int>(hp.n_vocab));

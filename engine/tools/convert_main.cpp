@@ -42,7 +42,7 @@ std::string human_count(uint64_t n) {
 } // namespace
 
 int main(int argc, char** argv) {
-    std::string input, output, quant, arch = "mixtral", tokenizer, fim_order;
+    std::string input, output, quant, arch = "mixtral", tokenizer, fim_order_name;
     random_model_options ro;
     po::options_description opts("colibri-convert: write a .colibri model file\n\n"
                                  "  colibri-convert --input <hf-checkpoint-dir> --output <file.colibri> [--quant TYPE]\n"
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
         ("output,o", po::value(&output), "the .colibri file to write")
         ("quant,q", po::value(&quant), "weight type of the matrices: f32, f16, bf16, q8_0 (int8), q4_0 (int4); default f16, or for a GGUF "
                                "file each tensor's own type where ours has its layout and q8_0 for the other quantised types")
-        ("fim-order", po::value(&fim_order), "the fill-in-the-middle order the model was trained with, recorded in the file as "
+        ("fim-order", po::value(&fim_order_name), "the fill-in-the-middle order the model was trained with, recorded in the file as "
                                               "the order its prompts use: psm (prefix, suffix, middle) or spm (suffix first); default "
                                               "tokenizer_config.json's \"fim_order\" when present, else psm")
         ("quiet", "no progress output")
@@ -108,8 +108,9 @@ int main(int argc, char** argv) {
     try {
         const format::dtype q = parse_quant(quant.empty() ? "f16" : quant);
         convert_summary s;
-        const auto order = fim_order.empty() ? std::nullopt
-                                             : std::optional<fim_training_order>(parse_fim_training_order(fim_order, "--fim-order"));
+        std::optional<fim_order> order;
+        if (!fim_order_name.empty() && !parse_fim_order(fim_order_name, order.emplace()))
+            throw error(errc::invalid_argument, "--fim-order must be 'psm' or 'spm' (got '" + fim_order_name + "')");
         if (random && order) throw error(errc::invalid_argument, "--fim-order applies to a converted model, not --random");
         if (!random && std::filesystem::is_regular_file(input) && is_gguf_file(input)) {
             s = convert_gguf(input, output, quant.empty() ? std::nullopt : std::optional<format::dtype>(q), progress, order);

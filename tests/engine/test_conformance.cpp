@@ -183,34 +183,30 @@ TEST_CASE("the shipped default model loads and fills in the middle with its Star
     req.suffix = "\n\nprint(add(1, 2))\n";
     req.max_tokens = 24;
     req.sampling.temperature = 0.0f;
-    std::string first, second;
-    const generate_result r = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
-        first.append(p);
-        return true;
-    });
+    auto run = [&](std::string& text) {
+        return generate(s, *rt->tok, smp, req, [&](std::string_view p) {
+            text.append(p);
+            return true;
+        });
+    };
+    std::string first, second, third, fourth;
+    const generate_result r = run(first);
     CHECK(r.fim == fim_kind::starcoder);
     CHECK(r.n_generated_tokens > 0);
     CHECK_FALSE(first.empty());
     CHECK(first.find("<fim_") == std::string::npos); // special tokens end generation, never print
     // greedy is deterministic, and the second run reuses the whole prompt from the cache
-    const generate_result r2 = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
-        second.append(p);
-        return true;
-    });
+    const generate_result r2 = run(second);
     CHECK(second == first);
     CHECK(r2.n_cached_tokens == r2.n_prompt_tokens - 1);
     // the order the file records is suffix first: asking for it explicitly changes nothing,
     // prefix first shares only the leading <fim_prefix> with the cached prompt
     req.order = fim_order::spm;
-    std::string third;
-    const generate_result r3 = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
-        third.append(p);
-        return true;
-    });
+    const generate_result r3 = run(third);
     CHECK(third == first);
     CHECK(r3.n_cached_tokens == r3.n_prompt_tokens - 1);
     req.order = fim_order::psm;
-    const generate_result r4 = generate(s, *rt->tok, smp, req, [](std::string_view) { return true; });
+    const generate_result r4 = run(fourth);
     CHECK(r4.n_cached_tokens == 1);
 }
 

@@ -235,7 +235,7 @@ TEST_CASE("the converter records the FIM order from tokenizer_config.json or its
     for (const auto& e : std::filesystem::directory_iterator(test::fixture("mixtral"))) {
         std::filesystem::copy_file(e.path(), ckpt + "/" + e.path().filename().string());
     }
-    auto order_of = [&](const std::optional<fim_training_order>& option) {
+    auto order_of = [&](const std::optional<fim_order>& option) {
         const std::string path = dir.file("m.colibri");
         convert_checkpoint(ckpt, path, format::dtype::f32, {}, option);
         return load_runtime(path, "cpu", 1)->tok->fim_suffix_first();
@@ -244,10 +244,10 @@ TEST_CASE("the converter records the FIM order from tokenizer_config.json or its
     CHECK_FALSE(order_of(std::nullopt)); // no tokenizer_config.json: prefix first
     write_config(R"({"add_bos_token": true, "fim_order": "spm"})");
     CHECK(order_of(std::nullopt));
-    CHECK_FALSE(order_of(fim_training_order::psm)); // the option wins
+    CHECK_FALSE(order_of(fim_order::psm)); // the option wins
     write_config(R"({"fim_order": "psm"})");
     CHECK_FALSE(order_of(std::nullopt));
-    CHECK(order_of(fim_training_order::spm));
+    CHECK(order_of(fim_order::spm));
     write_config(R"({"fim_order": "middle-first"})");
     try {
         order_of(std::nullopt);
