@@ -231,10 +231,7 @@ TEST_CASE("fill-in-the-middle templates are detected from the vocabulary") {
 TEST_CASE("the converter records the FIM order from tokenizer_config.json or its option") {
     test::temp_dir dir;
     const std::string ckpt = dir.file("ckpt");
-    std::filesystem::create_directories(ckpt);
-    for (const auto& e : std::filesystem::directory_iterator(test::fixture("mixtral"))) {
-        std::filesystem::copy_file(e.path(), ckpt + "/" + e.path().filename().string());
-    }
+    std::filesystem::copy(test::fixture("mixtral"), ckpt); // the directory's files
     auto order_of = [&](const std::optional<fim_order>& option) {
         const std::string path = dir.file("m.colibri");
         convert_checkpoint(ckpt, path, format::dtype::f32, {}, option);
