@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace colibri {
 
@@ -67,7 +68,14 @@ struct vec_kernels {
 const vec_kernels& reference_vec_kernels();
 /// The AVX2+FMA+F16C table, or nullptr when the CPU lacks them (or the build has no x86).
 const vec_kernels* avx2_vec_kernels();
-/// The fastest table this CPU supports.
+/// The AVX-512 (F, BW, VL) table, named "avx512-vnni" and using VNNI where the CPU has it,
+/// else "avx512"; nullptr when the CPU lacks them.
+const vec_kernels* avx512_vec_kernels();
+/// The tables this CPU supports, fastest first; the scalar reference last.
+std::vector<const vec_kernels*> supported_vec_kernels();
+/// The fastest table this CPU supports, or the one the environment variable
+/// COLIBRI_CPU_KERNELS names (a table name, for comparisons); throws colibri::error when it
+/// names none this CPU supports.
 const vec_kernels& best_vec_kernels();
 
 } // namespace colibri

@@ -3,6 +3,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/vec.h"
+#include "cpu/vec_x86.h"
 
 #if defined(__x86_64__)
 #include <cstring>
@@ -29,19 +30,7 @@ inline float bf16(uint16_t h) {
     return f;
 }
 
-// How far ahead of the reads the row kernels ask for weights: the hardware prefetchers
-// alone leave a decode step waiting on memory.
-constexpr int prefetch_bytes = 512;
-
 inline int min_int(int a, int b) { return a < b ? a : b; }
-inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 void quantize_x(const float* x, block_q8_x* out, int64_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -79,31 +68,10 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
     }
 }
 
-// The f16 scales of one block in each of four rows, as four floats.
-template <class Block>
-inline __m128 scales4(const Block* const w[4], int64_t ib) {
-    const uint64_t h = uint64_t(w[0][ib].d) | uint64_t(w[1][ib].d) << 16 | uint64_t(w[2][ib].d) << 32 |
-                       uint64_t(w[3][ib].d) << 48;
-    return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(h)));
-}
-
 // Per-row sums of four vectors of 8 int32 lanes, by 128-bit half:
 // [s0 lo, s1 lo, s2 lo, s3 lo | s0 hi, s1 hi, s2 hi, s3 hi], each the sum of 4 lanes.
 inline __m256i hsum4(const __m256i s[4]) {
     return _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-}
-
-// out[t * 4 + r] = lane r + lane r + 4 of acc[t]: the two partial sums of each row.
-template <int T>
-inline void store_tile(const __m256 acc[T], float* out) {
-    for (int t = 0; t < T; ++t) {
-        _mm_storeu_ps(out + 4 * t, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
-    }
-}
-
-template <class Block>
-inline void row_pointers(const void* rows, size_t stride, const Block* w[4]) {
-    for (int r = 0; r < 4; ++r) w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
 }
 
 // q8_0: per block and row, |w| and the activations with w's sign go through maddubs (no
@@ -122,14 +90,13 @@ void tile_q8_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
             a[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][ib].qs));
             abs[r] = _mm256_sign_epi8(a[r], a[r]);
         }
-        const __m128 d4 = scales4(w, ib);
-        const __m256 dw = _mm256_set_m128(d4, d4); // elements 0-15 and 16-31 share the scale
+        const __m256 dw = q8_0_scales(w, ib);
         for (int t = 0; t < T; ++t) {
             const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
             const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
             __m256i s[4];
             for (int r = 0; r < 4; ++r) s[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(abs[r], _mm256_sign_epi8(xv, a[r])), ones);
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(hsum4(s)), acc[t]);
+            acc[t] = q8_0_accumulate(dw, hsum4(s), xb, acc[t]);
         }
     }
     store_tile<T>(acc, out);
@@ -150,35 +117,18 @@ inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t 
         lo[r] = _mm256_and_si256(q, low);                        // elements 0-15 of both blocks
         hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low); // elements 16-31
     }
-    // the eight f16 scales [rows 0-3 of block ib | rows 0-3 of block ib + 1], converted at once
-    __m128i h = _mm_cvtsi32_si128(w[0][ib].d);
-    h = _mm_insert_epi16(h, w[1][ib].d, 1);
-    h = _mm_insert_epi16(h, w[2][ib].d, 2);
-    h = _mm_insert_epi16(h, w[3][ib].d, 3);
-    if (Pair) {
-        for (int r = 0; r < 4; ++r) h = _mm_insert_epi16(h, w[r][ib + 1].d, 4 + r);
-    }
-    const __m256 dw = _mm256_cvtph_ps(h);
+    const __m256 dw = q4_0_scales<Pair>(w, ib);
     for (int t = 0; t < T; ++t) {
         const block_q8_x& x0 = x[size_t(t) * x_stride + size_t(ib)];
         const block_q8_x& x1 = x[size_t(t) * x_stride + size_t(Pair ? ib + 1 : ib)];
-        const auto half = [](const block_q8_x& b, int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * i)); };
-        const __m256i xa = _mm256_set_m128i(half(x1, 0), half(x0, 0));
-        const __m256i xb = _mm256_set_m128i(half(x1, 1), half(x0, 1));
+        const __m256i xa = q4_0_x_half(x0, x1, 0), xb = q4_0_x_half(x0, x1, 1);
         __m256i s[4];
         for (int r = 0; r < 4; ++r) {
             // each maddubs pair sum is at most 2 * 15 * 127: two of them fit in int16
             const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], xa), _mm256_maddubs_epi16(hi[r], xb));
             s[r] = _mm256_madd_epi16(p, ones);
         }
-        // [d, sum] of both blocks: the scales spread over each half, the offsets likewise
-        const __m256i ds = _mm256_castsi128_si256(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x0)),
-                                                                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x1))));
-        const __m256 dx = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(ds, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)));
-        __m256i offset = _mm256_slli_epi32(_mm256_permutevar8x32_epi32(ds, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3)), 3);
-        if (!Pair) offset = _mm256_blend_epi32(offset, _mm256_setzero_si256(), 0xF0);
-        const __m256i sums = _mm256_sub_epi32(hsum4(s), offset);
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sums), acc[t]);
+        acc[t] = q4_0_accumulate<Pair>(dw, hsum4(s), x0, x1, acc[t]);
     }
 }
 
@@ -196,17 +146,8 @@ void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
 }
 
 // One instance per token count of the tile.
-using tile_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, float*);
 constexpr tile_fn q8_0_tiles[4] = {tile_q8_0_t<1>, tile_q8_0_t<2>, tile_q8_0_t<3>, tile_q8_0_t<4>};
 constexpr tile_fn q4_0_tiles[4] = {tile_q4_0_t<1>, tile_q4_0_t<2>, tile_q4_0_t<3>, tile_q4_0_t<4>};
-
-void tile_q8_0(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
-    q8_0_tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
-}
-
-void tile_q4_0(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
-    q4_0_tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
-}
 
 // 8 int8 -> 8 floats
 inline __m256 i8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
@@ -445,7 +386,7 @@ uint64_t madd_loop(int64_t iterations) {
     return static_cast<uint64_t>(_mm256_extract_epi32(s, 0));
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, tile_q8_0, tile_q4_0, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
+constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
                                 dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend<float>, attend<uint16_t>, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace

@@ -1,11 +1,15 @@
 // Scalar reference of the vec_kernels table.
 
+#include "core/error.h"
 #include "core/half.h"
 #include "cpu/kernels.h"
 #include "cpu/vec.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
+#include <string_view>
 
 namespace colibri {
 
@@ -147,10 +151,27 @@ constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>,
 
 const vec_kernels& reference_vec_kernels() { return table; }
 
+std::vector<const vec_kernels*> supported_vec_kernels() {
+    std::vector<const vec_kernels*> v;
+    for (const vec_kernels* k : {avx512_vec_kernels(), avx2_vec_kernels()}) {
+        if (k != nullptr) v.push_back(k);
+    }
+    v.push_back(&table);
+    return v;
+}
+
 const vec_kernels& best_vec_kernels() {
     static const vec_kernels* best = [] {
-        const vec_kernels* k = avx2_vec_kernels();
-        return k != nullptr ? k : &table;
+        const std::vector<const vec_kernels*> supported = supported_vec_kernels();
+        const char* want = std::getenv("COLIBRI_CPU_KERNELS");
+        if (want == nullptr || *want == '\0') return supported.front();
+        std::string names;
+        for (const vec_kernels* k : supported) {
+            if (std::string_view(k->name) == want) return k;
+            names += (names.empty() ? "" : ", ") + std::string(k->name);
+        }
+        throw error(errc::invalid_argument, "COLIBRI_CPU_KERNELS='" + std::string(want) +
+                                                "' names no kernel table this CPU supports (it supports: " + names + ")");
     }();
     return *best;
 }

@@ -138,10 +138,11 @@ int main(int argc, char** argv) {
     try {
         auto rt = load_runtime(model_path, device, threads);
         const auto& hp = rt->mdl->hp();
-        std::fprintf(stderr, "model %s: %s, %u layers, %u experts (%u used), %s, %d threads\n",
+        std::fprintf(stderr, "model %s: %s, %u layers, %u experts (%u used), %s, %s, %d threads\n",
                      model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), hp.n_layer,
                      hp.n_expert, hp.n_expert_used,
-                     format::dtype_name(static_cast<format::dtype>(hp.weight_type)).data(), rt->be->n_threads());
+                     format::dtype_name(static_cast<format::dtype>(hp.weight_type)).data(), rt->be->name().c_str(),
+                     rt->be->n_threads());
         if (dumping) {
             dump_logits(*rt, parse_ids(tokens), dump_path);
             return 0;

@@ -32,6 +32,14 @@ check "prompt not echoed on stdout" bash -c "! grep -q 'def add' '$tmp/a'"
 "$bin/colibri" --model "$model" --prompt "def add(a, b):" --max-tokens 8 --temperature 0 --stream >"$tmp/b" 2>/dev/null
 check "dashed spelling and --stream give the same greedy text" cmp -s "$tmp/a" "$tmp/b"
 
+# COLIBRI_CPU_KERNELS picks a kernel table the CPU supports, and refuses one it does not
+COLIBRI_CPU_KERNELS=scalar "$bin/colibri" --model "$model" --prompt "def add(a, b):" --max_tokens 8 --temperature 0 >/dev/null 2>"$tmp/err"; rc=$?
+check "COLIBRI_CPU_KERNELS=scalar runs" test $rc -eq 0
+check "the scalar table is named on stderr" grep -q "cpu/scalar" "$tmp/err"
+COLIBRI_CPU_KERNELS=avx9000 "$bin/colibri" --model "$model" --prompt x >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "an unknown kernel table is refused with status 1" test $rc -eq 1
+check "the refusal names the variable and what the CPU supports" grep -q "COLIBRI_CPU_KERNELS='avx9000'.*supports: .*scalar" "$tmp/err"
+
 "$bin/colibri" --model "$model" --tokens 1,5,9,200 --dump-logits "$tmp/logits.bin" >/dev/null 2>&1; rc=$?
 check "dump-logits exits 0" test $rc -eq 0
 vocab=$(grep -o '"n_vocab": *[0-9]*' "$fixtures/llama/expected.json" | grep -o '[0-9]*$')

@@ -13,13 +13,43 @@
 #include <cmath>
 #include <cstring>
 #include <doctest/doctest.h>
+#include <string>
 #include <utility>
 #include <vector>
 
 using namespace colibri;
 using format::dtype;
 
+#if defined(COLIBRI_HAVE_AVX512_EMULATION)
+namespace colibri {
+// engine/cpu/vec_avx512.cpp built on SIMDe (tests/engine/CMakeLists.txt)
+const vec_kernels* emulated_avx512_vec_kernels(bool vnni);
+} // namespace colibri
+#endif
+
 namespace {
+
+// Every SIMD table this machine can run: the ones its CPU supports, and the AVX-512 tables
+// on emulated intrinsics when the CPU has no AVX-512 of its own.
+std::vector<const vec_kernels*> simd_tables() {
+    std::vector<const vec_kernels*> v = supported_vec_kernels();
+    v.pop_back(); // the scalar reference
+#if defined(COLIBRI_HAVE_AVX512_EMULATION)
+    if (avx512_vec_kernels() == nullptr) {
+        for (bool vnni : {false, true}) {
+            if (const vec_kernels* k = emulated_avx512_vec_kernels(vnni)) v.push_back(k);
+        }
+    }
+#endif
+    return v;
+}
+
+// The scalar reference, then every SIMD table.
+std::vector<const vec_kernels*> all_tables() {
+    std::vector<const vec_kernels*> v = simd_tables();
+    v.insert(v.begin(), &reference_vec_kernels());
+    return v;
+}
 
 std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.0f) {
     xorshift64s rng(seed);
@@ -153,12 +183,18 @@ TEST_CASE("rope rotates pairs i and i+d/2 by the position angle") {
 
 TEST_CASE("SIMD row kernels reproduce the scalar reference") {
     const vec_kernels& ref = reference_vec_kernels();
-    const vec_kernels* simd = avx2_vec_kernels();
-    if (simd == nullptr) {
+    const std::vector<const vec_kernels*> simd_list = simd_tables();
+    if (simd_list.empty()) {
         MESSAGE("this CPU has no AVX2: only the scalar kernels run here");
         return;
     }
-    for (int64_t n : {32, 96, 1024, 4096 + 32}) {
+#if defined(COLIBRI_HAVE_AVX512_EMULATION)
+    CHECK(simd_list.size() >= 3); // AVX2 and two AVX-512 tables, native or emulated
+#endif
+    for (const vec_kernels* simd : simd_list) {
+    const std::string table = simd->name;
+    CAPTURE(table);
+    for (int64_t n : {32, 64, 96, 1024, 4096 + 32}) {
         CAPTURE(n);
         auto w = random_vec(size_t(n), 41 + n, 2.0f), x = random_vec(size_t(n), 42 + n, 3.0f);
         // activation quantisation: identical blocks
@@ -241,6 +277,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             CHECK(std::fabs(v(q.data(), x.data(), n) - r(q.data(), x.data(), n)) <= tol);
         }
     }
+    }
 }
 
 TEST_CASE("thread pool balanced split hands out every item exactly once") {
@@ -276,9 +313,7 @@ TEST_CASE("thread pool balanced split hands out every item exactly once") {
 
 TEST_CASE("backend matmul matches the reference on odd and large shapes") {
     struct shape { int64_t rows, cols; int n; } shapes[] = {{1, 32, 1}, {7, 64, 3}, {257, 96, 1}, {33, 1024, 5}, {1000, 352, 2}, {37, 64, 70}};
-    std::vector<const vec_kernels*> tables = {&reference_vec_kernels()};
-    if (avx2_vec_kernels() != nullptr) tables.push_back(avx2_vec_kernels());
-    for (const vec_kernels* vk : tables)
+    for (const vec_kernels* vk : all_tables())
     for (bool int8_act : {false, true})
     for (int threads : {1, 3}) {
         cpu_options o;
@@ -288,7 +323,8 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
         auto be = make_cpu_backend(o, 4096);
         for (auto s : shapes) {
             for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
-                CAPTURE(vk->name);
+                const std::string table = vk->name;
+                CAPTURE(table);
                 CAPTURE(int8_act);
                 CAPTURE(threads);
                 CAPTURE(format::dtype_name(t));
@@ -338,13 +374,12 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
 }
 
 TEST_CASE("backend attention stores the batch and matches a direct computation with grouped heads") {
-    std::vector<const vec_kernels*> tables = {&reference_vec_kernels()};
-    if (avx2_vec_kernels() != nullptr) tables.push_back(avx2_vec_kernels());
-    for (const vec_kernels* vk : tables)
+    for (const vec_kernels* vk : all_tables())
     for (bool f16 : {false, true})
     for (int hd : {8, 12, 64, 128, 136})
     for (auto [n_head, n_head_kv] : {std::pair{4, 2}, std::pair{6, 3}}) {
-        CAPTURE(vk->name);
+        const std::string table = vk->name;
+        CAPTURE(table);
         CAPTURE(f16);
         CAPTURE(hd);
         CAPTURE(n_head_kv);

@@ -1,0 +1,236 @@
+// AVX-512 (F, BW, VL) row kernels, with VNNI's vpdpbusd where the CPU has it. This file
+// alone is compiled with those instruction sets; its tables are only used after the CPU
+// reported them. The integer tiles, the bandwidth probe and the int8 peak are AVX-512; the
+// other entries are the AVX2 table's.
+//
+// Built a second time for the tests with COLIBRI_AVX512_EMULATED: SIMDe then provides the
+// 512-bit intrinsics on an AVX2 machine, so the same kernels are checked against the
+// scalar reference where no AVX-512 CPU is at hand (tests/engine/test_kernels.cpp).
+
+#include "cpu/kernels.h"
+#include "cpu/vec.h"
+
+#if defined(__x86_64__)
+// GCC 12.2's AVX-512 header reads an uninitialised variable for its "undefined" vectors
+// (GCC bug 105593, fixed in 12.3); the warnings point into the header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#if defined(COLIBRI_AVX512_EMULATED)
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+// SIMDe 0.7.4 defines this alias with the masked form's four arguments
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
+#endif
+#include "cpu/vec_x86.h"
+
+namespace colibri {
+
+using format::block_q4_0;
+using format::block_q8_0;
+using format::qk;
+
+namespace {
+
+// Two 128-bit lanes of int32 sums per row, rows (0, 1) in s01 and (2, 3) in s23:
+// s01 = [row 0: lane A, lane B | row 1: lane A, lane B], s23 likewise. Returns the sum of
+// each lane's four int32 as [rows 0-3 of lane A | rows 0-3 of lane B], the layout of the
+// 256-bit tiles.
+inline __m256i sum_lanes(__m512i s01, __m512i s23) {
+    // within each 128-bit lane k: [s01 k0 + k2, s23 k0 + k2, s01 k1 + k3, s23 k1 + k3]
+    const __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(s01, s23), _mm512_unpackhi_epi32(s01, s23));
+    // elements 0 and 1 of lane k: the sums of lane k of s01 and of s23
+    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t, t), _mm512_unpackhi_epi64(t, t));
+    // lane k of u holds (row 0 A, row 2 A), (row 0 B, row 2 B), (row 1 A, row 3 A), (row 1 B, row 3 B)
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 0, 0, 0, 0, 0, 0, 0, 0), u));
+}
+
+// Sums of four products of unsigned bytes u and signed bytes s into each int32 lane:
+// vpdpbusd, or maddubs + madd without VNNI (pairs of products fit in int16 for the inputs
+// the tiles pass: |u| <= 128 with |s| <= 127, or u <= 15).
+template <bool Vnni>
+inline __m512i dot4(__m512i acc, __m512i u, __m512i s) {
+    if constexpr (Vnni) {
+        return _mm512_dpbusd_epi32(acc, u, s);
+    } else {
+        return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+    }
+}
+
+// Two rows' 256-bit blocks in one register: [a | b].
+inline __m512i two_rows(const void* a, const void* b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(a))),
+                              _mm256_loadu_si256(static_cast<const __m256i*>(b)), 1);
+}
+
+inline __m512i broadcast256(__m256i v) { return _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1); }
+
+// q8_0: two rows per register. |w| is the unsigned side; x takes w's sign (negated where w
+// is negative: AVX-512 has no vpsignb).
+template <int T, bool Vnni>
+void tile_q8_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
+    const block_q8_0* w[4];
+    row_pointers(rows, stride, w);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    const __m512i zero = _mm512_setzero_si512();
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        __m512i abs[2];
+        __mmask64 negative[2];
+        for (int p = 0; p < 2; ++p) {
+            _mm_prefetch(reinterpret_cast<const char*>(&w[2 * p][ib]) + prefetch_bytes, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(&w[2 * p + 1][ib]) + prefetch_bytes, _MM_HINT_T0);
+            const __m512i a = two_rows(w[2 * p][ib].qs, w[2 * p + 1][ib].qs);
+            abs[p] = _mm512_abs_epi8(a);
+            negative[p] = _mm512_movepi8_mask(a);
+        }
+        const __m256 dw = q8_0_scales(w, ib);
+        for (int t = 0; t < T; ++t) {
+            const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
+            const __m512i xv = broadcast256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)));
+            __m512i s[2];
+            for (int p = 0; p < 2; ++p) s[p] = dot4<Vnni>(zero, abs[p], _mm512_mask_sub_epi8(xv, negative[p], zero, xv));
+            acc[t] = q8_0_accumulate(dw, sum_lanes(s[0], s[1]), xb, acc[t]);
+        }
+    }
+    store_tile<T>(acc, out);
+}
+
+// q4_0: blocks ib and ib + 1 of two rows per register, [row a: ib, ib + 1 | row b: ib,
+// ib + 1]; an odd last block alone (Pair false) with zeros in place of block ib + 1.
+template <int T, bool Vnni, bool Pair>
+inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t x_stride, int64_t ib, __m256 acc[T]) {
+    const __m512i low = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    __m512i lo[2], hi[2];
+    for (int p = 0; p < 2; ++p) {
+        const auto q16 = [&](int r, int64_t b) {
+            return Pair || b == ib ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][b].qs)) : _mm_setzero_si128();
+        };
+        _mm_prefetch(reinterpret_cast<const char*>(&w[2 * p][ib]) + prefetch_bytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(&w[2 * p + 1][ib]) + prefetch_bytes, _MM_HINT_T0);
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q16(2 * p, ib + 1), q16(2 * p, ib))),
+                                             _mm256_set_m128i(q16(2 * p + 1, ib + 1), q16(2 * p + 1, ib)), 1);
+        lo[p] = _mm512_and_si512(q, low);                        // elements 0-15 of each block
+        hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low); // elements 16-31
+    }
+    const __m256 dw = q4_0_scales<Pair>(w, ib);
+    for (int t = 0; t < T; ++t) {
+        const block_q8_x& x0 = x[size_t(t) * x_stride + size_t(ib)];
+        const block_q8_x& x1 = x[size_t(t) * x_stride + size_t(Pair ? ib + 1 : ib)];
+        const __m512i xa = broadcast256(q4_0_x_half(x0, x1, 0)), xb = broadcast256(q4_0_x_half(x0, x1, 1));
+        __m512i s[2];
+        for (int p = 0; p < 2; ++p) s[p] = dot4<Vnni>(dot4<Vnni>(zero, lo[p], xa), hi[p], xb);
+        acc[t] = q4_0_accumulate<Pair>(dw, sum_lanes(s[0], s[1]), x0, x1, acc[t]);
+    }
+}
+
+template <int T, bool Vnni>
+void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
+    const block_q4_0* w[4];
+    row_pointers(rows, stride, w);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    const int64_t nb = n / qk;
+    int64_t ib = 0;
+    for (; ib + 1 < nb; ib += 2) q4_0_step<T, Vnni, true>(w, x, x_stride, ib, acc);
+    if (ib < nb) q4_0_step<T, Vnni, false>(w, x, x_stride, ib, acc);
+    store_tile<T>(acc, out);
+}
+
+template <bool Vnni>
+constexpr tile_fn q8_0_tiles[4] = {tile_q8_0_t<1, Vnni>, tile_q8_0_t<2, Vnni>, tile_q8_0_t<3, Vnni>, tile_q8_0_t<4, Vnni>};
+template <bool Vnni>
+constexpr tile_fn q4_0_tiles[4] = {tile_q4_0_t<1, Vnni>, tile_q4_0_t<2, Vnni>, tile_q4_0_t<3, Vnni>, tile_q4_0_t<4, Vnni>};
+
+uint64_t read_sum(const void* p, size_t bytes) {
+    // eight independent streams (eighths of the range) read in lockstep, as in the AVX2 table
+    constexpr int streams = 8;
+    const auto* v = static_cast<const uint8_t*>(p);
+    const size_t part = bytes / streams;
+    __m512i acc[streams];
+    for (auto& a : acc) a = _mm512_setzero_si512();
+    for (size_t i = 0; i < part; i += 64) {
+        for (int k = 0; k < streams; ++k) acc[k] = _mm512_add_epi64(acc[k], _mm512_loadu_si512(v + size_t(k) * part + i));
+    }
+    __m512i s = acc[0];
+    for (int k = 1; k < streams; ++k) s = _mm512_add_epi64(s, acc[k]);
+    const __m256i h = _mm256_add_epi64(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+    alignas(32) uint64_t out[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out), h);
+    return out[0] + out[1] + out[2] + out[3];
+}
+
+template <bool Vnni>
+uint64_t madd_loop(int64_t iterations) {
+    // independent chains of the tiles' dot-product instructions on registers only, each on
+    // its own inputs; 8 x 64 multiply-adds per pass, so iterations / 2 passes (the table
+    // counts 256 per iteration)
+    constexpr int chains = 8;
+    __m512i a = _mm512_set1_epi8(3);
+    __m512i b[chains], acc[chains];
+    for (int k = 0; k < chains; ++k) {
+        b[k] = _mm512_set1_epi8(static_cast<char>(5 + k));
+        acc[k] = _mm512_setzero_si512();
+    }
+    for (int64_t i = 0; i < iterations / 2; ++i) {
+        for (int k = 0; k < chains; ++k) acc[k] = dot4<Vnni>(acc[k], a, b[k]);
+#if !defined(COLIBRI_AVX512_EMULATED)
+        // the inputs must be read every time
+        __asm__ volatile("" : "+v"(a), "+v"(b[0]), "+v"(b[1]), "+v"(b[2]), "+v"(b[3]));
+        __asm__ volatile("" : "+v"(b[4]), "+v"(b[5]), "+v"(b[6]), "+v"(b[7]));
+#endif
+    }
+    __m512i s = acc[0];
+    for (int k = 1; k < chains; ++k) s = _mm512_add_epi32(s, acc[k]);
+    return static_cast<uint64_t>(_mm256_extract_epi32(_mm512_castsi512_si256(s), 0));
+}
+
+template <bool Vnni>
+vec_kernels make_table(const vec_kernels& avx2) {
+    vec_kernels k = avx2;
+    k.name = Vnni ? "avx512-vnni" : "avx512";
+    k.tile_q8_0 = dispatch_tile<q8_0_tiles<Vnni>>;
+    k.tile_q4_0 = dispatch_tile<q4_0_tiles<Vnni>>;
+    k.read_sum = read_sum;
+    k.madd_loop = madd_loop<Vnni>;
+    return k;
+}
+
+// The tables; nullptr when there is no AVX2 table to complete them.
+const vec_kernels* table(bool vnni) {
+    static const vec_kernels* tables = [] {
+        const vec_kernels* avx2 = avx2_vec_kernels();
+        static vec_kernels t[2];
+        if (avx2 == nullptr) return static_cast<vec_kernels*>(nullptr);
+        t[0] = make_table<false>(*avx2);
+        t[1] = make_table<true>(*avx2);
+        return t;
+    }();
+    return tables != nullptr ? &tables[vnni ? 1 : 0] : nullptr;
+}
+
+} // namespace
+
+#if defined(COLIBRI_AVX512_EMULATED)
+const vec_kernels* emulated_avx512_vec_kernels(bool vnni) { return table(vnni); }
+#else
+const vec_kernels* avx512_vec_kernels() {
+    __builtin_cpu_init();
+    const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl");
+    return ok ? table(__builtin_cpu_supports("avx512vnni")) : nullptr;
+}
+#endif
+
+} // namespace colibri
+
+#elif !defined(COLIBRI_AVX512_EMULATED)
+
+namespace colibri {
+const vec_kernels* avx512_vec_kernels() { return nullptr; }
+} // namespace colibri
+
+#endif
