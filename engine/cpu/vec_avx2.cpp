@@ -70,8 +70,13 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
 
 // Per-row sums of four vectors of 8 int32 lanes, by 128-bit half:
 // [s0 lo, s1 lo, s2 lo, s3 lo | s0 hi, s1 hi, s2 hi, s3 hi], each the sum of 4 lanes.
+// Unpacks and adds: vphaddd costs several shuffle uops each, the shuffle pipes are the
+// tiles' busiest.
 inline __m256i hsum4(const __m256i s[4]) {
-    return _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    // per half: [s0 0+2, s1 0+2, s0 1+3, s1 1+3] and the same for s2, s3
+    const __m256i t01 = _mm256_add_epi32(_mm256_unpacklo_epi32(s[0], s[1]), _mm256_unpackhi_epi32(s[0], s[1]));
+    const __m256i t23 = _mm256_add_epi32(_mm256_unpacklo_epi32(s[2], s[3]), _mm256_unpackhi_epi32(s[2], s[3]));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
 }
 
 // q8_0: per block and row, |w| and the activations with w's sign go through maddubs (no
@@ -111,24 +116,21 @@ inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t 
     __m256i lo[4], hi[4];
     for (int r = 0; r < 4; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(&w[r][ib]) + prefetch_bytes, _MM_HINT_T0);
-        const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][ib].qs));
-        const __m128i q1 = Pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][ib + 1].qs)) : _mm_setzero_si128();
-        const __m256i q = _mm256_set_m128i(q1, q0);
+        const __m256i q = q4_0_nibbles<Pair>(w[r], ib);
         lo[r] = _mm256_and_si256(q, low);                        // elements 0-15 of both blocks
         hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low); // elements 16-31
     }
     const __m256 dw = q4_0_scales<Pair>(w, ib);
     for (int t = 0; t < T; ++t) {
-        const block_q8_x& x0 = x[size_t(t) * x_stride + size_t(ib)];
-        const block_q8_x& x1 = x[size_t(t) * x_stride + size_t(Pair ? ib + 1 : ib)];
-        const __m256i xa = q4_0_x_half(x0, x1, 0), xb = q4_0_x_half(x0, x1, 1);
+        const block_q8_x* xt = x + size_t(t) * x_stride + size_t(ib);
+        const __m256i xa = q4_0_x_half<Pair>(xt, 0), xb = q4_0_x_half<Pair>(xt, 1);
         __m256i s[4];
         for (int r = 0; r < 4; ++r) {
             // each maddubs pair sum is at most 2 * 15 * 127: two of them fit in int16
             const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], xa), _mm256_maddubs_epi16(hi[r], xb));
             s[r] = _mm256_madd_epi16(p, ones);
         }
-        acc[t] = q4_0_accumulate<Pair>(dw, hsum4(s), x0, x1, acc[t]);
+        acc[t] = q4_0_accumulate<Pair>(dw, hsum4(s), xt, acc[t]);
     }
 }
 

@@ -106,24 +106,20 @@ inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t 
     const __m512i low = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
     __m512i lo[2], hi[2];
     for (int p = 0; p < 2; ++p) {
-        const auto q16 = [&](int r, int64_t b) {
-            return Pair || b == ib ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r][b].qs)) : _mm_setzero_si128();
-        };
         _mm_prefetch(reinterpret_cast<const char*>(&w[2 * p][ib]) + prefetch_bytes, _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(&w[2 * p + 1][ib]) + prefetch_bytes, _MM_HINT_T0);
-        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q16(2 * p, ib + 1), q16(2 * p, ib))),
-                                             _mm256_set_m128i(q16(2 * p + 1, ib + 1), q16(2 * p + 1, ib)), 1);
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_nibbles<Pair>(w[2 * p], ib)),
+                                             q4_0_nibbles<Pair>(w[2 * p + 1], ib), 1);
         lo[p] = _mm512_and_si512(q, low);                        // elements 0-15 of each block
         hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low); // elements 16-31
     }
     const __m256 dw = q4_0_scales<Pair>(w, ib);
     for (int t = 0; t < T; ++t) {
-        const block_q8_x& x0 = x[size_t(t) * x_stride + size_t(ib)];
-        const block_q8_x& x1 = x[size_t(t) * x_stride + size_t(Pair ? ib + 1 : ib)];
-        const __m512i xa = broadcast256(q4_0_x_half(x0, x1, 0)), xb = broadcast256(q4_0_x_half(x0, x1, 1));
+        const block_q8_x* xt = x + size_t(t) * x_stride + size_t(ib);
+        const __m512i xa = broadcast256(q4_0_x_half<Pair>(xt, 0)), xb = broadcast256(q4_0_x_half<Pair>(xt, 1));
         __m512i s[2];
         for (int p = 0; p < 2; ++p) s[p] = dot4<Vnni>(dot4<Vnni>(zero, lo[p], xa), hi[p], xb);
-        acc[t] = q4_0_accumulate<Pair>(dw, sum_lanes(s[0], s[1]), x0, x1, acc[t]);
+        acc[t] = q4_0_accumulate<Pair>(dw, sum_lanes(s[0], s[1]), xt, acc[t]);
     }
 }
 

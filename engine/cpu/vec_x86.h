@@ -27,12 +27,20 @@ inline void row_pointers(const void* rows, size_t stride, const Block* w[4]) {
     for (int r = 0; r < 4; ++r) w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
 }
 
+// The f16 scales of block ib in four rows, packed in 64 bits.
+template <class Block>
+inline uint64_t scales4_bits(const Block* const w[4], int64_t ib) {
+    uint64_t h = uint64_t(w[0][ib].d) | uint64_t(w[1][ib].d) << 16 | uint64_t(w[2][ib].d) << 32 | uint64_t(w[3][ib].d) << 48;
+    // kept in a general register: vectorised, these loads become seven vpinsrw, which load
+    // the vector pipes the tiles need
+    __asm__("" : "+r"(h));
+    return h;
+}
+
 // The f16 scales of block ib in each of the four rows, for both halves of a q8_0 block:
 // [rows 0-3 | rows 0-3].
 inline __m256 q8_0_scales(const format::block_q8_0* const w[4], int64_t ib) {
-    const uint64_t h = uint64_t(w[0][ib].d) | uint64_t(w[1][ib].d) << 16 | uint64_t(w[2][ib].d) << 32 |
-                       uint64_t(w[3][ib].d) << 48;
-    const __m128 d4 = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(h)));
+    const __m128 d4 = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(scales4_bits(w, ib))));
     return _mm256_set_m128(d4, d4);
 }
 
@@ -47,36 +55,45 @@ inline __m256 q8_0_accumulate(__m256 dw, __m256i sums, const block_q8_x& xb, __m
 // converted at once.
 template <bool Pair>
 inline __m256 q4_0_scales(const format::block_q4_0* const w[4], int64_t ib) {
-    __m128i h = _mm_cvtsi32_si128(w[0][ib].d);
-    h = _mm_insert_epi16(h, w[1][ib].d, 1);
-    h = _mm_insert_epi16(h, w[2][ib].d, 2);
-    h = _mm_insert_epi16(h, w[3][ib].d, 3);
-    if (Pair) {
-        h = _mm_insert_epi16(h, w[0][ib + 1].d, 4);
-        h = _mm_insert_epi16(h, w[1][ib + 1].d, 5);
-        h = _mm_insert_epi16(h, w[2][ib + 1].d, 6);
-        h = _mm_insert_epi16(h, w[3][ib + 1].d, 7);
-    }
-    return _mm256_cvtph_ps(h);
+    const uint64_t lo = scales4_bits(w, ib), hi = Pair ? scales4_bits(w, ib + 1) : 0;
+    return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
 }
 
-// Elements 0-15 (i = 0) or 16-31 (i = 1) of two activation blocks, one per 128-bit half.
-inline __m256i q4_0_x_half(const block_q8_x& x0, const block_q8_x& x1, int i) {
-    const auto half = [i](const block_q8_x& b) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * i)); };
-    return _mm256_set_m128i(half(x1), half(x0));
+// Two 16-byte pieces in one vector, [a | b], where b lies 16 or more bytes after a (the
+// nibbles of two adjacent q4_0 blocks, the halves of two adjacent activation blocks): two
+// loads and a blend, which any vector pipe runs, where a lane insert takes the one pipe
+// that the tiles' shuffles crowd.
+inline __m256i two_pieces(const void* a, const void* b) {
+    const __m256i lo = _mm256_loadu_si256(static_cast<const __m256i*>(a));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint8_t*>(b) - 16));
+    return _mm256_blend_epi32(lo, hi, 0xF0);
 }
 
-// The exact sums of the nibbles with two activation blocks [rows 0-3 of x0 | rows 0-3 of
-// x1], less the -8 offsets (8 * sum(x)), scaled and added to acc.
+// The nibbles of block ib and, for a Pair, block ib + 1 of one row, one block per 128-bit
+// half (zeros for the missing block).
 template <bool Pair>
-inline __m256 q4_0_accumulate(__m256 dw, __m256i nibble_sums, const block_q8_x& x0, const block_q8_x& x1, __m256 acc) {
-    // [d, sum] of both blocks: the scales spread over each half, the offsets likewise
-    const __m256i ds = _mm256_castsi128_si256(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x0)),
-                                                                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x1))));
-    const __m256 dx = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(ds, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)));
-    __m256i offset = _mm256_slli_epi32(_mm256_permutevar8x32_epi32(ds, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3)), 3);
-    if (!Pair) offset = _mm256_blend_epi32(offset, _mm256_setzero_si256(), 0xF0);
-    return _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(nibble_sums, offset)), acc);
+inline __m256i q4_0_nibbles(const format::block_q4_0* w, int64_t ib) {
+    if (Pair) return two_pieces(w[ib].qs, w[ib + 1].qs); // reads within the two blocks
+    return _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[ib].qs)));
+}
+
+// Elements 0-15 (i = 0) or 16-31 (i = 1) of activation blocks x[0] and, for a Pair, x[1],
+// one per 128-bit half (the low half's again without a Pair).
+template <bool Pair>
+inline __m256i q4_0_x_half(const block_q8_x* x, int i) {
+    if (Pair) return two_pieces(x[0].qs + 16 * i, x[1].qs + 16 * i); // reads within x[0] and x[1]
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[0].qs + 16 * i));
+    return _mm256_set_m128i(h, h);
+}
+
+// The exact sums of the nibbles with the activation blocks [rows 0-3 of x[0] | rows 0-3 of
+// x[1]], less the -8 offsets (8 * sum(x)), scaled and added to acc.
+template <bool Pair>
+inline __m256 q4_0_accumulate(__m256 dw, __m256i nibble_sums, const block_q8_x* x, __m256 acc) {
+    // the scales and the offsets of both blocks, each spread over its half
+    const __m256 dx = _mm256_blend_ps(_mm256_broadcast_ss(&x[0].d), _mm256_broadcast_ss(&x[Pair ? 1 : 0].d), 0xF0);
+    const __m256i sums = _mm256_blend_epi32(_mm256_set1_epi32(x[0].sum), Pair ? _mm256_set1_epi32(x[1].sum) : _mm256_setzero_si256(), 0xF0);
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(nibble_sums, _mm256_slli_epi32(sums, 3))), acc);
 }
 
 // out[t * 4 + r] = lane r + lane r + 4 of acc[t]: the two partial sums of each row.
