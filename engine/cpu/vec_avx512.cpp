@@ -125,15 +125,9 @@ inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t 
 
 template <int T, bool Vnni>
 void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
-    const block_q4_0* w[4];
-    row_pointers(rows, stride, w);
-    __m256 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    const int64_t nb = n / qk;
-    int64_t ib = 0;
-    for (; ib + 1 < nb; ib += 2) q4_0_step<T, Vnni, true>(w, x, x_stride, ib, acc);
-    if (ib < nb) q4_0_step<T, Vnni, false>(w, x, x_stride, ib, acc);
-    store_tile<T>(acc, out);
+    q4_0_tile<T>(rows, stride, n, out, [&](auto pair, const block_q4_0* const w[4], int64_t ib, __m256 acc[T]) {
+        q4_0_step<T, Vnni, pair.value>(w, x, x_stride, ib, acc);
+    });
 }
 
 template <bool Vnni>

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <immintrin.h>
+#include <type_traits>
 
 namespace colibri {
 namespace {
@@ -102,6 +103,21 @@ inline void store_tile(const __m256 acc[T], float* out) {
     for (int t = 0; t < T; ++t) {
         _mm_storeu_ps(out + 4 * t, _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1)));
     }
+}
+
+// A q4_0 tile over n columns: step(std::bool_constant<Pair>, w, ib, acc) for blocks two at a
+// time (Pair), then an odd last block alone.
+template <int T, class Step>
+inline void q4_0_tile(const void* rows, size_t stride, int64_t n, float* out, Step step) {
+    const format::block_q4_0* w[4];
+    row_pointers(rows, stride, w);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    const int64_t nb = n / format::qk;
+    int64_t ib = 0;
+    for (; ib + 1 < nb; ib += 2) step(std::true_type{}, w, ib, acc);
+    if (ib < nb) step(std::false_type{}, w, ib, acc);
+    store_tile<T>(acc, out);
 }
 
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
