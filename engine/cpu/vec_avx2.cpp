@@ -70,8 +70,7 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
 
 // Per-row sums of four vectors of 8 int32 lanes, by 128-bit half:
 // [s0 lo, s1 lo, s2 lo, s3 lo | s0 hi, s1 hi, s2 hi, s3 hi], each the sum of 4 lanes.
-// Unpacks and adds: vphaddd costs several shuffle uops each, the shuffle pipes are the
-// tiles' busiest.
+// Unpacks and adds in place of vphaddd, which decodes to several uops on many CPUs.
 inline __m256i hsum4(const __m256i s[4]) {
     // per half: [s0 0+2, s1 0+2, s0 1+3, s1 1+3] and the same for s2, s3
     const __m256i t01 = _mm256_add_epi32(_mm256_unpacklo_epi32(s[0], s[1]), _mm256_unpackhi_epi32(s[0], s[1]));

@@ -181,7 +181,11 @@ uint64_t madd_loop(int64_t iterations) {
 template <bool Vnni>
 vec_kernels make_table(const vec_kernels& avx2) {
     vec_kernels k = avx2;
+#if defined(COLIBRI_AVX512_EMULATED)
+    k.name = Vnni ? "avx512-vnni (SIMDe)" : "avx512 (SIMDe)";
+#else
     k.name = Vnni ? "avx512-vnni" : "avx512";
+#endif
     k.tile_q8_0 = dispatch_tile<q8_0_tiles<Vnni>>;
     k.tile_q4_0 = dispatch_tile<q4_0_tiles<Vnni>>;
     k.read_sum = read_sum;
