@@ -32,6 +32,13 @@ inline float bf16(uint16_t h) {
 
 inline int min_int(int a, int b) { return a < b ? a : b; }
 
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
 void quantize_x(const float* x, block_q8_x* out, int64_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t ib = 0; ib < n / qk; ++ib) {

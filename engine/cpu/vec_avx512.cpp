@@ -1,7 +1,7 @@
 // AVX-512 (F, BW, VL) row kernels, with VNNI's vpdpbusd where the CPU has it. This file
 // alone is compiled with those instruction sets; its tables are only used after the CPU
-// reported them. The integer tiles, the bandwidth probe and the int8 peak are AVX-512; the
-// other entries are the AVX2 table's.
+// reported them. The integer tiles and the int8 peak are AVX-512; the other entries are the
+// AVX2 table's (a wider read loop does not read memory faster).
 //
 // Built a second time for the tests with COLIBRI_AVX512_EMULATED: SIMDe then provides the
 // 512-bit intrinsics on an AVX2 machine, so the same kernels are checked against the
@@ -135,24 +135,6 @@ constexpr tile_fn q8_0_tiles[4] = {tile_q8_0_t<1, Vnni>, tile_q8_0_t<2, Vnni>, t
 template <bool Vnni>
 constexpr tile_fn q4_0_tiles[4] = {tile_q4_0_t<1, Vnni>, tile_q4_0_t<2, Vnni>, tile_q4_0_t<3, Vnni>, tile_q4_0_t<4, Vnni>};
 
-uint64_t read_sum(const void* p, size_t bytes) {
-    // eight independent streams (eighths of the range) read in lockstep, as in the AVX2 table
-    constexpr int streams = 8;
-    const auto* v = static_cast<const uint8_t*>(p);
-    const size_t part = bytes / streams;
-    __m512i acc[streams];
-    for (auto& a : acc) a = _mm512_setzero_si512();
-    for (size_t i = 0; i < part; i += 64) {
-        for (int k = 0; k < streams; ++k) acc[k] = _mm512_add_epi64(acc[k], _mm512_loadu_si512(v + size_t(k) * part + i));
-    }
-    __m512i s = acc[0];
-    for (int k = 1; k < streams; ++k) s = _mm512_add_epi64(s, acc[k]);
-    const __m256i h = _mm256_add_epi64(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
-    alignas(32) uint64_t out[4];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out), h);
-    return out[0] + out[1] + out[2] + out[3];
-}
-
 template <bool Vnni>
 uint64_t madd_loop(int64_t iterations) {
     // independent chains of the tiles' dot-product instructions on registers only, each on
@@ -188,22 +170,16 @@ vec_kernels make_table(const vec_kernels& avx2) {
 #endif
     k.tile_q8_0 = dispatch_tile<q8_0_tiles<Vnni>>;
     k.tile_q4_0 = dispatch_tile<q4_0_tiles<Vnni>>;
-    k.read_sum = read_sum;
     k.madd_loop = madd_loop<Vnni>;
     return k;
 }
 
 // The tables; nullptr when there is no AVX2 table to complete them.
 const vec_kernels* table(bool vnni) {
-    static const vec_kernels* tables = [] {
-        const vec_kernels* avx2 = avx2_vec_kernels();
-        static vec_kernels t[2];
-        if (avx2 == nullptr) return static_cast<vec_kernels*>(nullptr);
-        t[0] = make_table<false>(*avx2);
-        t[1] = make_table<true>(*avx2);
-        return t;
-    }();
-    return tables != nullptr ? &tables[vnni ? 1 : 0] : nullptr;
+    const vec_kernels* avx2 = avx2_vec_kernels();
+    if (avx2 == nullptr) return nullptr;
+    static const vec_kernels tables[2] = {make_table<false>(*avx2), make_table<true>(*avx2)};
+    return &tables[vnni ? 1 : 0];
 }
 
 } // namespace

@@ -16,13 +16,6 @@ namespace {
 // alone leave a decode step waiting on memory.
 constexpr int prefetch_bytes = 512;
 
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 template <class Block>
 inline void row_pointers(const void* rows, size_t stride, const Block* w[4]) {
     for (int r = 0; r < 4; ++r) w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
