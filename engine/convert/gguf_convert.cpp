@@ -286,7 +286,7 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     }
     pl.vector(std::string(names::output_norm), std::string(names::output_norm), hp.n_embd);
     if (!tied) pl.matrix(std::string(names::output), std::string(names::output), hp.n_vocab, hp.n_embd);
-    hp.weight_type = static_cast<uint32_t>(pl.plan[2].type); // blk.0.attn_q (informative)
+    hp.weight_type = static_cast<uint32_t>(matmul_storage(pl.plan[2].type, pl.plan[2].shape[0])); // as blk.0.attn_q is stored (informative)
     p.tensors = std::move(pl.plan);
     return p;
 }

@@ -218,7 +218,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (cfg.boolean("mlp_bias", false)) cfg.unsupported("mlp_bias is not supported");
     if (cfg.boolean("use_sliding_window", false)) cfg.unsupported("sliding-window attention is not supported");
     hp.qk_norm = static_cast<uint32_t>(fam->qk);
-    hp.weight_type = static_cast<uint32_t>(quant);
+    hp.weight_type = static_cast<uint32_t>(matmul_storage(quant, hp.n_head * hp.head_dim)); // as blk.0.attn_q is stored
     hp.embedding_scale = 1.0f;
     hp.residual_scale = 1.0f;
     hp.logit_scale = 1.0f;

@@ -34,7 +34,7 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     hp.n_vocab = o.n_vocab;
     hp.n_ctx = o.n_ctx;
     hp.flags = flag_norm_topk_prob | (o.n_ff_shexp > 0 ? uint32_t(flag_shared_expert_gate) : 0u);
-    hp.weight_type = static_cast<uint32_t>(quant);
+    hp.weight_type = static_cast<uint32_t>(matmul_storage(quant, uint64_t(o.n_head) * o.head_dim)); // as blk.0.attn_q is stored
     hp.rope_theta = 10000.0f;
     hp.norm_eps = 1e-5f;
     hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;

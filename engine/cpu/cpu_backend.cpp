@@ -65,9 +65,15 @@ public:
     void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) override {
         const int64_t cols = static_cast<int64_t>(table.cols());
         const uint64_t rb = format::row_bytes(table.type, table.cols());
+        std::vector<uint8_t> row(table.type == format::dtype::q4_0x8 ? rb : 0);
         for (int t = 0; t < n; ++t) {
             float* o = out + t * cols;
-            kernels::to_f32_row(table.type, table.data + uint64_t(ids[t]) * rb, o, cols);
+            if (table.type == format::dtype::q4_0x8) {
+                format::q4_0x8_row(table.data, table.cols(), uint64_t(ids[t]), row.data());
+                kernels::to_f32_row(table.type, row.data(), o, cols);
+            } else {
+                kernels::to_f32_row(table.type, table.data + uint64_t(ids[t]) * rb, o, cols);
+            }
             if (scale != 1.0f) {
                 for (int64_t i = 0; i < cols; ++i) o[i] *= scale;
             }
@@ -120,8 +126,9 @@ public:
                 if (r0 < r1) matmul_rows(jobs[j], xq_.data() + xq_begin_[size_t(j)], r0 - b, r1 - b);
             }
         };
-        // chunks of about chunk_bytes of weights, in multiples of four rows (whole tiles)
-        const int64_t grain = std::max<int64_t>(4, int64_t(chunk_bytes * uint64_t(total) / std::max<uint64_t>(bytes, 1)) / 4 * 4);
+        // chunks of about chunk_bytes of weights, in multiples of eight rows (whole tiles and
+        // q4_0x8 groups)
+        const int64_t grain = std::max<int64_t>(8, int64_t(chunk_bytes * uint64_t(total) / std::max<uint64_t>(bytes, 1)) / 8 * 8);
         split(total, work, grain, rows);
     }
 
@@ -137,7 +144,9 @@ public:
         const int64_t cols = static_cast<int64_t>(w.cols());
         const uint64_t rb = format::row_bytes(w.type, w.cols());
         const bool q8 = w.type == format::dtype::q8_0;
-        if (uses_int8(w)) {
+        if (w.type == format::dtype::q4_0x8) {
+            matmul_groups(jb, xq, r0, r1);
+        } else if (uses_int8(w)) {
             const auto tile = q8 ? vk_.tile_q8_0 : vk_.tile_q4_0;
             const size_t nb = size_t(cols / format::qk);
             float out[16];
@@ -220,6 +229,64 @@ public:
                     default: v = vk_.dot_f32(reinterpret_cast<const float*>(row), xt, cols); break;
                     }
                     y[t * rows + r] = v;
+                }
+            }
+        }
+    }
+
+    // The q4_0x8 groups of eight rows whose first row lies in [r0, r1) (every group in the
+    // range that holds its first row: the ranges of a product cover each group once).
+    void matmul_groups(const matmul_job& jb, const block_q8_x* xq, int64_t r0, int64_t r1) const {
+        const tensor_view& w = *jb.w;
+        const int n = jb.n;
+        const int64_t rows = static_cast<int64_t>(w.rows()), cols = static_cast<int64_t>(w.cols());
+        const uint64_t gb = format::q4_0x8_rows * format::row_bytes(w.type, w.cols()); // bytes of a group
+        const int64_t g0 = (r0 + 7) / 8, g1 = (r1 + 7) / 8;
+        const auto y_at = [&](int t, int64_t row) { return jb.y + t * rows + row; };
+        if (!uses_int8(w)) {
+            // f32 activations: each group back in q4_0 rows, then the q4_0 row kernels
+            const uint64_t rb = gb / format::q4_0x8_rows;
+            std::vector<uint8_t> plain(gb);
+            for (int64_t g = g0; g < g1; ++g) {
+                for (int r = 0; r < 8; ++r) format::q4_0x8_row(w.data, w.cols(), uint64_t(g * 8 + r), plain.data() + r * rb);
+                for (int r = 0; r < 8; ++r) {
+                    for (int t = 0; t < n; ++t) *y_at(t, g * 8 + r) = vk_.dot_q4_0_f32(plain.data() + r * rb, jb.x + t * cols, cols);
+                }
+            }
+            return;
+        }
+        const size_t nb = size_t(cols / format::qk);
+        float out[32];
+        if (n <= 4) {
+            // decode and short batches: 4 / n groups a share of the range apart, which keeps
+            // several hardware prefetch streams busy
+            const int streams = 4 / n;
+            const int64_t q = (g1 - g0) / streams;
+            for (int64_t i = 0; i < q; ++i) {
+                vk_.tile_q4_0x8(w.data + uint64_t(g0 + i) * gb, size_t(q) * gb, streams, xq, nb, n, cols, out);
+                for (int t = 0; t < n; ++t) {
+                    for (int s = 0; s < streams; ++s) std::memcpy(y_at(t, (g0 + i + s * q) * 8), out + (t * streams + s) * 8, 8 * sizeof(float));
+                }
+            }
+            for (int64_t g = g0 + streams * q; g < g1; ++g) {
+                vk_.tile_q4_0x8(w.data + uint64_t(g) * gb, 0, 1, xq, nb, n, cols, out);
+                for (int t = 0; t < n; ++t) std::memcpy(y_at(t, g * 8), out + t * 8, 8 * sizeof(float));
+            }
+            return;
+        }
+        // prefill: blocks of groups that stay in L2 while every chunk of tokens passes
+        constexpr int chunk = 64;
+        const int64_t block = std::max<int64_t>(1, int64_t(l2_block_bytes / gb));
+        for (int64_t b0 = g0; b0 < g1; b0 += block) {
+            const int64_t b1 = std::min(g1, b0 + block);
+            for (int t0 = 0; t0 < n; t0 += chunk) {
+                const int t1 = std::min(n, t0 + chunk);
+                for (int64_t g = b0; g < b1; ++g) {
+                    for (int t = t0; t < t1; t += 4) {
+                        const int nt = std::min(4, t1 - t);
+                        vk_.tile_q4_0x8(w.data + uint64_t(g) * gb, 0, 1, xq + size_t(t) * nb, nb, nt, cols, out);
+                        for (int k = 0; k < nt; ++k) std::memcpy(y_at(t + k, g * 8), out + 8 * k, 8 * sizeof(float));
+                    }
                 }
             }
         }

@@ -57,7 +57,8 @@ void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
         }
         return;
     }
-    case dtype::q4_0: {
+    case dtype::q4_0:
+    case dtype::q4_0x8: { // a row in its q4_0 form (format::q4_0x8_row)
         const auto* b = static_cast<const block_q4_0*>(row);
         for (int64_t ib = 0; ib < n / format::qk; ++ib) {
             const float d = f16_to_f32(b[ib].d);
@@ -98,7 +99,8 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
         }
         return sum;
     }
-    case dtype::q4_0: {
+    case dtype::q4_0:
+    case dtype::q4_0x8: { // a row in its q4_0 form (format::q4_0x8_row)
         const auto* b = static_cast<const block_q4_0*>(row);
         for (int64_t ib = 0; ib < n / format::qk; ++ib) {
             const float* xb = x + ib * format::qk;
@@ -145,7 +147,8 @@ void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
         }
         return;
     }
-    case dtype::q4_0: {
+    case dtype::q4_0:
+    case dtype::q4_0x8: { // a row in its q4_0 form (format::q4_0x8_row)
         auto* b = static_cast<block_q4_0*>(out);
         for (int64_t ib = 0; ib < n / format::qk; ++ib) {
             const float* xb = x + ib * format::qk;

@@ -33,6 +33,13 @@ struct vec_kernels {
     /// batching never changes a result.
     void (*tile_q8_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q4_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    /// Integer dot products of q4_0x8 row groups: n_groups groups of eight rows (`stride`
+    /// bytes apart) with n_tok quantised activation vectors (`x_stride` blocks apart),
+    /// n_groups * n_tok <= 4: out[(t * n_groups + g) * 8 + r] = row r of group g . x_t.
+    /// Each block's integer sum is exact; each row's blocks are scaled and added in f32 one
+    /// after another, in one sum, the same in every table.
+    void (*tile_q4_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                        int64_t n, float* out);
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);

@@ -6,6 +6,7 @@
 #include "cpu/vec.h"
 
 #include <cstdint>
+#include <cstring>
 #include <immintrin.h>
 #include <type_traits>
 
@@ -114,6 +115,72 @@ inline void q4_0_tile(const void* rows, size_t stride, int64_t n, float* out, St
 }
 
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+// q4_0x8 groups are one sequential stream each, read further ahead: every 64-byte line of
+// the 144-byte blocks gets its prefetch.
+constexpr int q4_0x8_prefetch_bytes = 1024;
+
+// Four activation bytes, x[i..i+3], in every int32 lane (a broadcast from memory).
+inline __m256i x4_all_lanes(const int8_t* x) {
+    int32_t v;
+    std::memcpy(&v, x, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// A q4_0x8 tile: G groups of eight rows (stride bytes apart) by T tokens. Each int32 lane
+// of a 256-bit load of nibbles holds four bytes of one row (format::block_q4_0x8), so
+// products with the matching four activation bytes in every lane sum per row without a
+// horizontal reduction. block_sums(lo[4], hi[4], qs) returns the eight rows' exact sums of
+// nibbles (lo: elements 4k..4k+3, hi: 16+4k..) times the activation block's bytes qs.
+template <int G, int T, class BlockSums>
+inline void q4_0x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out,
+                        BlockSums block_sums) {
+    static_assert(G * T <= 4);
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const format::block_q4_0x8* w[G];
+    for (int g = 0; g < G; ++g) w[g] = reinterpret_cast<const format::block_q4_0x8*>(static_cast<const uint8_t*>(groups) + g * stride);
+    __m256 acc[G * T];
+    for (int i = 0; i < G * T; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / format::qk; ++ib) {
+        for (int g = 0; g < G; ++g) {
+            const format::block_q4_0x8& b = w[g][ib];
+            const char* ahead = reinterpret_cast<const char*>(&b) + q4_0x8_prefetch_bytes;
+            for (int line = 0; line < 3; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+            __m256i lo[4], hi[4];
+            for (int k = 0; k < 4; ++k) {
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k]));
+                lo[k] = _mm256_and_si256(q, low);
+                hi[k] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+            }
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+            for (int t = 0; t < T; ++t) {
+                const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
+                // less the -8 offsets (8 * sum(x)), scaled and added
+                const __m256i s = _mm256_sub_epi32(block_sums(lo, hi, xb.qs), _mm256_set1_epi32(8 * xb.sum));
+                acc[t * G + g] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[t * G + g]);
+            }
+        }
+    }
+    for (int i = 0; i < G * T; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
+// The q4_0x8 tiles for every (groups, tokens) with groups * tokens <= 4, and their dispatch.
+using x8_tile_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, float*);
+template <template <int, int> class Tile>
+void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                 float* out) {
+    // [tokens - 1][groups - 1]
+    static constexpr x8_tile_fn tiles[4][4] = {
+        {Tile<1, 1>::run, Tile<2, 1>::run, Tile<3, 1>::run, Tile<4, 1>::run},
+        {Tile<1, 2>::run, Tile<2, 2>::run, nullptr, nullptr},
+        {Tile<1, 3>::run, nullptr, nullptr, nullptr},
+        {Tile<1, 4>::run, nullptr, nullptr, nullptr},
+    };
+    const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4 / t);
+    tiles[t - 1][g - 1](groups, stride, x, x_stride, n, out);
+}
+
+
 
 // A tile kernel for a fixed token count, and the dispatch over 1-4 tokens.
 using tile_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, float*);

@@ -23,8 +23,11 @@ enum class dtype : uint32_t {
     bf16 = 2,
     q8_0 = 3, ///< blocks of 32: f16 scale d, 32 x int8; x = d * q
     q4_0 = 4, ///< blocks of 32: f16 scale d, 16 bytes of nibbles; x = d * (q - 8)
+    /// q4_0 blocks of a matrix whose rows come in groups of eight, interleaved so that one
+    /// 256-bit load holds four bytes of each row (block_q4_0x8); rows a multiple of 8
+    q4_0x8 = 5,
 };
-inline constexpr uint32_t dtype_count = 5;
+inline constexpr uint32_t dtype_count = 6;
 inline constexpr int qk = 32; ///< elements per quantisation block
 
 #pragma pack(push, 1)
@@ -36,8 +39,17 @@ struct block_q4_0 {
     uint16_t d;     // f16
     uint8_t qs[16]; // low nibble: element i, high nibble: element i + 16
 };
+/// Block column ib of rows 8g..8g+7 of a q4_0x8 matrix: the eight q4_0 blocks' scales,
+/// then their nibbles in four chunks of 32 bytes, chunk k holding bytes 4k..4k+3 of each
+/// row in turn (qs[k][r][j] = byte 4k + j of row 8g + r's block). A group's blocks follow
+/// each other, and the groups each other: the matrix is read as one sequential stream.
+struct block_q4_0x8 {
+    uint16_t d[8];
+    uint8_t qs[4][8][4];
+};
 #pragma pack(pop)
-static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18);
+static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0));
+inline constexpr int q4_0x8_rows = 8; ///< rows in one q4_0x8 group
 
 /// Name used in files, on the command line and in the docs.
 std::string_view dtype_name(dtype t);
@@ -46,6 +58,14 @@ bool parse_dtype(std::string_view name, dtype& out);
 /// Bytes of one row of `n` elements; 0 when `n` is not a multiple of the block size.
 uint64_t row_bytes(dtype t, uint64_t n);
 bool is_quantized(dtype t);
+/// The type a matrix of `rows` is stored as for matrix products when `t` is asked for:
+/// q4_0x8 for q4_0 with rows a multiple of 8, else `t` itself. (A table that is also
+/// looked up row by row, token_embd, keeps `t`.)
+dtype matmul_storage(dtype t, uint64_t rows);
+/// Interleaves `rows` (a multiple of 8) q4_0 rows of `cols` elements into q4_0x8 groups.
+void interleave_q4_0x8(const void* q4_0_rows, uint64_t rows, uint64_t cols, void* out);
+/// Row r of a q4_0x8 matrix of `cols` columns back in q4_0 form.
+void q4_0x8_row(const void* matrix, uint64_t cols, uint64_t r, void* out_row);
 
 /// Model families. The runtime reads only the flat hyperparameters; this is informative.
 enum class arch : uint32_t {

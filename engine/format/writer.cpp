@@ -2,6 +2,7 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
+#include "model/tensor_names.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -19,6 +20,11 @@ model_writer::model_writer(const hparams& hp, const tokenizer_header& tok,
     tok_.payload_size = tok_payload_.size();
 }
 
+format::dtype model_writer::stored_type(std::string_view name, dtype type, const std::vector<uint64_t>& shape) {
+    if (type != dtype::q4_0 || shape.size() != 2 || name == names::token_embd) return type;
+    return matmul_storage(type, shape[0]);
+}
+
 void model_writer::add_tensor(const std::string& name, dtype type, std::vector<uint64_t> shape,
                               producer fill) {
     if (name.empty() || name.size() >= max_name) {
@@ -34,6 +40,10 @@ void model_writer::add_tensor(const std::string& name, dtype type, std::vector<u
                                                 " elements do not fit " +
                                                 std::string(dtype_name(type)) + " blocks");
     }
+    if (type == dtype::q4_0x8 && (shape.size() != 2 || shape[0] % q4_0x8_rows != 0)) {
+        throw error(errc::invalid_argument, "tensor '" + name + "': q4_0x8 needs a matrix with a multiple of 8 rows");
+    }
+    type = stored_type(name, type, shape);
     uint64_t size = rb;
     for (size_t i = 0; i + 1 < shape.size(); ++i) size *= shape[i];
     tensors_.push_back({name, type, std::move(shape), size, std::move(fill)});
@@ -117,11 +127,17 @@ uint64_t model_writer::write(const std::string& path, const progress& on_progres
         write_all(f.get(), dir.data(), dir.size(), tmp);
         at += dir.size();
         pad_to(f.get(), at, data_offset, tmp);
-        std::vector<uint8_t> buf;
+        std::vector<uint8_t> buf, rows;
         for (size_t i = 0; i < tensors_.size(); ++i) {
             const pending& t = tensors_[i];
             buf.assign(t.size, 0);
             t.fill(buf.data());
+            if (t.type == dtype::q4_0x8) {
+                // the producer wrote q4_0 rows
+                rows.swap(buf);
+                buf.resize(t.size);
+                interleave_q4_0x8(rows.data(), t.shape[0], t.shape[1], buf.data());
+            }
             write_all(f.get(), buf.data(), buf.size(), tmp);
             at += buf.size();
             pad_to(f.get(), at, align_up(at), tmp);

@@ -151,8 +151,12 @@ int main(int argc, char** argv) {
             }
             format::dtype q;
             if (!format::parse_dtype(quant, q)) throw error(errc::invalid_argument, "unknown --quant '" + quant + "'");
+            if (q == format::dtype::q4_0x8) q = format::dtype::q4_0; // q4_0 matrices are stored so
+            // named after the type the matrices are stored as: a file from before a layout
+            // change is not taken for a current one
+            const std::string stored(format::dtype_name(format::matmul_storage(q, 8)));
             const auto dir = cache_dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(cache_dir);
-            model_path = (dir / ("colibri-bench-" + shape + "-" + quant + ".colibri")).string();
+            model_path = (dir / ("colibri-bench-" + shape + "-" + stored + ".colibri")).string();
             if (!std::filesystem::exists(model_path)) {
                 // the tokenizer only labels the ids; any sentencepiece model that fits will do
                 const auto exe_dir = std::filesystem::canonical("/proc/self/exe").parent_path();

@@ -234,3 +234,73 @@ TEST_CASE("random corruption and truncation never crash the loader") {
     }
     CHECK(refused >= 290); // a flip in padding bytes may leave the file valid
 }
+
+TEST_CASE("q4_0 matrices are stored as q4_0x8 groups of eight rows, and a q4_0x8 tensor that is not such a matrix is refused") {
+    test::temp_dir dir;
+    // q4_0 rows with distinct scales and nibbles
+    auto rows_of = [](uint64_t rows, uint64_t cols) {
+        std::vector<uint8_t> q(rows * format::row_bytes(format::dtype::q4_0, cols));
+        for (size_t i = 0; i < q.size(); ++i) q[i] = uint8_t(i * 7 + i / 251);
+        return q;
+    };
+    const auto m16 = rows_of(16, 64), m12 = rows_of(12, 64), table = rows_of(16, 64);
+    // the header and tokenizer of a valid model
+    write_random_model(test::small_random_model(), dir.file("base.colibri"), format::dtype::q8_0, {});
+    const model_file base(dir.file("base.colibri"));
+    const std::vector<uint8_t> payload(base.tokenizer_payload().begin(), base.tokenizer_payload().end());
+    auto fill = [](const std::vector<uint8_t>& src) { return [src](uint8_t* dst) { std::memcpy(dst, src.data(), src.size()); }; };
+    const std::string path = dir.file("m.colibri");
+    {
+        model_writer w(base.hp(), base.tokenizer(), payload);
+        w.add_tensor("m16", format::dtype::q4_0, {16, 64}, fill(m16));
+        w.add_tensor("m12", format::dtype::q4_0, {12, 64}, fill(m12));          // rows not a multiple of 8
+        w.add_tensor("token_embd.weight", format::dtype::q4_0, {16, 64}, fill(table)); // looked up by row
+        CHECK_THROWS_WITH_AS(w.add_tensor("bad", format::dtype::q4_0x8, {12, 64}, fill(m12)),
+                             doctest::Contains("q4_0x8 needs a matrix with a multiple of 8 rows"), error);
+        w.write(path);
+    }
+    {
+        const model_file mf(path);
+        const tensor_view* t16 = mf.find("m16");
+        REQUIRE(t16 != nullptr);
+        CHECK(t16->type == format::dtype::q4_0x8);
+        CHECK(t16->size == m16.size());
+        const uint64_t rb = format::row_bytes(format::dtype::q4_0, 64);
+        std::vector<uint8_t> row(rb);
+        for (uint64_t r = 0; r < 16; ++r) {
+            format::q4_0x8_row(t16->data, 64, r, row.data());
+            CHECK(std::memcmp(row.data(), m16.data() + r * rb, rb) == 0);
+        }
+        // the layout itself: block 1 of rows 8-15 holds their scales, then four bytes of each
+        // row per 32-byte chunk
+        const auto& b = reinterpret_cast<const format::block_q4_0x8*>(t16->data)[2 + 1];
+        const auto* row9 = reinterpret_cast<const format::block_q4_0*>(m16.data() + 9 * rb);
+        CHECK(b.d[1] == row9[1].d);
+        CHECK(std::memcmp(b.qs[2][1], row9[1].qs + 8, 4) == 0);
+        CHECK(mf.find("m12")->type == format::dtype::q4_0);
+        CHECK(std::memcmp(mf.find("m12")->data, m12.data(), m12.size()) == 0);
+        CHECK(mf.find("token_embd.weight")->type == format::dtype::q4_0);
+    }
+    // a directory entry that says q4_0x8 for 12 rows
+    auto bytes = test::read_bytes(path);
+    format::header h;
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    format::tensor_entry e;
+    uint8_t* entry = bytes.data() + h.tensors.offset + 1 * format::tensor_entry_size;
+    std::memcpy(&e, entry, sizeof(e));
+    REQUIRE(std::string(e.name) == "m12");
+    e.dtype = static_cast<uint32_t>(format::dtype::q4_0x8);
+    std::memcpy(entry, &e, sizeof(e));
+    h.tensors.crc32 = crc32(bytes.data() + h.tensors.offset, h.tensors.size);
+    std::memcpy(bytes.data(), &h, sizeof(h));
+    fix_header_crc(bytes);
+    const std::string bad = dir.file("bad.colibri");
+    test::write_bytes(bad, bytes);
+    try {
+        model_file mf(bad);
+        FAIL("a q4_0x8 tensor of 12 rows loaded");
+    } catch (const error& err) {
+        CHECK(err.code() == errc::format);
+        CHECK(std::string(err.what()).find("tensor 'm12': q4_0x8 needs a matrix with a multiple of 8 rows") != std::string::npos);
+    }
+}

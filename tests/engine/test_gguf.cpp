@@ -151,21 +151,32 @@ TEST_CASE("GGUF Q8_0 and Q4_0 blocks are copied and the other types requantised 
         CHECK(st.top1 >= e.min_top1);
         CHECK(st.mean_kl <= e.max_kl);
         if (e.copied) {
-            // byte for byte: attn_v as stored, attn_q with llama.cpp's row order undone
+            // byte for byte: attn_v as stored, attn_q with llama.cpp's row order undone (q4_0
+            // matrices are stored interleaved as q4_0x8: their rows are compared taken back)
             const gguf_file g(gguf_fixture(e.file));
             const model_file mf(out);
+            const auto row_of = [](const tensor_view& t, uint64_t r) {
+                const uint64_t rb = format::row_bytes(t.type, t.cols());
+                std::vector<uint8_t> row(t.data + r * rb, t.data + (r + 1) * rb);
+                if (t.type == format::dtype::q4_0x8) format::q4_0x8_row(t.data, t.cols(), r, row.data());
+                return row;
+            };
             const tensor_view* v = mf.find("blk.0.attn_v.weight");
             const gguf_tensor* gv = g.find_tensor("blk.0.attn_v.weight");
             REQUIRE((v != nullptr && gv != nullptr));
             CHECK(v->size == gv->size);
-            CHECK(std::memcmp(v->data, gv->data, gv->size) == 0);
+            CHECK(v->type == (e.kept == format::dtype::q4_0 ? format::dtype::q4_0x8 : e.kept));
+            const uint64_t rb = ggml::row_bytes(gv->type, gv->ne[0]);
+            for (uint64_t row = 0; row < v->rows(); ++row) {
+                CHECK(std::memcmp(row_of(*v, row).data(), gv->data + row * rb, rb) == 0);
+            }
             const tensor_view* q = mf.find("blk.0.attn_q.weight");
             const gguf_tensor* gq = g.find_tensor("blk.0.attn_q.weight");
             REQUIRE((q != nullptr && gq != nullptr));
-            const uint64_t rb = ggml::row_bytes(gq->type, gq->ne[0]), head = 16;
+            const uint64_t head = 16;
             for (uint64_t row = 0; row < q->rows(); ++row) {
                 const uint64_t h = row / head, j = (row % head) / (head / 2), i = row % (head / 2);
-                CHECK(std::memcmp(q->data + row * rb, gq->data + (h * head + 2 * i + j) * rb, rb) == 0);
+                CHECK(std::memcmp(row_of(*q, row).data(), gq->data + (h * head + 2 * i + j) * rb, rb) == 0);
             }
         }
     }

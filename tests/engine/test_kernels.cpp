@@ -262,6 +262,50 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             dx4(q.data(), x4.data(), size_t(n), n, out);
             for (int k = 0; k < 4; ++k) CHECK(out[k] == f_simd(q.data(), x4.data() + k * n, n));
         }
+        // q4_0x8: four groups of eight rows (and the first again), every count of groups
+        // and tokens the tiles take, bit-identical to the reference and within rounding of
+        // the exact dot of the stored values
+        {
+            auto w32 = random_vec(size_t(32 * n), 45 + n, 2.0f);
+            const auto q32 = quantize(dtype::q4_0, w32, 32, n);
+            const size_t rb = format::row_bytes(dtype::q4_0, n), gb = 8 * rb;
+            std::vector<uint8_t> x8(5 * gb);
+            format::interleave_q4_0x8(q32.data(), 32, uint64_t(n), x8.data());
+            std::memcpy(x8.data() + 4 * gb, x8.data(), gb);
+            std::vector<float> stored32(size_t(32 * n));
+            std::vector<uint8_t> row(rb);
+            for (int r = 0; r < 32; ++r) {
+                format::q4_0x8_row(x8.data(), uint64_t(n), uint64_t(r), row.data());
+                CHECK(std::memcmp(row.data(), q32.data() + r * rb, rb) == 0);
+                kernels::to_f32_row(dtype::q4_0x8, row.data(), stored32.data() + r * n, n);
+            }
+            for (int n_tok = 1; n_tok <= 4; ++n_tok) {
+                for (int n_groups = 1; n_groups * n_tok <= 4; ++n_groups) {
+                    for (size_t stride : {gb, gb * size_t(4 / n_groups), size_t(0)}) {
+                        CAPTURE(n_tok);
+                        CAPTURE(n_groups);
+                        CAPTURE(stride);
+                        float want[32], got[32];
+                        ref.tile_q4_0x8(x8.data(), stride, n_groups, xq4.data(), size_t(n / 32), n_tok, n, want);
+                        simd->tile_q4_0x8(x8.data(), stride, n_groups, xq4.data(), size_t(n / 32), n_tok, n, got);
+                        for (int k = 0; k < n_tok; ++k) {
+                            for (int g = 0; g < n_groups; ++g) {
+                                for (int r = 0; r < 8; ++r) {
+                                    const int i = (k * n_groups + g) * 8 + r;
+                                    CHECK(got[i] == want[i]);
+                                    const size_t group = (size_t(g) * stride / gb) % 4; // the fifth group is the first
+                                    const float* wr = stored32.data() + (group * 8 + size_t(r)) * size_t(n);
+                                    const float* xk = xv4.data() + k * n;
+                                    double exact = 0;
+                                    for (int64_t c = 0; c < n; ++c) exact += double(wr[c]) * xk[c];
+                                    CHECK(std::fabs(want[i] - exact) <= dot_tolerance(wr, xk, n, 1e-5));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
     for (int64_t n : {1, 7, 33, 1000, 4099}) {
         CAPTURE(n);
@@ -310,7 +354,8 @@ TEST_CASE("thread pool balanced split hands out every item exactly once") {
 }
 
 TEST_CASE("backend matmul matches the reference on odd and large shapes") {
-    struct shape { int64_t rows, cols; int n; } shapes[] = {{1, 32, 1}, {7, 64, 3}, {257, 96, 1}, {33, 1024, 5}, {1000, 352, 2}, {37, 64, 70}};
+    struct shape { int64_t rows, cols; int n; } shapes[] = {{1, 32, 1}, {7, 64, 3}, {257, 96, 1}, {33, 1024, 5}, {1000, 352, 2}, {37, 64, 70},
+                                                            {8, 32, 1}, {24, 1024, 3}, {264, 96, 1}, {136, 352, 4}, {40, 64, 70}};
     for (const vec_kernels* vk : all_tables())
     for (bool int8_act : {false, true})
     for (int threads : {1, 3}) {
@@ -320,7 +365,8 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
         o.int8_activations = int8_act;
         auto be = make_cpu_backend(o, 4096);
         for (auto s : shapes) {
-            for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+            for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_0x8}) {
+                if (t == dtype::q4_0x8 && s.rows % 8 != 0) continue;
                 const std::string table = vk->name;
                 CAPTURE(table);
                 CAPTURE(int8_act);
@@ -330,6 +376,10 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                 CAPTURE(s.n);
                 auto w = random_vec(size_t(s.rows * s.cols), 21);
                 auto q = quantize(t, w, s.rows, s.cols);
+                if (t == dtype::q4_0x8) {
+                    const std::vector<uint8_t> rows = q;
+                    format::interleave_q4_0x8(rows.data(), uint64_t(s.rows), uint64_t(s.cols), q.data());
+                }
                 auto x = random_vec(size_t(s.n * s.cols), 22);
                 tensor_view tv;
                 tv.type = t;
@@ -354,7 +404,13 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                 std::vector<float> row(s.cols);
                 for (int tok = 0; tok < s.n; ++tok) {
                     for (int64_t r = 0; r < s.rows; ++r) {
-                        kernels::to_f32_row(t, q.data() + r * rb, row.data(), s.cols);
+                        if (t == dtype::q4_0x8) {
+                            std::vector<uint8_t> plain(rb);
+                            format::q4_0x8_row(q.data(), uint64_t(s.cols), uint64_t(r), plain.data());
+                            kernels::to_f32_row(t, plain.data(), row.data(), s.cols);
+                        } else {
+                            kernels::to_f32_row(t, q.data() + r * rb, row.data(), s.cols);
+                        }
                         double ref = 0;
                         for (int64_t c = 0; c < s.cols; ++c) ref += double(row[c]) * xs[tok * s.cols + c];
                         REQUIRE(std::fabs(y[tok * s.rows + r] - ref) <= dot_tolerance(row.data(), xs.data() + tok * s.cols, s.cols, 1e-5));
@@ -369,6 +425,62 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
             }
         }
     }
+}
+
+TEST_CASE("q4_0x8 products split at any row give the results of the product alone and embed reads its rows") {
+    // a q4_0x8 job after one of 12 rows starts mid-way through a chunk of the split: each
+    // group must still be computed once, by the range that holds its first row
+    const int64_t cols = 352;
+    auto make = [&](dtype t, int64_t rows, uint64_t seed) {
+        auto q = quantize(dtype::q4_0, random_vec(size_t(rows * cols), seed), rows, cols);
+        if (t == dtype::q4_0x8) {
+            const std::vector<uint8_t> plain = q;
+            format::interleave_q4_0x8(plain.data(), uint64_t(rows), uint64_t(cols), q.data());
+        }
+        return q;
+    };
+    auto view = [&](dtype t, int64_t rows, const std::vector<uint8_t>& q) {
+        tensor_view tv;
+        tv.type = t;
+        tv.n_dims = 2;
+        tv.shape[0] = uint64_t(rows);
+        tv.shape[1] = uint64_t(cols);
+        tv.data = q.data();
+        tv.size = q.size();
+        return tv;
+    };
+    const auto small = make(dtype::q4_0, 12, 31), big = make(dtype::q4_0x8, 2000, 32), big_plain = make(dtype::q4_0, 2000, 32);
+    const tensor_view ts = view(dtype::q4_0, 12, small), tb = view(dtype::q4_0x8, 2000, big), tp = view(dtype::q4_0, 2000, big_plain);
+    for (const vec_kernels* vk : all_tables()) {
+        for (int threads : {1, 2, 3}) {
+            for (int n : {1, 2, 3, 9}) {
+                const std::string table = vk->name;
+                CAPTURE(table);
+                CAPTURE(threads);
+                CAPTURE(n);
+                cpu_options o;
+                o.n_threads = threads;
+                o.kernels = vk;
+                auto be = make_cpu_backend(o, 4096);
+                const auto x = random_vec(size_t(n * cols), 33);
+                std::vector<float> y_small(size_t(n * 12)), y_big(size_t(n * 2000), NAN), y_alone(size_t(n * 2000));
+                const matmul_job jobs[2] = {{&ts, x.data(), n, y_small.data()}, {&tb, x.data(), n, y_big.data()}};
+                be->matmul_many(jobs, 2);
+                be->matmul(tb, x.data(), n, y_alone.data());
+                for (size_t i = 0; i < y_big.size(); ++i) REQUIRE(y_big[i] == y_alone[i]);
+                // the same rows stored plainly: equal within the f32 rounding of the sums
+                std::vector<float> y_plain(size_t(n * 2000));
+                be->matmul(tp, x.data(), n, y_plain.data());
+                for (size_t i = 0; i < y_big.size(); ++i) REQUIRE(std::fabs(y_big[i] - y_plain[i]) <= 1e-4f * (1.0f + std::fabs(y_plain[i])));
+            }
+        }
+    }
+    auto be = make_cpu_backend(cpu_options{}, 4096);
+    const int32_t ids[3] = {1999, 0, 77};
+    std::vector<float> e8(3 * cols), e0(3 * cols);
+    be->embed(tb, ids, 3, 0.5f, e8.data());
+    be->embed(tp, ids, 3, 0.5f, e0.data());
+    CHECK(e8 == e0);
 }
 
 TEST_CASE("backend attention stores the batch and matches a direct computation with grouped heads") {
