@@ -268,9 +268,12 @@ public:
                     for (int s = 0; s < streams; ++s) std::memcpy(y_at(t, (g0 + i + s * q) * 8), out + (t * streams + s) * 8, 8 * sizeof(float));
                 }
             }
-            for (int64_t g = g0 + streams * q; g < g1; ++g) {
-                vk_.tile_q4_0x8(w.data + uint64_t(g) * gb, 0, 1, xq, nb, n, cols, out);
-                for (int t = 0; t < n; ++t) std::memcpy(y_at(t, g * 8), out + t * 8, 8 * sizeof(float));
+            // the groups left over (fewer than `streams`), together
+            const int64_t g = g0 + streams * q;
+            const int rest = static_cast<int>(g1 - g);
+            if (rest > 0) {
+                vk_.tile_q4_0x8(w.data + uint64_t(g) * gb, gb, rest, xq, nb, n, cols, out);
+                for (int t = 0; t < n; ++t) std::memcpy(y_at(t, g * 8), out + t * rest * 8, size_t(rest) * 8 * sizeof(float));
             }
             return;
         }
