@@ -116,6 +116,13 @@ inline void q4_0_tile(const void* rows, size_t stride, int64_t n, float* out, St
 
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+// A tile kernel for a fixed token count, and the dispatch over 1-4 tokens.
+using tile_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, float*);
+template <const tile_fn (&Tiles)[4]>
+void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
+    Tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
+}
+
 // q4_0x8 groups are one sequential stream each, read further ahead: every 64-byte line of
 // the 144-byte blocks gets its prefetch.
 constexpr int q4_0x8_prefetch_bytes = 1024;
@@ -165,12 +172,11 @@ inline void q4_0x8_tile(const void* groups, size_t stride, const block_q8_x* x, 
 }
 
 // The q4_0x8 tiles for every (groups, tokens) with groups * tokens <= 4, and their dispatch.
-using x8_tile_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, float*);
 template <template <int, int> class Tile>
 void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
                  float* out) {
     // [tokens - 1][groups - 1]
-    static constexpr x8_tile_fn tiles[4][4] = {
+    static constexpr tile_fn tiles[4][4] = {
         {Tile<1, 1>::run, Tile<2, 1>::run, Tile<3, 1>::run, Tile<4, 1>::run},
         {Tile<1, 2>::run, Tile<2, 2>::run, nullptr, nullptr},
         {Tile<1, 3>::run, nullptr, nullptr, nullptr},
@@ -178,15 +184,6 @@ void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8
     };
     const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4 / t);
     tiles[t - 1][g - 1](groups, stride, x, x_stride, n, out);
-}
-
-
-
-// A tile kernel for a fixed token count, and the dispatch over 1-4 tokens.
-using tile_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, float*);
-template <const tile_fn (&Tiles)[4]>
-void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
-    Tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
 }
 
 } // namespace
