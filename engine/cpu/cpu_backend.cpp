@@ -250,7 +250,13 @@ public:
             for (int64_t g = g0; g < g1; ++g) {
                 for (int r = 0; r < 8; ++r) format::q4_0x8_row(w.data, w.cols(), uint64_t(g * 8 + r), plain.data() + r * rb);
                 for (int r = 0; r < 8; ++r) {
-                    for (int t = 0; t < n; ++t) *y_at(t, g * 8 + r) = vk_.dot_q4_0_f32(plain.data() + r * rb, jb.x + t * cols, cols);
+                    const uint8_t* row = plain.data() + r * rb;
+                    int t = 0;
+                    for (float out[4]; t + 4 <= n; t += 4) {
+                        vk_.dotx4_q4_0_f32(row, jb.x + t * cols, size_t(cols), cols, out);
+                        for (int k = 0; k < 4; ++k) *y_at(t + k, g * 8 + r) = out[k];
+                    }
+                    for (; t < n; ++t) *y_at(t, g * 8 + r) = vk_.dot_q4_0_f32(row, jb.x + t * cols, cols);
                 }
             }
             return;

@@ -47,14 +47,20 @@ double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const ve
     return sink.load() == 42 ? best + 1e-9 : best; // keep the sums alive
 }
 
-dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk) {
-    const int64_t n = 4096, rows = 8, iters = 1000; // 8 rows of 4096: 34 KiB per thread
+dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype weights) {
+    const int64_t n = 4096, rows = 8, iters = 1000; // 8 rows of 4096: 34 KiB per thread at q8_0
     thread_pool pool(n_threads);
     std::vector<float> x(size_t(4 * n)); // four activation vectors (the prefill kernels' batch)
     for (int64_t i = 0; i < 4 * n; ++i) x[size_t(i)] = float(i % 7) - 3.0f;
-    const size_t rb = format::row_bytes(format::dtype::q8_0, n);
+    const bool q8 = weights == format::dtype::q8_0, x8 = weights == format::dtype::q4_0x8;
+    const format::dtype row_type = q8 ? format::dtype::q8_0 : format::dtype::q4_0; // q4_0x8 rows are q4_0 rows
+    const size_t rb = format::row_bytes(row_type, n);
     std::vector<uint8_t> w(size_t(rows) * rb);
-    for (int64_t r = 0; r < rows; ++r) kernels::from_f32_row(format::dtype::q8_0, x.data(), w.data() + size_t(r) * rb, n);
+    for (int64_t r = 0; r < rows; ++r) kernels::from_f32_row(row_type, x.data(), w.data() + size_t(r) * rb, n);
+    std::vector<uint8_t> groups(x8 ? w.size() : 0);
+    if (x8) format::interleave_q4_0x8(w.data(), uint64_t(rows), uint64_t(n), groups.data());
+    const auto dotx4 = q8 ? vk.dotx4_q8_0_f32 : vk.dotx4_q4_0_f32;
+    const auto tile = q8 ? vk.tile_q8_0 : vk.tile_q4_0;
     std::vector<block_q8_x> xq(size_t(4 * n / format::qk));
     vk.quantize_x(x.data(), xq.data(), 4 * n);
     std::atomic<uint64_t> sink{0};
@@ -76,7 +82,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk) {
             float s = 0, out[4];
             for (int64_t it = 0; it < iters; ++it) {
                 for (int64_t r = 0; r < rows; ++r) {
-                    vk.dotx4_q8_0_f32(w.data() + size_t(r) * rb, x.data(), size_t(n), n, out);
+                    dotx4(w.data() + size_t(r) * rb, x.data(), size_t(n), n, out);
                     s += out[0] + out[3];
                 }
             }
@@ -85,10 +91,15 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk) {
         double(n) * rows * iters * 4);
     p.int8_act = best_of(
         [&] {
-            float s = 0, out[16];
+            float s = 0, out[32];
             for (int64_t it = 0; it < iters; ++it) {
+                if (x8) {
+                    vk.tile_q4_0x8(groups.data(), 0, 1, xq.data(), size_t(n / format::qk), 4, n, out);
+                    s += out[0] + out[31];
+                    continue;
+                }
                 for (int64_t r = 0; r < rows; r += 4) {
-                    vk.tile_q8_0(w.data() + size_t(r) * rb, rb, xq.data(), size_t(n / format::qk), 4, n, out);
+                    tile(w.data() + size_t(r) * rb, rb, xq.data(), size_t(n / format::qk), 4, n, out);
                     s += out[0] + out[15];
                 }
             }

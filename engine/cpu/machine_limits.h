@@ -1,6 +1,8 @@
 #pragma once
 // Measured limits of this machine, for the roofline in colibri-bench.
 
+#include "format/format.h"
+
 #include <cstddef>
 
 namespace colibri {
@@ -12,13 +14,13 @@ struct vec_kernels;
 double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const vec_kernels& vk);
 
 /// Multiply-adds per second, all threads: the machine's int8 peak (the integer dot-product
-/// instructions on registers), and the q8_0 prefill kernels on cache-resident data with f32
-/// and with int8 activations (four rows by four tokens).
+/// instructions on registers), and the prefill kernels of `weights` (q8_0, q4_0 or q4_0x8)
+/// on cache-resident data with f32 and with int8 activations (eight rows by four tokens).
 struct dot_peak {
     double machine_int8;
     double f32_act;
     double int8_act;
 };
-dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk);
+dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype weights = format::dtype::q8_0);
 
 } // namespace colibri

@@ -383,19 +383,19 @@ uint64_t read_sum(const void* p, size_t bytes) {
 }
 
 uint64_t madd_loop(int64_t iterations) {
-    // independent chains of the int8 dot-product instructions (maddubs, madd, add), each on
-    // its own inputs (the same inputs would let the compiler compute the products once),
-    // 8 x 32 multiply-adds per iteration, on registers only
+    // independent chains of the int8 dot-product instructions, each on its own inputs (the
+    // same inputs would let the compiler compute the products once), 8 x 32 multiply-adds
+    // per iteration, on registers only: maddubs with its pairs added in int16, the form
+    // whose sums the tiles widen to int32 only once per block or several (q4_0x8)
     constexpr int chains = 8;
     __m256i a = _mm256_set1_epi8(3);
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i b[chains], acc[chains];
     for (int k = 0; k < chains; ++k) {
         b[k] = _mm256_set1_epi8(static_cast<char>(5 + k));
         acc[k] = _mm256_setzero_si256();
     }
     for (int64_t i = 0; i < iterations; ++i) {
-        for (int k = 0; k < chains; ++k) acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b[k]), ones));
+        for (int k = 0; k < chains; ++k) acc[k] = _mm256_add_epi16(acc[k], _mm256_maddubs_epi16(a, b[k]));
         // the inputs must be read every time
         __asm__ volatile("" : "+x"(a), "+x"(b[0]), "+x"(b[1]), "+x"(b[2]), "+x"(b[3]));
         __asm__ volatile("" : "+x"(b[4]), "+x"(b[5]), "+x"(b[6]), "+x"(b[7]));

@@ -154,7 +154,8 @@ constexpr tile_fn q4_0_tiles[4] = {tile_q4_0_t<1, Vnni>, tile_q4_0_t<2, Vnni>, t
 template <bool Vnni>
 uint64_t madd_loop(int64_t iterations) {
     // independent chains of the tiles' dot-product instructions on registers only, each on
-    // its own inputs; 8 x 64 multiply-adds per pass, so iterations / 2 passes (the table
+    // its own inputs (vpdpbusd, or maddubs with its pairs added in int16 as the AVX2 table
+    // measures it); 8 x 64 multiply-adds per pass, so iterations / 2 passes (the table
     // counts 256 per iteration)
     constexpr int chains = 8;
     __m512i a = _mm512_set1_epi8(3);
@@ -164,7 +165,10 @@ uint64_t madd_loop(int64_t iterations) {
         acc[k] = _mm512_setzero_si512();
     }
     for (int64_t i = 0; i < iterations / 2; ++i) {
-        for (int k = 0; k < chains; ++k) acc[k] = dot4<Vnni>(acc[k], a, b[k]);
+        for (int k = 0; k < chains; ++k) {
+            if constexpr (Vnni) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b[k]);
+            else acc[k] = _mm512_add_epi16(acc[k], _mm512_maddubs_epi16(a, b[k]));
+        }
 #if !defined(COLIBRI_AVX512_EMULATED)
         // the inputs must be read every time
         __asm__ volatile("" : "+v"(a), "+v"(b[0]), "+v"(b[1]), "+v"(b[2]), "+v"(b[3]));

@@ -185,6 +185,8 @@ int main(int argc, char** argv) {
         const double ready_ms = ms_since(process_start);
 
         const double w_bytes = weight_bytes_per_token(*rt->mdl);
+        // the prefill kernel measured on cached data is the one the layers' matrices use
+        const format::dtype matrix_type = rt->mdl->layers().front().wq->type;
         const double kv_bytes = double(kv_token_bytes) * (prompt_tokens + gen_tokens / 2.0);
         const double bytes_per_token = w_bytes + kv_bytes;
         const double macs_per_token = double(rt->mdl->n_params_active()) - hp.n_embd;
@@ -203,7 +205,7 @@ int main(int argc, char** argv) {
             result r{};
             r.threads = nt;
             r.bandwidth = measure_read_bandwidth(nt, size_t(bandwidth_mib) << 20, 5, vk);
-            r.peak = measure_dot_peak(nt, vk);
+            r.peak = measure_dot_peak(nt, vk, matrix_type);
             cpu_options co;
             co.n_threads = nt;
             co.int8_activations = vm.count("f32-act") == 0;
