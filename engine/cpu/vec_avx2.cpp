@@ -383,26 +383,31 @@ uint64_t read_sum(const void* p, size_t bytes) {
 }
 
 uint64_t madd_loop(int64_t iterations) {
-    // independent chains of the int8 dot-product instructions, each on its own inputs (the
-    // same inputs would let the compiler compute the products once), 8 x 32 multiply-adds
-    // per iteration, on registers only: maddubs with its pairs added in int16, the form
-    // whose sums the tiles widen to int32 only once per block or several (q4_0x8)
-    constexpr int chains = 8;
-    __m256i a = _mm256_set1_epi8(3);
-    __m256i b[chains], acc[chains];
-    for (int k = 0; k < chains; ++k) {
-        b[k] = _mm256_set1_epi8(static_cast<char>(5 + k));
-        acc[k] = _mm256_setzero_si256();
-    }
+    // independent chains of the int8 dot-product instructions, 8 x 32 multiply-adds per
+    // iteration, on registers only: maddubs with its pairs added in int16, the form whose
+    // sums the tiles widen to int32 only once per block or several (q4_0x8). Eight
+    // accumulators over two times four inputs (every product different, or the compiler
+    // would compute them once), all held in registers: GCC otherwise keeps some accumulators
+    // on the stack, and the loop measures store forwarding instead.
+    __m256i a0 = _mm256_set1_epi8(3), a1 = _mm256_set1_epi8(4);
+    __m256i b0 = _mm256_set1_epi8(5), b1 = _mm256_set1_epi8(6), b2 = _mm256_set1_epi8(7), b3 = _mm256_set1_epi8(8);
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
     for (int64_t i = 0; i < iterations; ++i) {
-        for (int k = 0; k < chains; ++k) acc[k] = _mm256_add_epi16(acc[k], _mm256_maddubs_epi16(a, b[k]));
-        // the inputs must be read every time
-        __asm__ volatile("" : "+x"(a), "+x"(b[0]), "+x"(b[1]), "+x"(b[2]), "+x"(b[3]));
-        __asm__ volatile("" : "+x"(b[4]), "+x"(b[5]), "+x"(b[6]), "+x"(b[7]));
+        c0 = _mm256_add_epi16(c0, _mm256_maddubs_epi16(a0, b0));
+        c1 = _mm256_add_epi16(c1, _mm256_maddubs_epi16(a0, b1));
+        c2 = _mm256_add_epi16(c2, _mm256_maddubs_epi16(a0, b2));
+        c3 = _mm256_add_epi16(c3, _mm256_maddubs_epi16(a0, b3));
+        c4 = _mm256_add_epi16(c4, _mm256_maddubs_epi16(a1, b0));
+        c5 = _mm256_add_epi16(c5, _mm256_maddubs_epi16(a1, b1));
+        c6 = _mm256_add_epi16(c6, _mm256_maddubs_epi16(a1, b2));
+        c7 = _mm256_add_epi16(c7, _mm256_maddubs_epi16(a1, b3));
+        // the inputs must be read every time; the accumulators stay in registers
+        __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(b0), "+x"(b1), "+x"(b2), "+x"(b3), "+x"(c0), "+x"(c1), "+x"(c2),
+                         "+x"(c3), "+x"(c4), "+x"(c5), "+x"(c6), "+x"(c7));
     }
-    __m256i s = acc[0];
-    for (int k = 1; k < chains; ++k) s = _mm256_add_epi32(s, acc[k]);
-    return static_cast<uint64_t>(_mm256_extract_epi32(s, 0));
+    const __m256i s = _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(c0, c1), _mm256_add_epi16(c2, c3)),
+                                       _mm256_add_epi16(_mm256_add_epi16(c4, c5), _mm256_add_epi16(c6, c7)));
+    return static_cast<uint64_t>(_mm256_extract_epi16(s, 0));
 }
 
 constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_tile_t>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
