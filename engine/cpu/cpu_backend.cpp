@@ -68,12 +68,12 @@ public:
         std::vector<uint8_t> row(table.type == format::dtype::q4_0x8 ? rb : 0);
         for (int t = 0; t < n; ++t) {
             float* o = out + t * cols;
+            const uint8_t* src = table.data + uint64_t(ids[t]) * rb;
             if (table.type == format::dtype::q4_0x8) {
-                format::q4_0x8_row(table.data, table.cols(), uint64_t(ids[t]), row.data());
-                kernels::to_f32_row(table.type, row.data(), o, cols);
-            } else {
-                kernels::to_f32_row(table.type, table.data + uint64_t(ids[t]) * rb, o, cols);
+                format::q4_0x8_row(table.data, table.cols(), uint64_t(ids[t]), row.data()); // back in q4_0 form
+                src = row.data();
             }
+            kernels::to_f32_row(table.type, src, o, cols);
             if (scale != 1.0f) {
                 for (int64_t i = 0; i < cols; ++i) o[i] *= scale;
             }
@@ -205,18 +205,7 @@ public:
             for (int64_t r = r0 + 4 * q; r < r1; ++r) y[r] = dot1(w.data + r * rb, x, cols);
         } else if (format::is_quantized(w.type)) {
             // prefill: each row is converted once per block for four tokens at a time
-            auto dotx4 = q8 ? vk_.dotx4_q8_0_f32 : vk_.dotx4_q4_0_f32;
-            auto dot1 = q8 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
-            float out[4];
-            for (int64_t r = r0; r < r1; ++r) {
-                const uint8_t* row = w.data + r * rb;
-                int t = 0;
-                for (; t + 4 <= n; t += 4) {
-                    dotx4(row, x + t * cols, size_t(cols), cols, out);
-                    for (int k = 0; k < 4; ++k) y[(t + k) * rows + r] = out[k];
-                }
-                for (; t < n; ++t) y[t * rows + r] = dot1(row, x + t * cols, cols);
-            }
+            for (int64_t r = r0; r < r1; ++r) f32_row_tokens(q8, w.data + r * rb, jb, r);
         } else {
             for (int64_t r = r0; r < r1; ++r) {
                 const uint8_t* row = w.data + r * rb;
@@ -234,6 +223,20 @@ public:
         }
     }
 
+    // Row r of a q8_0 or q4_0 product (its bytes at `row`) with every token's f32
+    // activations: four tokens at a time, then one, each bit-identical to one at a time.
+    void f32_row_tokens(bool q8, const uint8_t* row, const matmul_job& jb, int64_t r) const {
+        const auto dotx4 = q8 ? vk_.dotx4_q8_0_f32 : vk_.dotx4_q4_0_f32;
+        const auto dot1 = q8 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
+        const int64_t rows = static_cast<int64_t>(jb.w->rows()), cols = static_cast<int64_t>(jb.w->cols());
+        int t = 0;
+        for (float out[4]; t + 4 <= jb.n; t += 4) {
+            dotx4(row, jb.x + t * cols, size_t(cols), cols, out);
+            for (int k = 0; k < 4; ++k) jb.y[(t + k) * rows + r] = out[k];
+        }
+        for (; t < jb.n; ++t) jb.y[t * rows + r] = dot1(row, jb.x + t * cols, cols);
+    }
+
     // The q4_0x8 groups of eight rows whose first row lies in [r0, r1) (every group in the
     // range that holds its first row: the ranges of a product cover each group once).
     void matmul_groups(const matmul_job& jb, const block_q8_x* xq, int64_t r0, int64_t r1) const {
@@ -249,15 +252,7 @@ public:
             std::vector<uint8_t> plain(gb);
             for (int64_t g = g0; g < g1; ++g) {
                 for (int r = 0; r < 8; ++r) format::q4_0x8_row(w.data, w.cols(), uint64_t(g * 8 + r), plain.data() + r * rb);
-                for (int r = 0; r < 8; ++r) {
-                    const uint8_t* row = plain.data() + r * rb;
-                    int t = 0;
-                    for (float out[4]; t + 4 <= n; t += 4) {
-                        vk_.dotx4_q4_0_f32(row, jb.x + t * cols, size_t(cols), cols, out);
-                        for (int k = 0; k < 4; ++k) *y_at(t + k, g * 8 + r) = out[k];
-                    }
-                    for (; t < n; ++t) *y_at(t, g * 8 + r) = vk_.dot_q4_0_f32(row, jb.x + t * cols, cols);
-                }
+                for (int r = 0; r < 8; ++r) f32_row_tokens(false, plain.data() + r * rb, jb, g * 8 + r);
             }
             return;
         }

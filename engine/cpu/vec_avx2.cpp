@@ -150,17 +150,14 @@ void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
 // q4_0x8: per group and token, eight maddubs of nibbles with broadcast activation bytes,
 // summed in int16 (each maddubs pair sum is at most 2 * 15 * 127: eight of them fit), then
 // one madd to int32.
-template <int G, int T>
-struct q4_0x8_tile_t {
-    static void run(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
-        q4_0x8_tile<G, T>(groups, stride, x, x_stride, n, out, [](const __m256i lo[4], const __m256i hi[4], const int8_t* qs) {
-            __m256i s = _mm256_setzero_si256();
-            for (int k = 0; k < 4; ++k) {
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[k], x4_all_lanes(qs + 4 * k)));
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[k], x4_all_lanes(qs + 16 + 4 * k)));
-            }
-            return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
-        });
+struct q4_0x8_sums {
+    __m256i operator()(const __m256i lo[4], const __m256i hi[4], const int8_t* qs) const {
+        __m256i s = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[k], x4_all_lanes(qs + 4 * k)));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[k], x4_all_lanes(qs + 16 + 4 * k)));
+        }
+        return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
     }
 };
 
@@ -410,7 +407,7 @@ uint64_t madd_loop(int64_t iterations) {
     return static_cast<uint64_t>(_mm256_extract_epi16(s, 0));
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_tile_t>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
+constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_sums>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
                                 dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend<float>, attend<uint16_t>, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace

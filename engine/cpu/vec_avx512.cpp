@@ -132,17 +132,14 @@ void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
 
 // q4_0x8 with VNNI: vpdpbusd sums four products per int32 lane in place of maddubs, add
 // and madd.
-template <int G, int T>
-struct q4_0x8_vnni_t {
-    static void run(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
-        q4_0x8_tile<G, T>(groups, stride, x, x_stride, n, out, [](const __m256i lo[4], const __m256i hi[4], const int8_t* qs) {
-            __m256i s = _mm256_setzero_si256();
-            for (int k = 0; k < 4; ++k) {
-                s = _mm256_dpbusd_epi32(s, lo[k], x4_all_lanes(qs + 4 * k));
-                s = _mm256_dpbusd_epi32(s, hi[k], x4_all_lanes(qs + 16 + 4 * k));
-            }
-            return s;
-        });
+struct q4_0x8_vnni_sums {
+    __m256i operator()(const __m256i lo[4], const __m256i hi[4], const int8_t* qs) const {
+        __m256i s = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+            s = _mm256_dpbusd_epi32(s, lo[k], x4_all_lanes(qs + 4 * k));
+            s = _mm256_dpbusd_epi32(s, hi[k], x4_all_lanes(qs + 16 + 4 * k));
+        }
+        return s;
     }
 };
 
@@ -190,7 +187,7 @@ vec_kernels make_table(const vec_kernels& avx2) {
 #endif
     k.tile_q8_0 = dispatch_tile<q8_0_tiles<Vnni>>;
     k.tile_q4_0 = dispatch_tile<q4_0_tiles<Vnni>>;
-    if constexpr (Vnni) k.tile_q4_0x8 = dispatch_x8<q4_0x8_vnni_t>; // else the AVX2 one
+    if constexpr (Vnni) k.tile_q4_0x8 = dispatch_x8<q4_0x8_vnni_sums>; // else the AVX2 one
     k.madd_loop = madd_loop<Vnni>;
     return k;
 }

@@ -137,12 +137,13 @@ inline __m256i x4_all_lanes(const int8_t* x) {
 // A q4_0x8 tile: G groups of eight rows (stride bytes apart) by T tokens. Each int32 lane
 // of a 256-bit load of nibbles holds four bytes of one row (format::block_q4_0x8), so
 // products with the matching four activation bytes in every lane sum per row without a
-// horizontal reduction. block_sums(lo[4], hi[4], qs) returns the eight rows' exact sums of
-// nibbles (lo: elements 4k..4k+3, hi: 16+4k..) times the activation block's bytes qs.
+// horizontal reduction. BlockSums{}(lo[4], hi[4], qs) returns the eight rows' exact sums of
+// nibbles (lo: elements 4k..4k+3, hi: 16+4k..) times the activation block's bytes qs: the
+// one step a table supplies.
 template <int G, int T, class BlockSums>
-inline void q4_0x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out,
-                        BlockSums block_sums) {
+void q4_0x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
     static_assert(G * T <= 4);
+    const BlockSums block_sums;
     const __m256i low = _mm256_set1_epi8(0x0F);
     const format::block_q4_0x8* w[G];
     for (int g = 0; g < G; ++g) w[g] = reinterpret_cast<const format::block_q4_0x8*>(static_cast<const uint8_t*>(groups) + g * stride);
@@ -172,15 +173,15 @@ inline void q4_0x8_tile(const void* groups, size_t stride, const block_q8_x* x, 
 }
 
 // The q4_0x8 tiles for every (groups, tokens) with groups * tokens <= 4, and their dispatch.
-template <template <int, int> class Tile>
+template <class BlockSums>
 void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
                  float* out) {
     // [tokens - 1][groups - 1]
     static constexpr tile_fn tiles[4][4] = {
-        {Tile<1, 1>::run, Tile<2, 1>::run, Tile<3, 1>::run, Tile<4, 1>::run},
-        {Tile<1, 2>::run, Tile<2, 2>::run, nullptr, nullptr},
-        {Tile<1, 3>::run, nullptr, nullptr, nullptr},
-        {Tile<1, 4>::run, nullptr, nullptr, nullptr},
+        {q4_0x8_tile<1, 1, BlockSums>, q4_0x8_tile<2, 1, BlockSums>, q4_0x8_tile<3, 1, BlockSums>, q4_0x8_tile<4, 1, BlockSums>},
+        {q4_0x8_tile<1, 2, BlockSums>, q4_0x8_tile<2, 2, BlockSums>, nullptr, nullptr},
+        {q4_0x8_tile<1, 3, BlockSums>, nullptr, nullptr, nullptr},
+        {q4_0x8_tile<1, 4, BlockSums>, nullptr, nullptr, nullptr},
     };
     const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4 / t);
     tiles[t - 1][g - 1](groups, stride, x, x_stride, n, out);
