@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <sys/resource.h>
@@ -78,10 +79,20 @@ struct route_counts {
     }
 };
 
+// Peak resident memory since the last reset_peak_rss (the kernel's high-water mark), so
+// that the bandwidth probe's buffer and a random model's writing are not counted.
 long peak_rss_kib() {
-    rusage ru{};
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);) {
+        if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+    }
+    rusage ru{}; // no procfs: the peak of the whole process
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss;
+}
+
+void reset_peak_rss() {
+    std::ofstream("/proc/self/clear_refs") << "5"; // 5: the high-water mark back to the current RSS
 }
 
 } // namespace
@@ -191,12 +202,15 @@ int main(int argc, char** argv) {
         const double bytes_per_token = w_bytes + kv_bytes;
         const double macs_per_token = double(rt->mdl->n_params_active()) - hp.n_embd;
 
+        // Each repetition is measured against the machine's limits measured just before it:
+        // on a shared host the read bandwidth moves by tens of percent within a minute.
         struct result {
             int threads;
-            double bandwidth;
-            dot_peak peak;
+            stats bandwidth, ceiling, machine_peak, used_peak; // bytes/s, tok/s, multiply-adds/s
             stats prefill_tps, decode_tps, ttft_ms;
+            stats decode_fraction, prefill_fraction, prefill_used_fraction;
         };
+        long model_rss_kib = 0;
         std::vector<result> results;
         route_counts routes;
         routes.n_expert = static_cast<int>(hp.n_expert);
@@ -204,15 +218,20 @@ int main(int argc, char** argv) {
         for (int nt : threads) {
             result r{};
             r.threads = nt;
-            r.bandwidth = measure_read_bandwidth(nt, size_t(bandwidth_mib) << 20, 5, vk);
-            r.peak = measure_dot_peak(nt, vk, matrix_type);
             cpu_options co;
             co.n_threads = nt;
             co.int8_activations = vm.count("f32-act") == 0;
             const int64_t max_cols = std::max({hp.n_embd, hp.n_head * hp.head_dim, hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
             auto be = make_cpu_backend(co, max_cols);
-            std::vector<double> pre, dec, ttft;
+            const bool f32_act = vm.count("f32-act") > 0;
+            std::vector<double> bw, ceil, machine, used, pre, dec, ttft, dec_frac, pre_frac, pre_used_frac;
             for (int rep = 0; rep < reps; ++rep) {
+                bw.push_back(measure_read_bandwidth(nt, size_t(bandwidth_mib) << 20, 3, vk));
+                ceil.push_back(bw.back() / bytes_per_token);
+                const dot_peak peak = measure_dot_peak(nt, vk, matrix_type);
+                machine.push_back(peak.machine_int8);
+                used.push_back(f32_act ? peak.f32_act : peak.int8_act);
+                reset_peak_rss();
                 session s(*rt->mdl, *be, n_ctx, n_batch);
                 std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
                 uint64_t st = 0x9E3779B97F4A7C15ull + uint64_t(rep);
@@ -236,10 +255,21 @@ int main(int argc, char** argv) {
                 pre.push_back(prompt_tokens * 1000.0 / t_first);
                 dec.push_back(gen_tokens * 1000.0 / t_dec);
                 ttft.push_back(t_first);
+                dec_frac.push_back(dec.back() / ceil.back());
+                pre_frac.push_back(pre.back() * macs_per_token / machine.back());
+                pre_used_frac.push_back(pre.back() * macs_per_token / used.back());
+                model_rss_kib = std::max(model_rss_kib, peak_rss_kib());
             }
+            r.bandwidth = summarise(bw);
+            r.ceiling = summarise(ceil);
+            r.machine_peak = summarise(machine);
+            r.used_peak = summarise(used);
             r.prefill_tps = summarise(pre);
             r.decode_tps = summarise(dec);
             r.ttft_ms = summarise(ttft);
+            r.decode_fraction = summarise(dec_frac);
+            r.prefill_fraction = summarise(pre_frac);
+            r.prefill_used_fraction = summarise(pre_used_frac);
             results.push_back(r);
         }
 
@@ -254,20 +284,25 @@ int main(int argc, char** argv) {
                         static_cast<unsigned long long>(rt->mdl->file().file_size()),
                         static_cast<unsigned long long>(rt->mdl->n_params()),
                         static_cast<unsigned long long>(rt->mdl->n_params_active()), bytes_per_token, prompt_tokens,
-                        gen_tokens, reps, load_ms, ready_ms, peak_rss_kib());
+                        gen_tokens, reps, load_ms, ready_ms, model_rss_kib);
+            // medians, and [min, max] as "..._range"
+            const auto range = [](const stats& v, double scale) {
+                char b[64];
+                std::snprintf(b, sizeof b, "[%.4f,%.4f]", v.min * scale, v.max * scale);
+                return std::string(b);
+            };
             for (size_t i = 0; i < results.size(); ++i) {
                 const result& r = results[i];
-                const double ceiling = r.bandwidth / bytes_per_token;
-                const double used = vm.count("f32-act") ? r.peak.f32_act : r.peak.int8_act;
-                std::fprintf(f, "%s{\"threads\":%d,\"read_bandwidth_gbs\":%.3f,\"decode_ceiling_tps\":%.3f,"
-                            "\"decode_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"decode_fraction\":%.4f,"
+                std::fprintf(f, "%s{\"threads\":%d,\"read_bandwidth_gbs\":%.3f,\"read_bandwidth_gbs_range\":%s,\"decode_ceiling_tps\":%.3f,"
+                            "\"decode_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"decode_fraction\":%.4f,\"decode_fraction_range\":%s,"
                             "\"prefill_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"ttft_ms\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f},"
-                            "\"dot_peak_gmacs\":{\"machine_int8\":%.2f,\"f32_act\":%.2f,\"int8_act\":%.2f},\"prefill_fraction_of_int8_peak\":%.4f,\"prefill_fraction_of_used_peak\":%.4f}",
-                            i ? "," : "", r.threads, r.bandwidth / 1e9, ceiling, r.decode_tps.median, r.decode_tps.min,
-                            r.decode_tps.max, r.decode_tps.median / ceiling, r.prefill_tps.median, r.prefill_tps.min,
-                            r.prefill_tps.max, r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, r.peak.machine_int8 / 1e9,
-                            r.peak.f32_act / 1e9, r.peak.int8_act / 1e9, r.prefill_tps.median * macs_per_token / r.peak.machine_int8,
-                            r.prefill_tps.median * macs_per_token / used);
+                            "\"dot_peak_gmacs\":{\"machine_int8\":%.2f,\"used\":%.2f},\"prefill_fraction_of_int8_peak\":%.4f,"
+                            "\"prefill_fraction_of_int8_peak_range\":%s,\"prefill_fraction_of_used_peak\":%.4f}",
+                            i ? "," : "", r.threads, r.bandwidth.median / 1e9, range(r.bandwidth, 1e-9).c_str(), r.ceiling.median,
+                            r.decode_tps.median, r.decode_tps.min, r.decode_tps.max, r.decode_fraction.median,
+                            range(r.decode_fraction, 1).c_str(), r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max,
+                            r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, r.machine_peak.median / 1e9, r.used_peak.median / 1e9,
+                            r.prefill_fraction.median, range(r.prefill_fraction, 1).c_str(), r.prefill_used_fraction.median);
             }
             std::fprintf(f, "]}\n");
         };
@@ -288,20 +323,21 @@ int main(int argc, char** argv) {
                         "(weights %.1f MiB + KV cache %.2f MiB)\n",
                         load_ms, ready_ms, bytes_per_token / 1048576.0, w_bytes / 1048576.0, kv_bytes / 1048576.0);
             std::printf("prompt %d tokens, %d decoded, %d repetitions: median [min-max]\n", prompt_tokens, gen_tokens, reps);
+            std::printf("each repetition against the bandwidth and int8 peak measured just before it\n");
             for (const result& r : results) {
-                const double ceiling = r.bandwidth / bytes_per_token;
-                const double used = vm.count("f32-act") ? r.peak.f32_act : r.peak.int8_act;
-                std::printf("threads %d: read bandwidth %.2f GB/s -> decode ceiling %.2f tok/s\n", r.threads, r.bandwidth / 1e9, ceiling);
-                std::printf("  decode  %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the ceiling\n", r.decode_tps.median,
-                            r.decode_tps.min, r.decode_tps.max, 100.0 * r.decode_tps.median / ceiling);
-                std::printf("  prefill %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the machine's int8 peak (%.1f GMAC/s), %5.1f%% of "
+                std::printf("threads %d: read bandwidth %.2f GB/s [%.2f-%.2f] -> decode ceiling %.2f tok/s\n", r.threads,
+                            r.bandwidth.median / 1e9, r.bandwidth.min / 1e9, r.bandwidth.max / 1e9, r.ceiling.median);
+                std::printf("  decode  %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the ceiling [%.1f-%.1f]\n", r.decode_tps.median,
+                            r.decode_tps.min, r.decode_tps.max, 100.0 * r.decode_fraction.median, 100.0 * r.decode_fraction.min,
+                            100.0 * r.decode_fraction.max);
+                std::printf("  prefill %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the machine's int8 peak (%.1f GMAC/s) [%.1f-%.1f], %5.1f%% of "
                             "the kernel used on cached data (%.1f GMAC/s)\n",
-                            r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max,
-                            100.0 * r.prefill_tps.median * macs_per_token / r.peak.machine_int8, r.peak.machine_int8 / 1e9,
-                            100.0 * r.prefill_tps.median * macs_per_token / used, used / 1e9);
+                            r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max, 100.0 * r.prefill_fraction.median,
+                            r.machine_peak.median / 1e9, 100.0 * r.prefill_fraction.min, 100.0 * r.prefill_fraction.max,
+                            100.0 * r.prefill_used_fraction.median, r.used_peak.median / 1e9);
                 std::printf("  time to first token %.1f ms [%.1f-%.1f]\n", r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max);
             }
-            std::printf("peak RSS %.1f MiB\n", peak_rss_kib() / 1024.0);
+            std::printf("peak RSS %.1f MiB (the model running, without the probes)\n", model_rss_kib / 1024.0);
             if (vm.count("routing") && hp.n_expert > 0) {
                 std::printf("expert selections per layer during decode (last repetition):\n");
                 for (uint32_t il = 0; il < hp.n_layer; ++il) {
