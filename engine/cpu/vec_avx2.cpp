@@ -253,59 +253,144 @@ float dot_f32(const float* row, const float* x, int64_t n) {
 }
 
 // Attention for head dimensions that are a multiple of 8 (the usual 64 and 128 as
-// compile-time sizes). The keys and values go by in chunks that stay in L1 while every
-// query of the group uses them: scores four keys at a time, then the values summed in
-// registers, eight vectors (64 dimensions) per pass.
+// compile-time sizes). Query heads go in pairs, so each key and value is loaded and
+// converted once for both: scores four keys at a time, a vectorised softmax, then the
+// values summed in registers, four vectors (32 dimensions) per pass over a chunk of keys
+// that stays in L1.
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// e^x, lane by lane, within 2 ulp of the exact value for x in [-87, 88] (Cephes' expf:
+// x = n ln 2 + r with |r| <= ln 2 / 2, e^r by a degree-7 polynomial, 2^n put into the
+// exponent). Below -87 it gives e^-87 (the softmax of scores less their maximum: weights
+// that small vanish against the maximum's 1); NaN stays NaN.
+inline __m256 exp_ps(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x); // max returns its second operand for a NaN
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x); // ln 2 in two parts
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// In-place softmax of n scores; the last partial vector through masked loads and stores.
+inline void softmax_ps(float* s, int n) {
+    const auto tail_mask = [](int m) { // the first m lanes
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    };
+    const int n8 = n / 8 * 8;
+    const __m256i mask = tail_mask(n - n8);
+    __m256 mx = _mm256_set1_ps(-__builtin_huge_valf());
+    for (int j = 0; j < n8; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+    if (n8 < n) mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, _mm256_maskload_ps(s + n8, mask), _mm256_castsi256_ps(mask)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const __m256 m = _mm256_set1_ps(_mm_cvtss_f32(m4));
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < n8; j += 8) {
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));
+        _mm256_storeu_ps(s + j, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (n8 < n) {
+        const __m256 e = _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_maskload_ps(s + n8, mask), m)), _mm256_castsi256_ps(mask));
+        _mm256_maskstore_ps(s + n8, mask, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / hsum(sum));
+    for (int j = 0; j < n8; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
+    if (n8 < n) _mm256_maskstore_ps(s + n8, mask, _mm256_mul_ps(_mm256_maskload_ps(s + n8, mask), inv));
+}
+
+// The four sums of a[0..3]'s lanes.
+inline __m128 hsum4(const __m256 a[4]) {
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// s[h * n + j] = scale * q_h . k_j for H query heads (hd = 8 * nv apart) and n keys.
+template <int H, int NV, class T>
+void attention_scores(const float* q, const T* k, int n, int nv, float scale, float* s) {
+    if constexpr (NV > 0) nv = NV;
+    const int hd = 8 * nv;
+    const __m128 sc = _mm_set1_ps(scale);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256 acc[H][4];
+        for (int h = 0; h < H; ++h) {
+            for (int u = 0; u < 4; ++u) acc[h][u] = _mm256_setzero_ps();
+        }
+        for (int i = 0; i < nv; ++i) {
+            __m256 qi[H];
+            for (int h = 0; h < H; ++h) qi[h] = _mm256_loadu_ps(q + h * hd + 8 * i);
+            for (int u = 0; u < 4; ++u) {
+                const __m256 kv = load8(k + (j + u) * hd + 8 * i);
+                for (int h = 0; h < H; ++h) acc[h][u] = _mm256_fmadd_ps(qi[h], kv, acc[h][u]);
+            }
+        }
+        for (int h = 0; h < H; ++h) _mm_storeu_ps(s + h * n + j, _mm_mul_ps(hsum4(acc[h]), sc));
+    }
+    for (; j < n; ++j) {
+        __m256 acc[H];
+        for (int h = 0; h < H; ++h) acc[h] = _mm256_setzero_ps();
+        for (int i = 0; i < nv; ++i) {
+            const __m256 kv = load8(k + j * hd + 8 * i);
+            for (int h = 0; h < H; ++h) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + 8 * i), kv, acc[h]);
+        }
+        for (int h = 0; h < H; ++h) s[h * n + j] = hsum(acc[h]) * scale;
+    }
+}
+
+// out_h = sum_j s[h * n + j] v_j for H heads (out rows hd = 8 * nv apart).
+template <int H, int NV, class T>
+void attention_values(const float* s, const T* v, int n, int nv, float* out) {
+    if constexpr (NV > 0) nv = NV;
+    const int hd = 8 * nv;
+    constexpr int chunk = 64; // keys whose values stay in L1 across the passes
+    for (int j0 = 0; j0 < n; j0 += chunk) {
+        const int j1 = min_int(n, j0 + chunk);
+        for (int i0 = 0; i0 < nv; i0 += 4) {
+            const int m = min_int(4, nv - i0);
+            __m256 acc[H][4];
+            for (int h = 0; h < H; ++h) {
+                for (int i = 0; i < m; ++i) acc[h][i] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + h * hd + 8 * (i0 + i));
+            }
+            for (int j = j0; j < j1; ++j) {
+                __m256 p[H];
+                for (int h = 0; h < H; ++h) p[h] = _mm256_set1_ps(s[h * n + j]);
+                const T* vj = v + j * hd + 8 * i0;
+                for (int i = 0; i < m; ++i) {
+                    const __m256 vv = load8(vj + 8 * i);
+                    for (int h = 0; h < H; ++h) acc[h][i] = _mm256_fmadd_ps(p[h], vv, acc[h][i]);
+                }
+            }
+            for (int h = 0; h < H; ++h) {
+                for (int i = 0; i < m; ++i) _mm256_storeu_ps(out + h * hd + 8 * (i0 + i), acc[h][i]);
+            }
+        }
+    }
+}
 
 template <int NV, class T>
 void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, float scale, float* scores,
               float* out) {
     if constexpr (NV > 0) nv = NV;
     const int hd = 8 * nv;
-    constexpr int chunk = 32;
-    for (int j0 = 0; j0 < n; j0 += chunk) {
-        const int j1 = min_int(n, j0 + chunk);
-        for (int g = 0; g < n_q; ++g) {
-            const float* qg = q + g * hd;
-            float* s = scores + g * n;
-            int j = j0;
-            for (; j + 4 <= j1; j += 4) {
-                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-                for (int i = 0; i < nv; ++i) {
-                    const __m256 qi = _mm256_loadu_ps(qg + 8 * i);
-                    for (int u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(qi, load8(k + (j + u) * hd + 8 * i), acc[u]);
-                }
-                for (int u = 0; u < 4; ++u) s[j + u] = hsum(acc[u]) * scale;
-            }
-            for (; j < j1; ++j) {
-                __m256 acc = _mm256_setzero_ps();
-                for (int i = 0; i < nv; ++i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * i), load8(k + j * hd + 8 * i), acc);
-                s[j] = hsum(acc) * scale;
-            }
-        }
-    }
-    for (int g = 0; g < n_q; ++g) kernels::softmax(scores + g * n, n);
-    for (int i = 0; i < n_q * hd; ++i) out[i] = 0.0f;
-    for (int j0 = 0; j0 < n; j0 += chunk) {
-        const int j1 = min_int(n, j0 + chunk);
-        for (int g = 0; g < n_q; ++g) {
-            const float* s = scores + g * n;
-            for (int i0 = 0; i0 < nv; i0 += 8) {
-                const int m = min_int(8, nv - i0);
-                float* o = out + g * hd + 8 * i0;
-                __m256 acc[8];
-                for (int i = 0; i < m; ++i) acc[i] = _mm256_loadu_ps(o + 8 * i);
-                for (int j = j0; j < j1; ++j) {
-                    const __m256 p = _mm256_set1_ps(s[j]);
-                    const T* vj = v + j * hd + 8 * i0;
-                    for (int i = 0; i < m; ++i) acc[i] = _mm256_fmadd_ps(p, load8(vj + 8 * i), acc[i]);
-                }
-                for (int i = 0; i < m; ++i) _mm256_storeu_ps(o + 8 * i, acc[i]);
-            }
-        }
-    }
+    int g = 0;
+    for (; g + 2 <= n_q; g += 2) attention_scores<2, NV>(q + g * hd, k, n, nv, scale, scores + g * n);
+    if (g < n_q) attention_scores<1, NV>(q + g * hd, k, n, nv, scale, scores + g * n);
+    for (g = 0; g < n_q; ++g) softmax_ps(scores + g * n, n);
+    for (g = 0; g + 2 <= n_q; g += 2) attention_values<2, NV>(scores + g * n, v, n, nv, out + g * hd);
+    if (g < n_q) attention_values<1, NV>(scores + g * n, v, n, nv, out + g * hd);
 }
 
 template <class T>
