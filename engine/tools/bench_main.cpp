@@ -224,10 +224,10 @@ int main(int argc, char** argv) {
             const int64_t max_cols = std::max({hp.n_embd, hp.n_head * hp.head_dim, hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
             auto be = make_cpu_backend(co, max_cols);
             const bool f32_act = vm.count("f32-act") > 0;
-            std::vector<double> bw, ceil, machine, used, pre, dec, ttft, dec_frac, pre_frac, pre_used_frac;
+            std::vector<double> bw, ceilings, machine, used, pre, dec, ttft, dec_frac, pre_frac, pre_used_frac;
             for (int rep = 0; rep < reps; ++rep) {
                 bw.push_back(measure_read_bandwidth(nt, size_t(bandwidth_mib) << 20, 3, vk));
-                ceil.push_back(bw.back() / bytes_per_token);
+                ceilings.push_back(bw.back() / bytes_per_token);
                 const dot_peak peak = measure_dot_peak(nt, vk, matrix_type);
                 machine.push_back(peak.machine_int8);
                 used.push_back(f32_act ? peak.f32_act : peak.int8_act);
@@ -255,13 +255,13 @@ int main(int argc, char** argv) {
                 pre.push_back(prompt_tokens * 1000.0 / t_first);
                 dec.push_back(gen_tokens * 1000.0 / t_dec);
                 ttft.push_back(t_first);
-                dec_frac.push_back(dec.back() / ceil.back());
+                dec_frac.push_back(dec.back() / ceilings.back());
                 pre_frac.push_back(pre.back() * macs_per_token / machine.back());
                 pre_used_frac.push_back(pre.back() * macs_per_token / used.back());
                 model_rss_kib = std::max(model_rss_kib, peak_rss_kib());
             }
             r.bandwidth = summarise(bw);
-            r.ceiling = summarise(ceil);
+            r.ceiling = summarise(ceilings);
             r.machine_peak = summarise(machine);
             r.used_peak = summarise(used);
             r.prefill_tps = summarise(pre);
