@@ -319,7 +319,15 @@ inline __m128 hsum4(const __m256 a[4]) {
 
 // The cached keys and values of a head are read as two streams, its first and second half
 // of positions side by side: from memory, two streams per thread read faster than one.
+// Each stream's rows are asked for this many positions ahead.
 inline int attention_half(int n) { return n / 4 * 2; }
+constexpr int attention_prefetch_rows = 16;
+
+template <class T>
+inline void prefetch_rows(const T* row, int rows, int hd) {
+    const auto* p = reinterpret_cast<const char*>(row);
+    for (int b = 0; b < rows * hd * int(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
 
 // s[h * n + j] = scale * q_h . k_j for H query heads (hd = 8 * nv apart) and n keys: two
 // keys from each half at a time, then the odd ones left.
@@ -330,6 +338,10 @@ void attention_scores(const float* q, const T* k, int n, int nv, float scale, fl
     const __m128 sc = _mm_set1_ps(scale);
     for (int j = 0; j < half; j += 2) {
         const T* key[4] = {k + j * hd, k + (j + 1) * hd, k + (half + j) * hd, k + (half + j + 1) * hd};
+        if (j + attention_prefetch_rows < half) {
+            prefetch_rows(key[0] + attention_prefetch_rows * hd, 2, hd);
+            prefetch_rows(key[2] + attention_prefetch_rows * hd, 2, hd);
+        }
         __m256 acc[H][4];
         for (int h = 0; h < H; ++h) {
             for (int u = 0; u < 4; ++u) acc[h][u] = _mm256_setzero_ps();
@@ -382,6 +394,10 @@ void attention_values(const float* s, const T* v, int n, int nv, float* out) {
                 for (int h = 0; h < H; ++h) pa[h] = _mm256_set1_ps(s[h * n + j]);
                 if (partner > 0) {
                     const T* vb = va + partner * hd;
+                    if (i0 == 0 && j + attention_prefetch_rows < partner) { // once per chunk
+                        prefetch_rows(v + (j + attention_prefetch_rows) * hd, 1, hd);
+                        prefetch_rows(v + (j + partner + attention_prefetch_rows) * hd, 1, hd);
+                    }
                     __m256 pb[H];
                     for (int h = 0; h < H; ++h) pb[h] = _mm256_set1_ps(s[h * n + j + partner]);
                     for (int i = 0; i < m; ++i) {
