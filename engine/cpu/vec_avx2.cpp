@@ -394,7 +394,7 @@ void attention_values(const float* s, const T* v, int n, int nv, float* out) {
                 for (int h = 0; h < H; ++h) pa[h] = _mm256_set1_ps(s[h * n + j]);
                 if (partner > 0) {
                     const T* vb = va + partner * hd;
-                    if (i0 == 0 && j + attention_prefetch_rows < partner) { // once per chunk
+                    if (i0 == 0 && j + attention_prefetch_rows < partner) { // on the first pass over the chunk
                         prefetch_rows(v + (j + attention_prefetch_rows) * hd, 1, hd);
                         prefetch_rows(v + (j + partner + attention_prefetch_rows) * hd, 1, hd);
                     }
