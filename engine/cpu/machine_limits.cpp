@@ -75,7 +75,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
         return best;
     };
     dot_peak p{};
-    const int64_t loops = 2000000;
+    const int64_t loops = 8000000; // a few ms per pass
     p.machine_int8 = best_of([&] { return vk.madd_loop(loops); }, double(loops) * 256);
     p.f32_act = best_of(
         [&] {

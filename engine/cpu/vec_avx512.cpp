@@ -149,31 +149,47 @@ template <bool Vnni>
 constexpr tile_fn q4_0_tiles[4] = {tile_q4_0_t<1, Vnni>, tile_q4_0_t<2, Vnni>, tile_q4_0_t<3, Vnni>, tile_q4_0_t<4, Vnni>};
 
 template <bool Vnni>
+inline __m512i madd_step(__m512i acc, __m512i a, __m512i b) {
+    if constexpr (Vnni) return _mm512_dpbusd_epi32(acc, a, b);
+    else return _mm512_add_epi16(acc, _mm512_maddubs_epi16(a, b));
+}
+
+template <bool Vnni>
 uint64_t madd_loop(int64_t iterations) {
-    // independent chains of the tiles' dot-product instructions on registers only, each on
-    // its own inputs (vpdpbusd, or maddubs with its pairs added in int16 as the AVX2 table
-    // measures it); 8 x 64 multiply-adds per pass, so iterations / 2 passes (the table
-    // counts 256 per iteration)
-    constexpr int chains = 8;
-    __m512i a = _mm512_set1_epi8(3);
-    __m512i b[chains], acc[chains];
-    for (int k = 0; k < chains; ++k) {
-        b[k] = _mm512_set1_epi8(static_cast<char>(5 + k));
-        acc[k] = _mm512_setzero_si512();
-    }
-    for (int64_t i = 0; i < iterations / 2; ++i) {
-        for (int k = 0; k < chains; ++k) {
-            if constexpr (Vnni) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b[k]);
-            else acc[k] = _mm512_add_epi16(acc[k], _mm512_maddubs_epi16(a, b[k]));
-        }
+    // independent chains of the tiles' dot-product instructions (vpdpbusd, or maddubs with
+    // its pairs added in int16 as the AVX2 table measures it), 64 multiply-adds each. Twelve
+    // accumulators over three times four inputs, every product different (or the compiler
+    // would compute them once), all held in registers: GCC otherwise keeps accumulators on
+    // the stack, and the loop measures store forwarding. Twelve chains cover vpdpbusd's
+    // latency at two per cycle. 12 x 64 = 3 x 256 multiply-adds per pass: iterations / 3
+    // passes.
+    __m512i a0 = _mm512_set1_epi8(3), a1 = _mm512_set1_epi8(4), a2 = _mm512_set1_epi8(5);
+    __m512i b0 = _mm512_set1_epi8(6), b1 = _mm512_set1_epi8(7), b2 = _mm512_set1_epi8(8), b3 = _mm512_set1_epi8(9);
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0,
+            c10 = c0, c11 = c0;
+    for (int64_t i = 0; i < iterations / 3; ++i) {
+        c0 = madd_step<Vnni>(c0, a0, b0);
+        c1 = madd_step<Vnni>(c1, a0, b1);
+        c2 = madd_step<Vnni>(c2, a0, b2);
+        c3 = madd_step<Vnni>(c3, a0, b3);
+        c4 = madd_step<Vnni>(c4, a1, b0);
+        c5 = madd_step<Vnni>(c5, a1, b1);
+        c6 = madd_step<Vnni>(c6, a1, b2);
+        c7 = madd_step<Vnni>(c7, a1, b3);
+        c8 = madd_step<Vnni>(c8, a2, b0);
+        c9 = madd_step<Vnni>(c9, a2, b1);
+        c10 = madd_step<Vnni>(c10, a2, b2);
+        c11 = madd_step<Vnni>(c11, a2, b3);
 #if !defined(COLIBRI_AVX512_EMULATED)
-        // the inputs must be read every time
-        __asm__ volatile("" : "+v"(a), "+v"(b[0]), "+v"(b[1]), "+v"(b[2]), "+v"(b[3]));
-        __asm__ volatile("" : "+v"(b[4]), "+v"(b[5]), "+v"(b[6]), "+v"(b[7]));
+        // the inputs must be read every time; the accumulators stay in registers
+        __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
+        __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6), "+v"(c7), "+v"(c8),
+                         "+v"(c9), "+v"(c10), "+v"(c11));
 #endif
     }
-    __m512i s = acc[0];
-    for (int k = 1; k < chains; ++k) s = _mm512_add_epi32(s, acc[k]);
+    const __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                                       _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)),
+                                                        _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11))));
     return static_cast<uint64_t>(_mm256_extract_epi32(_mm512_castsi512_si256(s), 0));
 }
 
