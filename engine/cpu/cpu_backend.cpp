@@ -260,7 +260,7 @@ public:
             return;
         }
         const size_t nb = size_t(cols / format::qk);
-        float out[32];
+        float out[4 * 4 * 8]; // the most a tile_q4_0x8 call returns
         if (n <= 4) {
             // decode and short batches: 4 / n groups a share of the range apart, which keeps
             // several hardware prefetch streams busy
@@ -288,11 +288,12 @@ public:
             const int64_t b1 = std::min(g1, b0 + block);
             for (int t0 = 0; t0 < n; t0 += chunk) {
                 const int t1 = std::min(n, t0 + chunk);
-                for (int64_t g = b0; g < b1; ++g) {
+                for (int64_t g = b0; g < b1; g += q4_0x8_prefill_groups) {
+                    const int ng = static_cast<int>(std::min<int64_t>(q4_0x8_prefill_groups, b1 - g));
                     for (int t = t0; t < t1; t += 4) {
                         const int nt = std::min(4, t1 - t);
-                        vk_.tile_q4_0x8(w.data + uint64_t(g) * gb, 0, 1, xq + size_t(t) * nb, nb, nt, cols, out);
-                        for (int k = 0; k < nt; ++k) std::memcpy(y_at(t + k, g * 8), out + 8 * k, 8 * sizeof(float));
+                        vk_.tile_q4_0x8(w.data + uint64_t(g) * gb, gb, ng, xq + size_t(t) * nb, nb, nt, cols, out);
+                        for (int k = 0; k < nt; ++k) std::memcpy(y_at(t + k, g * 8), out + k * ng * 8, size_t(ng) * 8 * sizeof(float));
                     }
                 }
             }

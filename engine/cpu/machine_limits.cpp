@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <vector>
 
@@ -91,11 +92,11 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
         double(n) * rows * iters * 4);
     p.int8_act = best_of(
         [&] {
-            float s = 0, out[32];
+            float s = 0, out[4 * 8 * q4_0x8_prefill_groups];
             for (int64_t it = 0; it < iters; ++it) {
-                if (x8) {
-                    vk.tile_q4_0x8(groups.data(), 0, 1, xq.data(), size_t(n / format::qk), 4, n, out);
-                    s += out[0] + out[31];
+                if (x8) { // the one group again, as many times as prefill passes groups
+                    vk.tile_q4_0x8(groups.data(), 0, q4_0x8_prefill_groups, xq.data(), size_t(n / format::qk), 4, n, out);
+                    s += out[0] + out[std::size(out) - 1];
                     continue;
                 }
                 for (int64_t r = 0; r < rows; r += 4) {
@@ -105,7 +106,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
             }
             return uint64_t(s);
         },
-        double(n) * rows * iters * 4);
+        double(n) * rows * iters * 4 * (x8 ? q4_0x8_prefill_groups : 1));
     return p;
 }
 

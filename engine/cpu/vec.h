@@ -33,9 +33,9 @@ struct vec_kernels {
     /// batching never changes a result.
     void (*tile_q8_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q4_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    /// Integer dot products of q4_0x8 row groups: n_groups groups of eight rows (`stride`
-    /// bytes apart) with n_tok quantised activation vectors (`x_stride` blocks apart),
-    /// n_groups * n_tok <= 4: out[(t * n_groups + g) * 8 + r] = row r of group g . x_t.
+    /// Integer dot products of q4_0x8 row groups: n_groups (1..4) groups of eight rows
+    /// (`stride` bytes apart) with n_tok (1..4) quantised activation vectors (`x_stride`
+    /// blocks apart): out[(t * n_groups + g) * 8 + r] = row r of group g . x_t.
     /// Each block's integer sum is exact; each row's blocks are scaled and added in f32 one
     /// after another, in one sum, the same in every table.
     void (*tile_q4_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
@@ -70,6 +70,10 @@ struct vec_kernels {
     /// instructions, on independent registers: the machine's int8 peak. Returns a checksum.
     uint64_t (*madd_loop)(int64_t iterations);
 };
+
+/// Groups of eight rows per prefill call of tile_q4_0x8 (four tokens each): the 512-bit
+/// tiles take groups two by two; the 256-bit ones one at a time within the call.
+constexpr int q4_0x8_prefill_groups = 2;
 
 /// The scalar reference.
 const vec_kernels& reference_vec_kernels();

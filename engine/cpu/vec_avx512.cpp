@@ -143,6 +143,113 @@ struct q4_0x8_vnni_sums {
     }
 };
 
+// 16 int32 lanes as f32 (SIMDe 0.7.4 has no 512-bit conversion: two 256-bit ones there).
+inline __m512 to_ps(__m512i v) {
+#if defined(COLIBRI_AVX512_EMULATED)
+    alignas(64) int32_t lanes[16];
+    _mm512_store_si512(lanes, v);
+    const __m256 lo = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(lanes)));
+    const __m256 hi = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(lanes + 8)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+#else
+    return _mm512_cvtepi32_ps(v);
+#endif
+}
+
+// The eight f16 scales of two q4_0x8 blocks as f32, [a | b].
+inline __m512 scales16(const format::block_q4_0x8& a, const format::block_q4_0x8& b) {
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.d)));
+    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+// Four activation bytes, x[i..i+3], in every int32 lane of a 512-bit register.
+inline __m512i x4_all_lanes512(const int8_t* x) {
+    int32_t v;
+    std::memcpy(&v, x, 4);
+    return _mm512_set1_epi32(v);
+}
+
+// q4_0x8 on 512-bit registers with VNNI: P pairs of groups by T tokens, the two groups of
+// a pair side by side in one register ([group 2p: rows 0-7 | group 2p + 1: rows 0-7]), so
+// one vpdpbusd covers sixteen rows. Each row's arithmetic is the 256-bit tile's (exact
+// integer sums, then scaled and added block after block), so results are bit-identical.
+// The outputs of token t and group g go to out[(t * out_groups + g) * 8].
+template <int P, int T>
+void q4_0x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, int out_groups,
+                  float* out) {
+    static_assert(P * T <= 8);
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    const format::block_q4_0x8* w[2 * P];
+    for (int g = 0; g < 2 * P; ++g) w[g] = reinterpret_cast<const format::block_q4_0x8*>(static_cast<const uint8_t*>(groups) + g * stride);
+    __m512 acc[P * T];
+    for (int i = 0; i < P * T; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        __m512i lo[P][4], hi[P][4];
+        __m512 dw[P];
+        for (int p = 0; p < P; ++p) {
+            const format::block_q4_0x8& a = w[2 * p][ib];
+            const format::block_q4_0x8& b = w[2 * p + 1][ib];
+            for (int line = 0; line < 3; ++line) {
+                _mm_prefetch(reinterpret_cast<const char*>(&a) + q4_0x8_prefetch_bytes + 64 * line, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(&b) + q4_0x8_prefetch_bytes + 64 * line, _MM_HINT_T0);
+            }
+            for (int k = 0; k < 4; ++k) {
+                const __m512i q = two_rows(a.qs[k], b.qs[k]);
+                lo[p][k] = _mm512_and_si512(q, low);
+                hi[p][k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+            }
+            dw[p] = scales16(a, b);
+        }
+        for (int t = 0; t < T; ++t) {
+            const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
+            // two chains per pair; the first starts from the -8 offsets (-8 * sum(x))
+            __m512i s[P][2];
+            for (int p = 0; p < P; ++p) {
+                s[p][0] = _mm512_set1_epi32(-8 * xb.sum);
+                s[p][1] = _mm512_setzero_si512();
+            }
+            for (int k = 0; k < 4; ++k) {
+                const __m512i xl = x4_all_lanes512(xb.qs + 4 * k), xh = x4_all_lanes512(xb.qs + 16 + 4 * k);
+                for (int p = 0; p < P; ++p) {
+                    s[p][0] = _mm512_dpbusd_epi32(s[p][0], lo[p][k], xl);
+                    s[p][1] = _mm512_dpbusd_epi32(s[p][1], hi[p][k], xh);
+                }
+            }
+            const __m512 dx = _mm512_set1_ps(xb.d);
+            for (int p = 0; p < P; ++p) {
+                acc[t * P + p] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], dx), to_ps(_mm512_add_epi32(s[p][0], s[p][1])), acc[t * P + p]);
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) {
+        for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + (t * out_groups + 2 * p) * 8, acc[t * P + p]);
+    }
+}
+
+// tile_q4_0x8 with VNNI: pairs of groups on 512-bit registers; a single group, and the
+// third of three, on the 256-bit tile.
+void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                       int64_t n, float* out) {
+    using pairs_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, int, float*);
+    // [pairs - 1][tokens - 1]
+    static constexpr pairs_fn pairs[2][4] = {
+        {q4_0x8_pairs<1, 1>, q4_0x8_pairs<1, 2>, q4_0x8_pairs<1, 3>, q4_0x8_pairs<1, 4>},
+        {q4_0x8_pairs<2, 1>, q4_0x8_pairs<2, 2>, q4_0x8_pairs<2, 3>, q4_0x8_pairs<2, 4>},
+    };
+    const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4);
+    if (g == 1) {
+        dispatch_x8<q4_0x8_vnni_sums>(groups, stride, 1, x, x_stride, t, n, out);
+        return;
+    }
+    pairs[g / 2 - 1][t - 1](groups, stride, x, x_stride, n, g, out);
+    if (g == 3) {
+        float last[32];
+        dispatch_x8<q4_0x8_vnni_sums>(static_cast<const uint8_t*>(groups) + 2 * stride, 0, 1, x, x_stride, t, n, last);
+        for (int k = 0; k < t; ++k) std::memcpy(out + (k * 3 + 2) * 8, last + k * 8, 8 * sizeof(float));
+    }
+}
+
 template <bool Vnni>
 constexpr tile_fn q8_0_tiles[4] = {tile_q8_0_t<1, Vnni>, tile_q8_0_t<2, Vnni>, tile_q8_0_t<3, Vnni>, tile_q8_0_t<4, Vnni>};
 template <bool Vnni>
@@ -203,7 +310,7 @@ vec_kernels make_table(const vec_kernels& avx2) {
 #endif
     k.tile_q8_0 = dispatch_tile<q8_0_tiles<Vnni>>;
     k.tile_q4_0 = dispatch_tile<q4_0_tiles<Vnni>>;
-    if constexpr (Vnni) k.tile_q4_0x8 = dispatch_x8<q4_0x8_vnni_sums>; // else the AVX2 one
+    if constexpr (Vnni) k.tile_q4_0x8 = dispatch_x8_pairs; // else the AVX2 one
     k.madd_loop = madd_loop<Vnni>;
     return k;
 }

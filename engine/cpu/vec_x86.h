@@ -172,7 +172,9 @@ void q4_0x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t 
     for (int i = 0; i < G * T; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
-// The q4_0x8 tiles for every (groups, tokens) with groups * tokens <= 4, and their dispatch.
+// The q4_0x8 tiles for every (groups, tokens) with groups * tokens <= 4, and their dispatch
+// over 1-4 groups by 1-4 tokens: larger products one group at a time for all the tokens
+// (each group's nibbles unpacked once).
 template <class BlockSums>
 void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
                  float* out) {
@@ -183,8 +185,16 @@ void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8
         {q4_0x8_tile<1, 3, BlockSums>, nullptr, nullptr, nullptr},
         {q4_0x8_tile<1, 4, BlockSums>, nullptr, nullptr, nullptr},
     };
-    const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4 / t);
-    tiles[t - 1][g - 1](groups, stride, x, x_stride, n, out);
+    const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4);
+    if (g * t <= 4) {
+        tiles[t - 1][g - 1](groups, stride, x, x_stride, n, out);
+        return;
+    }
+    float part[32];
+    for (int i = 0; i < g; ++i) {
+        tiles[t - 1][0](static_cast<const uint8_t*>(groups) + size_t(i) * stride, 0, x, x_stride, n, part);
+        for (int k = 0; k < t; ++k) std::memcpy(out + (k * g + i) * 8, part + k * 8, 8 * sizeof(float));
+    }
 }
 
 } // namespace
