@@ -65,12 +65,13 @@ public:
     void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) override {
         const int64_t cols = static_cast<int64_t>(table.cols());
         const uint64_t rb = format::row_bytes(table.type, table.cols());
-        std::vector<uint8_t> row(table.type == format::dtype::q4_0x8 ? rb : 0);
+        const bool x8 = format::is_interleaved(table.type);
+        std::vector<uint8_t> row(x8 ? rb : 0);
         for (int t = 0; t < n; ++t) {
             float* o = out + t * cols;
             const uint8_t* src = table.data + uint64_t(ids[t]) * rb;
-            if (table.type == format::dtype::q4_0x8) {
-                format::q4_0x8_row(table.data, table.cols(), uint64_t(ids[t]), row.data()); // back in q4_0 form
+            if (x8) {
+                format::x8_row(table.type, table.data, table.cols(), uint64_t(ids[t]), row.data()); // in plain form
                 src = row.data();
             }
             kernels::to_f32_row(table.type, src, o, cols);
@@ -129,7 +130,7 @@ public:
             }
         };
         // chunks of about chunk_bytes of weights (decode: decode_chunk_bytes), in multiples
-        // of eight rows (whole tiles and q4_0x8 groups)
+        // of eight rows (whole tiles and interleaved groups)
         const uint64_t chunk = max_tokens <= 4 ? decode_chunk_bytes : chunk_bytes;
         const int64_t grain = std::max<int64_t>(8, int64_t(chunk * uint64_t(total) / std::max<uint64_t>(bytes, 1)) / 8 * 8);
         split(total, work, grain, rows);
@@ -147,7 +148,7 @@ public:
         const int64_t cols = static_cast<int64_t>(w.cols());
         const uint64_t rb = format::row_bytes(w.type, w.cols());
         const bool q8 = w.type == format::dtype::q8_0;
-        if (w.type == format::dtype::q4_0x8) {
+        if (format::is_interleaved(w.type)) {
             matmul_groups(jb, xq, r0, r1);
         } else if (uses_int8(w)) {
             const auto tile = q8 ? vk_.tile_q8_0 : vk_.tile_q4_0;
@@ -240,34 +241,36 @@ public:
         for (; t < jb.n; ++t) jb.y[t * rows + r] = dot1(row, jb.x + t * cols, cols);
     }
 
-    // The q4_0x8 groups of eight rows whose first row lies in [r0, r1) (every group in the
-    // range that holds its first row: the ranges of a product cover each group once).
+    // The q4_0x8 or q8_0x8 groups of eight rows whose first row lies in [r0, r1) (every group
+    // in the range that holds its first row: the ranges of a product cover each group once).
     void matmul_groups(const matmul_job& jb, const block_q8_x* xq, int64_t r0, int64_t r1) const {
         const tensor_view& w = *jb.w;
         const int n = jb.n;
         const int64_t rows = static_cast<int64_t>(w.rows()), cols = static_cast<int64_t>(w.cols());
-        const uint64_t gb = format::q4_0x8_rows * format::row_bytes(w.type, w.cols()); // bytes of a group
+        const uint64_t gb = format::x8_rows * format::row_bytes(w.type, w.cols()); // bytes of a group
         const int64_t g0 = (r0 + 7) / 8, g1 = (r1 + 7) / 8;
         const auto y_at = [&](int t, int64_t row) { return jb.y + t * rows + row; };
         if (!uses_int8(w)) {
-            // f32 activations: each group back in q4_0 rows, then the q4_0 row kernels
-            const uint64_t rb = gb / format::q4_0x8_rows;
+            // f32 activations: each group back in plain rows (q4_0, q8_0), then their row kernels
+            const uint64_t rb = gb / format::x8_rows;
+            const bool q8 = format::row_type(w.type) == format::dtype::q8_0;
             std::vector<uint8_t> plain(gb);
             for (int64_t g = g0; g < g1; ++g) {
-                for (int r = 0; r < 8; ++r) format::q4_0x8_row(w.data, w.cols(), uint64_t(g * 8 + r), plain.data() + r * rb);
-                for (int r = 0; r < 8; ++r) f32_row_tokens(false, plain.data() + r * rb, jb, g * 8 + r);
+                for (int r = 0; r < 8; ++r) format::x8_row(w.type, w.data, w.cols(), uint64_t(g * 8 + r), plain.data() + r * rb);
+                for (int r = 0; r < 8; ++r) f32_row_tokens(q8, plain.data() + r * rb, jb, g * 8 + r);
             }
             return;
         }
         const size_t nb = size_t(cols / format::qk);
-        float out[4 * 4 * 8]; // the most a tile_q4_0x8 call returns
+        const auto tile = w.type == format::dtype::q8_0x8 ? vk_.tile_q8_0x8 : vk_.tile_q4_0x8;
+        float out[4 * 4 * 8]; // the most a tile call returns
         if (n <= 4) {
             // decode and short batches: 4 / n groups a share of the range apart, which keeps
             // several hardware prefetch streams busy
             const int streams = 4 / n;
             const int64_t q = (g1 - g0) / streams;
             for (int64_t i = 0; i < q; ++i) {
-                vk_.tile_q4_0x8(w.data + uint64_t(g0 + i) * gb, size_t(q) * gb, streams, xq, nb, n, cols, out);
+                tile(w.data + uint64_t(g0 + i) * gb, size_t(q) * gb, streams, xq, nb, n, cols, out);
                 for (int t = 0; t < n; ++t) {
                     for (int s = 0; s < streams; ++s) std::memcpy(y_at(t, (g0 + i + s * q) * 8), out + (t * streams + s) * 8, 8 * sizeof(float));
                 }
@@ -276,7 +279,7 @@ public:
             const int64_t g = g0 + streams * q;
             const int rest = static_cast<int>(g1 - g);
             if (rest > 0) {
-                vk_.tile_q4_0x8(w.data + uint64_t(g) * gb, gb, rest, xq, nb, n, cols, out);
+                tile(w.data + uint64_t(g) * gb, gb, rest, xq, nb, n, cols, out);
                 for (int t = 0; t < n; ++t) std::memcpy(y_at(t, g * 8), out + t * rest * 8, size_t(rest) * 8 * sizeof(float));
             }
             return;
@@ -288,11 +291,11 @@ public:
             const int64_t b1 = std::min(g1, b0 + block);
             for (int t0 = 0; t0 < n; t0 += chunk) {
                 const int t1 = std::min(n, t0 + chunk);
-                for (int64_t g = b0; g < b1; g += q4_0x8_prefill_groups) {
-                    const int ng = static_cast<int>(std::min<int64_t>(q4_0x8_prefill_groups, b1 - g));
+                for (int64_t g = b0; g < b1; g += x8_prefill_groups) {
+                    const int ng = static_cast<int>(std::min<int64_t>(x8_prefill_groups, b1 - g));
                     for (int t = t0; t < t1; t += 4) {
                         const int nt = std::min(4, t1 - t);
-                        vk_.tile_q4_0x8(w.data + uint64_t(g) * gb, gb, ng, xq + size_t(t) * nb, nb, nt, cols, out);
+                        tile(w.data + uint64_t(g) * gb, gb, ng, xq + size_t(t) * nb, nb, nt, cols, out);
                         for (int k = 0; k < nt; ++k) std::memcpy(y_at(t + k, g * 8), out + k * ng * 8, size_t(ng) * 8 * sizeof(float));
                     }
                 }

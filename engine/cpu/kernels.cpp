@@ -49,7 +49,8 @@ void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
         for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(p[i]);
         return;
     }
-    case dtype::q8_0: {
+    case dtype::q8_0:
+    case dtype::q8_0x8: { // a row in its q8_0 form (format::x8_row)
         const auto* b = static_cast<const block_q8_0*>(row);
         for (int64_t ib = 0; ib < n / format::qk; ++ib) {
             const float d = f16_to_f32(b[ib].d);
@@ -58,7 +59,7 @@ void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
         return;
     }
     case dtype::q4_0:
-    case dtype::q4_0x8: { // a row in its q4_0 form (format::q4_0x8_row)
+    case dtype::q4_0x8: { // a row in its q4_0 form (format::x8_row)
         const auto* b = static_cast<const block_q4_0*>(row);
         for (int64_t ib = 0; ib < n / format::qk; ++ib) {
             const float d = f16_to_f32(b[ib].d);
@@ -90,7 +91,8 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
         for (int64_t i = 0; i < n; ++i) sum += bf16_to_f32(p[i]) * x[i];
         return sum;
     }
-    case dtype::q8_0: {
+    case dtype::q8_0:
+    case dtype::q8_0x8: { // a row in its q8_0 form (format::x8_row)
         const auto* b = static_cast<const block_q8_0*>(row);
         for (int64_t ib = 0; ib < n / format::qk; ++ib) {
             float block = 0.0f;
@@ -100,7 +102,7 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
         return sum;
     }
     case dtype::q4_0:
-    case dtype::q4_0x8: { // a row in its q4_0 form (format::q4_0x8_row)
+    case dtype::q4_0x8: { // a row in its q4_0 form (format::x8_row)
         const auto* b = static_cast<const block_q4_0*>(row);
         for (int64_t ib = 0; ib < n / format::qk; ++ib) {
             const float* xb = x + ib * format::qk;
@@ -130,7 +132,8 @@ void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
         for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(x[i]);
         return;
     }
-    case dtype::q8_0: {
+    case dtype::q8_0:
+    case dtype::q8_0x8: { // a row in its q8_0 form (format::x8_row)
         auto* b = static_cast<block_q8_0*>(out);
         for (int64_t ib = 0; ib < n / format::qk; ++ib) {
             const float* xb = x + ib * format::qk;
@@ -148,7 +151,7 @@ void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
         return;
     }
     case dtype::q4_0:
-    case dtype::q4_0x8: { // a row in its q4_0 form (format::q4_0x8_row)
+    case dtype::q4_0x8: { // a row in its q4_0 form (format::x8_row)
         auto* b = static_cast<block_q4_0*>(out);
         for (int64_t ib = 0; ib < n / format::qk; ++ib) {
             const float* xb = x + ib * format::qk;

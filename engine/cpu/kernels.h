@@ -15,8 +15,8 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 /// In-place softmax over n values.
 void softmax(float* x, int n);
 
-// The row functions take a q4_0x8 row in its q4_0 form (format::q4_0x8_row): the layout
-// interleaves whole groups of rows, not the elements of one.
+// The row functions take a q4_0x8 or q8_0x8 row in its q4_0 or q8_0 form (format::x8_row):
+// the layouts interleave whole groups of rows, not the elements of one.
 
 /// Dequantises/converts one row of n elements of type t into f32.
 void to_f32_row(format::dtype t, const void* row, float* out, int64_t n);

@@ -53,13 +53,14 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
     thread_pool pool(n_threads);
     std::vector<float> x(size_t(4 * n)); // four activation vectors (the prefill kernels' batch)
     for (int64_t i = 0; i < 4 * n; ++i) x[size_t(i)] = float(i % 7) - 3.0f;
-    const bool q8 = weights == format::dtype::q8_0, x8 = weights == format::dtype::q4_0x8;
-    const format::dtype row_type = q8 ? format::dtype::q8_0 : format::dtype::q4_0; // q4_0x8 rows are q4_0 rows
+    const format::dtype row_type = format::row_type(weights); // q4_0x8 rows are q4_0 rows, q8_0x8 q8_0
+    const bool q8 = row_type == format::dtype::q8_0, x8 = format::is_interleaved(weights);
     const size_t rb = format::row_bytes(row_type, n);
     std::vector<uint8_t> w(size_t(rows) * rb);
     for (int64_t r = 0; r < rows; ++r) kernels::from_f32_row(row_type, x.data(), w.data() + size_t(r) * rb, n);
     std::vector<uint8_t> groups(x8 ? w.size() : 0);
-    if (x8) format::interleave_q4_0x8(w.data(), uint64_t(rows), uint64_t(n), groups.data());
+    if (x8) format::interleave_x8(weights, w.data(), uint64_t(rows), uint64_t(n), groups.data());
+    const auto tile_x8 = weights == format::dtype::q8_0x8 ? vk.tile_q8_0x8 : vk.tile_q4_0x8;
     const auto dotx4 = q8 ? vk.dotx4_q8_0_f32 : vk.dotx4_q4_0_f32;
     const auto tile = q8 ? vk.tile_q8_0 : vk.tile_q4_0;
     std::vector<block_q8_x> xq(size_t(4 * n / format::qk));
@@ -92,10 +93,10 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
         double(n) * rows * iters * 4);
     p.int8_act = best_of(
         [&] {
-            float s = 0, out[4 * 8 * q4_0x8_prefill_groups];
+            float s = 0, out[4 * 8 * x8_prefill_groups];
             for (int64_t it = 0; it < iters; ++it) {
                 if (x8) { // the one group again, as many times as prefill passes groups
-                    vk.tile_q4_0x8(groups.data(), 0, q4_0x8_prefill_groups, xq.data(), size_t(n / format::qk), 4, n, out);
+                    tile_x8(groups.data(), 0, x8_prefill_groups, xq.data(), size_t(n / format::qk), 4, n, out);
                     s += out[0] + out[std::size(out) - 1];
                     continue;
                 }
@@ -106,7 +107,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
             }
             return uint64_t(s);
         },
-        double(n) * rows * iters * 4 * (x8 ? q4_0x8_prefill_groups : 1));
+        double(n) * rows * iters * 4 * (x8 ? x8_prefill_groups : 1));
     return p;
 }
 

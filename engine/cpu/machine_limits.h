@@ -14,8 +14,9 @@ struct vec_kernels;
 double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const vec_kernels& vk);
 
 /// Multiply-adds per second, all threads: the machine's int8 peak (the integer dot-product
-/// instructions on registers), and the prefill kernels of `weights` (q8_0, q4_0 or q4_0x8)
-/// on cache-resident data with f32 and with int8 activations (eight rows by four tokens).
+/// instructions on registers), and the prefill kernels of `weights` (q8_0, q4_0, q4_0x8 or
+/// q8_0x8) on cache-resident data with f32 and with int8 activations (four tokens by eight
+/// rows; by the groups a prefill call takes for the interleaved types).
 struct dot_peak {
     double machine_int8;
     double f32_act;

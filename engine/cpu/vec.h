@@ -40,6 +40,9 @@ struct vec_kernels {
     /// after another, in one sum, the same in every table.
     void (*tile_q4_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
                         int64_t n, float* out);
+    /// The same for q8_0x8 groups.
+    void (*tile_q8_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                        int64_t n, float* out);
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);
@@ -71,9 +74,9 @@ struct vec_kernels {
     uint64_t (*madd_loop)(int64_t iterations);
 };
 
-/// Groups of eight rows per prefill call of tile_q4_0x8 (four tokens each): the 512-bit
-/// tiles take groups two by two; the 256-bit ones one at a time within the call.
-constexpr int q4_0x8_prefill_groups = 2;
+/// Groups of eight rows per prefill call of tile_q4_0x8 and tile_q8_0x8 (four tokens each):
+/// the 512-bit tiles take groups two by two; the 256-bit ones one at a time within the call.
+constexpr int x8_prefill_groups = 2;
 
 /// The scalar reference.
 const vec_kernels& reference_vec_kernels();

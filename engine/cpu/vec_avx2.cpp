@@ -147,19 +147,114 @@ void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
     });
 }
 
-// q4_0x8: per group and token, eight maddubs of nibbles with broadcast activation bytes,
-// summed in int16 (each maddubs pair sum is at most 2 * 15 * 127: eight of them fit), then
-// one madd to int32.
-struct q4_0x8_sums {
-    __m256i operator()(const __m256i lo[4], const __m256i hi[4], const int8_t* qs) const {
+// The interleaved tiles' two steps for q4_0x8: each block's nibbles unpacked once for
+// every token (lo: elements 4k..4k+3, hi: 16 + 4k..); per token, eight maddubs of them with
+// broadcast activation bytes, summed in int16 (each maddubs pair sum is at most
+// 2 * 15 * 127: eight of them fit), one madd to int32, less the -8 offsets (8 * sum(x)).
+struct q4_0x8_ops {
+    using block = format::block_q4_0x8;
+    struct weights {
+        __m256i lo[4], hi[4];
+    };
+    static weights load(const block& b) {
+        const __m256i low = _mm256_set1_epi8(0x0F);
+        weights v;
+        for (int k = 0; k < 4; ++k) {
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k]));
+            v.lo[k] = _mm256_and_si256(q, low);
+            v.hi[k] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+        }
+        return v;
+    }
+    static __m256i sums(const weights& v, const block&, const block_q8_x& xb) {
         __m256i s = _mm256_setzero_si256();
         for (int k = 0; k < 4; ++k) {
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[k], x4_all_lanes(qs + 4 * k)));
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[k], x4_all_lanes(qs + 16 + 4 * k)));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(v.lo[k], x4_all_lanes(xb.qs + 4 * k)));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(v.hi[k], x4_all_lanes(xb.qs + 16 + 4 * k)));
         }
-        return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+        return _mm256_sub_epi32(_mm256_madd_epi16(s, _mm256_set1_epi16(1)), _mm256_set1_epi32(8 * xb.sum));
     }
 };
+
+// q8_0x8: maddubs takes unsigned bytes, so |w| once per block, and per token the
+// activation bytes with w's sign (vpsignb); a pair sum is at most 2 * 128 * 127, so each
+// maddubs is widened to int32 (madd) before the next is added.
+struct q8_0x8_ops {
+    using block = format::block_q8_0x8;
+    struct weights {
+        __m256i abs[8];
+    };
+    static weights load(const block& b) {
+        weights v;
+        for (int k = 0; k < 8; ++k) v.abs[k] = _mm256_abs_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k])));
+        return v;
+    }
+    static __m256i sums(const weights& v, const block& b, const block_q8_x& xb) {
+        const __m256i ones = _mm256_set1_epi16(1);
+        __m256i s = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+            const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k])); // from L1 again
+            const __m256i p = _mm256_maddubs_epi16(v.abs[k], _mm256_sign_epi8(x4_all_lanes(xb.qs + 4 * k), w));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+        }
+        return s;
+    }
+};
+
+// An interleaved tile (q4_0x8, q8_0x8): G groups of eight rows (stride bytes apart) by T
+// tokens. Each int32 lane of a 256-bit load holds four bytes of one row (format.h), so
+// products with the matching four activation bytes in every lane sum per row without a
+// horizontal reduction. Ops supplies the two steps of its type: the block's weights
+// prepared once for every token, and the eight rows' exact integer sums with one
+// activation block; scaling and adding, block after block, is the same for every type.
+template <int G, int T, class Ops>
+void x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
+    static_assert(G * T <= 4);
+    using block = typename Ops::block;
+    const block* w[G];
+    for (int g = 0; g < G; ++g) w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
+    __m256 acc[G * T];
+    for (int i = 0; i < G * T; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        for (int g = 0; g < G; ++g) {
+            const block& b = w[g][ib];
+            prefetch_x8_block(b);
+            const typename Ops::weights v = Ops::load(b);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+            for (int t = 0; t < T; ++t) {
+                const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
+                const __m256i s = Ops::sums(v, b, xb);
+                acc[t * G + g] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[t * G + g]);
+            }
+        }
+    }
+    for (int i = 0; i < G * T; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
+// The interleaved tiles for every (groups, tokens) with groups * tokens <= 4, and their
+// dispatch over 1-4 groups by 1-4 tokens: larger products one group at a time for all the
+// tokens (each group's weights prepared once).
+template <class Ops>
+void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                 float* out) {
+    // [tokens - 1][groups - 1]
+    static constexpr tile_fn tiles[4][4] = {
+        {x8_tile<1, 1, Ops>, x8_tile<2, 1, Ops>, x8_tile<3, 1, Ops>, x8_tile<4, 1, Ops>},
+        {x8_tile<1, 2, Ops>, x8_tile<2, 2, Ops>, nullptr, nullptr},
+        {x8_tile<1, 3, Ops>, nullptr, nullptr, nullptr},
+        {x8_tile<1, 4, Ops>, nullptr, nullptr, nullptr},
+    };
+    const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4);
+    if (g * t <= 4) {
+        tiles[t - 1][g - 1](groups, stride, x, x_stride, n, out);
+        return;
+    }
+    float part[32];
+    for (int i = 0; i < g; ++i) {
+        tiles[t - 1][0](static_cast<const uint8_t*>(groups) + size_t(i) * stride, 0, x, x_stride, n, part);
+        for (int k = 0; k < t; ++k) std::memcpy(out + (k * g + i) * 8, part + k * 8, 8 * sizeof(float));
+    }
+}
 
 // One instance per token count of the tile.
 constexpr tile_fn q8_0_tiles[4] = {tile_q8_0_t<1>, tile_q8_0_t<2>, tile_q8_0_t<3>, tile_q8_0_t<4>};
@@ -532,7 +627,7 @@ uint64_t madd_loop(int64_t iterations) {
     return static_cast<uint64_t>(_mm256_extract_epi16(s, 0));
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_sums>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
+constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
                                 dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend<float>, attend<uint16_t>, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace

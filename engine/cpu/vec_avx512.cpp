@@ -130,19 +130,6 @@ void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
     });
 }
 
-// q4_0x8 with VNNI: vpdpbusd sums four products per int32 lane in place of maddubs, add
-// and madd.
-struct q4_0x8_vnni_sums {
-    __m256i operator()(const __m256i lo[4], const __m256i hi[4], const int8_t* qs) const {
-        __m256i s = _mm256_setzero_si256();
-        for (int k = 0; k < 4; ++k) {
-            s = _mm256_dpbusd_epi32(s, lo[k], x4_all_lanes(qs + 4 * k));
-            s = _mm256_dpbusd_epi32(s, hi[k], x4_all_lanes(qs + 16 + 4 * k));
-        }
-        return s;
-    }
-};
-
 // 16 int32 lanes as f32 (SIMDe 0.7.4 has no 512-bit conversion: two 256-bit ones there).
 inline __m512 to_ps(__m512i v) {
 #if defined(COLIBRI_AVX512_EMULATED)
@@ -156,10 +143,10 @@ inline __m512 to_ps(__m512i v) {
 #endif
 }
 
-// The eight f16 scales of two q4_0x8 blocks as f32, [a | b].
-inline __m512 scales16(const format::block_q4_0x8& a, const format::block_q4_0x8& b) {
-    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.d)));
-    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+// Two blocks' eight f16 scales as f32, [a | b].
+inline __m512 scales16(const uint16_t* a, const uint16_t* b) {
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
 
@@ -170,51 +157,71 @@ inline __m512i x4_all_lanes512(const int8_t* x) {
     return _mm512_set1_epi32(v);
 }
 
-// q4_0x8 on 512-bit registers with VNNI: P pairs of groups by T tokens, the two groups of
-// a pair side by side in one register ([group 2p: rows 0-7 | group 2p + 1: rows 0-7]), so
-// one vpdpbusd covers sixteen rows. Each row's arithmetic is the 256-bit tile's (exact
-// integer sums, then scaled and added block after block), so results are bit-identical.
-// The outputs of token t and group g go to out[(t * out_groups + g) * 8].
-template <int P, int T>
-void q4_0x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, int out_groups,
-                  float* out) {
+// The 512-bit interleaved tiles' weights of one type: the eight unsigned vectors of a pair
+// of blocks, [block a | block b], that vpdpbusd multiplies with the activation bytes at
+// x_offset(k), and the integer bias that makes the sums exact (vec.h).
+// q4_0x8: the nibbles (lo: elements 4k..4k+3, hi: 16 + 4k..), less 8 * sum(x).
+struct q4_0x8_pair_ops {
+    using block = format::block_q4_0x8;
+    static void load(const block& a, const block& b, __m512i v[8]) {
+        const __m512i low = _mm512_set1_epi8(0x0F);
+        for (int k = 0; k < 4; ++k) {
+            const __m512i q = two_rows(a.qs[k], b.qs[k]);
+            v[k] = _mm512_and_si512(q, low);
+            v[4 + k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+        }
+    }
+    static int x_offset(int k) { return k < 4 ? 4 * k : 16 + 4 * (k - 4); }
+    static int32_t bias(const block_q8_x& xb) { return -8 * xb.sum; }
+};
+
+// q8_0x8: the signed weights made unsigned, w + 128 (the sign bit flipped), less
+// 128 * sum(x).
+struct q8_0x8_pair_ops {
+    using block = format::block_q8_0x8;
+    static void load(const block& a, const block& b, __m512i v[8]) {
+        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+        for (int k = 0; k < 8; ++k) v[k] = _mm512_xor_si512(two_rows(a.qs[k], b.qs[k]), flip);
+    }
+    static int x_offset(int k) { return 4 * k; }
+    static int32_t bias(const block_q8_x& xb) { return -128 * xb.sum; }
+};
+
+// An interleaved tile on 512-bit registers with VNNI: P pairs of groups by T tokens, the
+// two groups of a pair side by side in one register ([group 2p: rows 0-7 | group 2p + 1:
+// rows 0-7]), so one vpdpbusd covers sixteen rows. Each row's arithmetic is the 256-bit
+// tile's (exact integer sums, then scaled and added block after block), so results are
+// bit-identical. The outputs of token t and group g go to out[(t * out_groups + g) * 8].
+template <class Ops, int P, int T>
+void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, int out_groups, float* out) {
     static_assert(P * T <= 8);
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    const format::block_q4_0x8* w[2 * P];
-    for (int g = 0; g < 2 * P; ++g) w[g] = reinterpret_cast<const format::block_q4_0x8*>(static_cast<const uint8_t*>(groups) + g * stride);
+    using block = typename Ops::block;
+    const block* w[2 * P];
+    for (int g = 0; g < 2 * P; ++g) w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
     __m512 acc[P * T];
     for (int i = 0; i < P * T; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / qk; ++ib) {
-        __m512i lo[P][4], hi[P][4];
+        __m512i v[P][8];
         __m512 dw[P];
         for (int p = 0; p < P; ++p) {
-            const format::block_q4_0x8& a = w[2 * p][ib];
-            const format::block_q4_0x8& b = w[2 * p + 1][ib];
-            for (int line = 0; line < 3; ++line) {
-                _mm_prefetch(reinterpret_cast<const char*>(&a) + q4_0x8_prefetch_bytes + 64 * line, _MM_HINT_T0);
-                _mm_prefetch(reinterpret_cast<const char*>(&b) + q4_0x8_prefetch_bytes + 64 * line, _MM_HINT_T0);
-            }
-            for (int k = 0; k < 4; ++k) {
-                const __m512i q = two_rows(a.qs[k], b.qs[k]);
-                lo[p][k] = _mm512_and_si512(q, low);
-                hi[p][k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
-            }
-            dw[p] = scales16(a, b);
+            const block& a = w[2 * p][ib];
+            const block& b = w[2 * p + 1][ib];
+            prefetch_x8_block(a);
+            prefetch_x8_block(b);
+            Ops::load(a, b, v[p]);
+            dw[p] = scales16(a.d, b.d);
         }
         for (int t = 0; t < T; ++t) {
             const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
-            // two chains per pair; the first starts from the -8 offsets (-8 * sum(x))
+            // two chains per pair, the first starting from the bias
             __m512i s[P][2];
             for (int p = 0; p < P; ++p) {
-                s[p][0] = _mm512_set1_epi32(-8 * xb.sum);
+                s[p][0] = _mm512_set1_epi32(Ops::bias(xb));
                 s[p][1] = _mm512_setzero_si512();
             }
-            for (int k = 0; k < 4; ++k) {
-                const __m512i xl = x4_all_lanes512(xb.qs + 4 * k), xh = x4_all_lanes512(xb.qs + 16 + 4 * k);
-                for (int p = 0; p < P; ++p) {
-                    s[p][0] = _mm512_dpbusd_epi32(s[p][0], lo[p][k], xl);
-                    s[p][1] = _mm512_dpbusd_epi32(s[p][1], hi[p][k], xh);
-                }
+            for (int k = 0; k < 8; ++k) {
+                const __m512i xk = x4_all_lanes512(xb.qs + Ops::x_offset(k));
+                for (int p = 0; p < P; ++p) s[p][k % 2] = _mm512_dpbusd_epi32(s[p][k % 2], v[p][k], xk);
             }
             const __m512 dx = _mm512_set1_ps(xb.d);
             for (int p = 0; p < P; ++p) {
@@ -227,26 +234,23 @@ void q4_0x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t
     }
 }
 
-// tile_q4_0x8 with VNNI: pairs of groups on 512-bit registers; a single group, and the
-// third of three, on the 256-bit tile.
+// tile_q4_0x8 / tile_q8_0x8 with VNNI: groups two by two; a single group, and the third of
+// three, as a pair with itself, half of it kept.
+template <class Ops>
 void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
                        int64_t n, float* out) {
     using pairs_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, int, float*);
     // [pairs - 1][tokens - 1]
     static constexpr pairs_fn pairs[2][4] = {
-        {q4_0x8_pairs<1, 1>, q4_0x8_pairs<1, 2>, q4_0x8_pairs<1, 3>, q4_0x8_pairs<1, 4>},
-        {q4_0x8_pairs<2, 1>, q4_0x8_pairs<2, 2>, q4_0x8_pairs<2, 3>, q4_0x8_pairs<2, 4>},
+        {x8_pairs<Ops, 1, 1>, x8_pairs<Ops, 1, 2>, x8_pairs<Ops, 1, 3>, x8_pairs<Ops, 1, 4>},
+        {x8_pairs<Ops, 2, 1>, x8_pairs<Ops, 2, 2>, x8_pairs<Ops, 2, 3>, x8_pairs<Ops, 2, 4>},
     };
     const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4);
-    if (g == 1) {
-        dispatch_x8<q4_0x8_vnni_sums>(groups, stride, 1, x, x_stride, t, n, out);
-        return;
-    }
-    pairs[g / 2 - 1][t - 1](groups, stride, x, x_stride, n, g, out);
-    if (g == 3) {
-        float last[32];
-        dispatch_x8<q4_0x8_vnni_sums>(static_cast<const uint8_t*>(groups) + 2 * stride, 0, 1, x, x_stride, t, n, last);
-        for (int k = 0; k < t; ++k) std::memcpy(out + (k * 3 + 2) * 8, last + k * 8, 8 * sizeof(float));
+    if (g >= 2) pairs[g / 2 - 1][t - 1](groups, stride, x, x_stride, n, g, out);
+    if (g % 2 == 1) {
+        float last[4 * 16];
+        pairs[0][t - 1](static_cast<const uint8_t*>(groups) + size_t(g - 1) * stride, 0, x, x_stride, n, 2, last);
+        for (int k = 0; k < t; ++k) std::memcpy(out + (k * g + g - 1) * 8, last + k * 16, 8 * sizeof(float));
     }
 }
 
@@ -310,7 +314,10 @@ vec_kernels make_table(const vec_kernels& avx2) {
 #endif
     k.tile_q8_0 = dispatch_tile<q8_0_tiles<Vnni>>;
     k.tile_q4_0 = dispatch_tile<q4_0_tiles<Vnni>>;
-    if constexpr (Vnni) k.tile_q4_0x8 = dispatch_x8_pairs; // else the AVX2 one
+    if constexpr (Vnni) { // else the AVX2 ones
+        k.tile_q4_0x8 = dispatch_x8_pairs<q4_0x8_pair_ops>;
+        k.tile_q8_0x8 = dispatch_x8_pairs<q8_0x8_pair_ops>;
+    }
     k.madd_loop = madd_loop<Vnni>;
     return k;
 }

@@ -76,12 +76,25 @@ float dot_q4_0x8(const format::block_q4_0x8* g, int r, const block_q8_x* x, int6
     return sum;
 }
 
-void tile_q4_0x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
-                 float* out) {
+float dot_q8_0x8(const format::block_q8_0x8* g, int r, const block_q8_x* x, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / qk; ++ib) {
+        int32_t s = 0;
+        for (int k = 0; k < 8; ++k) {
+            for (int j = 0; j < 4; ++j) s += int32_t(g[ib].qs[k][r][j]) * int32_t(x[ib].qs[4 * k + j]); // element 4k + j
+        }
+        sum = std::fma(f16_to_f32(g[ib].d[r]) * x[ib].d, static_cast<float>(s), sum);
+    }
+    return sum;
+}
+
+template <class Block, float (*dot)(const Block*, int, const block_q8_x*, int64_t)>
+void tile_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+             float* out) {
     for (int t = 0; t < n_tok; ++t) {
         for (int g = 0; g < n_groups; ++g) {
-            const auto* w = reinterpret_cast<const format::block_q4_0x8*>(static_cast<const uint8_t*>(groups) + g * stride);
-            for (int r = 0; r < 8; ++r) out[(t * n_groups + g) * 8 + r] = dot_q4_0x8(w, r, x + t * x_stride, n);
+            const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + g * stride);
+            for (int r = 0; r < 8; ++r) out[(t * n_groups + g) * 8 + r] = dot(w, r, x + t * x_stride, n);
         }
     }
 }
@@ -170,7 +183,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_q4_0x8, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, attend_t<float>, attend_t<uint16_t>, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, attend_t<float>, attend_t<uint16_t>, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

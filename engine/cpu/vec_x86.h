@@ -123,78 +123,21 @@ void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t 
     Tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
 }
 
-// q4_0x8 groups are one sequential stream each, read further ahead: every 64-byte line of
-// the 144-byte blocks gets its prefetch.
-constexpr int q4_0x8_prefetch_bytes = 1024;
+// q4_0x8 and q8_0x8 groups are one sequential stream each, read further ahead: every
+// 64-byte line of their blocks gets its prefetch.
+constexpr int x8_prefetch_bytes = 1024;
+
+template <class Block>
+inline void prefetch_x8_block(const Block& b) {
+    const char* ahead = reinterpret_cast<const char*>(&b) + x8_prefetch_bytes;
+    for (size_t line = 0; line * 64 < sizeof(Block); ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+}
 
 // Four activation bytes, x[i..i+3], in every int32 lane (a broadcast from memory).
 inline __m256i x4_all_lanes(const int8_t* x) {
     int32_t v;
     std::memcpy(&v, x, 4);
     return _mm256_set1_epi32(v);
-}
-
-// A q4_0x8 tile: G groups of eight rows (stride bytes apart) by T tokens. Each int32 lane
-// of a 256-bit load of nibbles holds four bytes of one row (format::block_q4_0x8), so
-// products with the matching four activation bytes in every lane sum per row without a
-// horizontal reduction. BlockSums{}(lo[4], hi[4], qs) returns the eight rows' exact sums of
-// nibbles (lo: elements 4k..4k+3, hi: 16+4k..) times the activation block's bytes qs: the
-// one step a table supplies.
-template <int G, int T, class BlockSums>
-void q4_0x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
-    static_assert(G * T <= 4);
-    const BlockSums block_sums;
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    const format::block_q4_0x8* w[G];
-    for (int g = 0; g < G; ++g) w[g] = reinterpret_cast<const format::block_q4_0x8*>(static_cast<const uint8_t*>(groups) + g * stride);
-    __m256 acc[G * T];
-    for (int i = 0; i < G * T; ++i) acc[i] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / format::qk; ++ib) {
-        for (int g = 0; g < G; ++g) {
-            const format::block_q4_0x8& b = w[g][ib];
-            const char* ahead = reinterpret_cast<const char*>(&b) + q4_0x8_prefetch_bytes;
-            for (int line = 0; line < 3; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
-            __m256i lo[4], hi[4];
-            for (int k = 0; k < 4; ++k) {
-                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k]));
-                lo[k] = _mm256_and_si256(q, low);
-                hi[k] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-            }
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
-            for (int t = 0; t < T; ++t) {
-                const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
-                // less the -8 offsets (8 * sum(x)), scaled and added
-                const __m256i s = _mm256_sub_epi32(block_sums(lo, hi, xb.qs), _mm256_set1_epi32(8 * xb.sum));
-                acc[t * G + g] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[t * G + g]);
-            }
-        }
-    }
-    for (int i = 0; i < G * T; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
-}
-
-// The q4_0x8 tiles for every (groups, tokens) with groups * tokens <= 4, and their dispatch
-// over 1-4 groups by 1-4 tokens: larger products one group at a time for all the tokens
-// (each group's nibbles unpacked once).
-template <class BlockSums>
-void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
-                 float* out) {
-    // [tokens - 1][groups - 1]
-    static constexpr tile_fn tiles[4][4] = {
-        {q4_0x8_tile<1, 1, BlockSums>, q4_0x8_tile<2, 1, BlockSums>, q4_0x8_tile<3, 1, BlockSums>, q4_0x8_tile<4, 1, BlockSums>},
-        {q4_0x8_tile<1, 2, BlockSums>, q4_0x8_tile<2, 2, BlockSums>, nullptr, nullptr},
-        {q4_0x8_tile<1, 3, BlockSums>, nullptr, nullptr, nullptr},
-        {q4_0x8_tile<1, 4, BlockSums>, nullptr, nullptr, nullptr},
-    };
-    const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4);
-    if (g * t <= 4) {
-        tiles[t - 1][g - 1](groups, stride, x, x_stride, n, out);
-        return;
-    }
-    float part[32];
-    for (int i = 0; i < g; ++i) {
-        tiles[t - 1][0](static_cast<const uint8_t*>(groups) + size_t(i) * stride, 0, x, x_stride, n, part);
-        for (int k = 0; k < t; ++k) std::memcpy(out + (k * g + i) * 8, part + k * 8, 8 * sizeof(float));
-    }
 }
 
 } // namespace

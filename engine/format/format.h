@@ -26,8 +26,11 @@ enum class dtype : uint32_t {
     /// q4_0 blocks of a matrix whose rows come in groups of eight, interleaved so that one
     /// 256-bit load holds four bytes of each row (block_q4_0x8); rows a multiple of 8
     q4_0x8 = 5,
+    /// q8_0 blocks of a matrix whose rows come in groups of eight, interleaved so that one
+    /// 256-bit load holds four values of each row (block_q8_0x8); rows a multiple of 8
+    q8_0x8 = 6,
 };
-inline constexpr uint32_t dtype_count = 6;
+inline constexpr uint32_t dtype_count = 7;
 inline constexpr int qk = 32; ///< elements per quantisation block
 
 #pragma pack(push, 1)
@@ -47,9 +50,17 @@ struct block_q4_0x8 {
     uint16_t d[8];
     uint8_t qs[4][8][4];
 };
+/// Block column ib of rows 8g..8g+7 of a q8_0x8 matrix, likewise: the eight q8_0 blocks'
+/// scales, then their values in eight chunks of 32 bytes (qs[k][r][j] = element 4k + j of
+/// row 8g + r's block).
+struct block_q8_0x8 {
+    uint16_t d[8];
+    int8_t qs[8][8][4];
+};
 #pragma pack(pop)
-static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0));
-inline constexpr int q4_0x8_rows = 8; ///< rows in one q4_0x8 group
+static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0) &&
+              sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0));
+inline constexpr int x8_rows = 8; ///< rows in one group of q4_0x8 and q8_0x8
 
 /// Name used in files, on the command line and in the docs.
 std::string_view dtype_name(dtype t);
@@ -58,14 +69,21 @@ bool parse_dtype(std::string_view name, dtype& out);
 /// Bytes of one row of `n` elements; 0 when `n` is not a multiple of the block size.
 uint64_t row_bytes(dtype t, uint64_t n);
 bool is_quantized(dtype t);
+/// q4_0x8 and q8_0x8: rows stored interleaved in groups of eight.
+bool is_interleaved(dtype t);
+/// The type of one row taken out of a `t` matrix (x8_row): q4_0 for q4_0x8, q8_0 for
+/// q8_0x8, else `t` itself.
+dtype row_type(dtype t);
 /// The type a matrix of `rows` is stored as for matrix products when `t` is asked for:
-/// q4_0x8 for q4_0 with rows a multiple of 8, else `t` itself. (A table that is also
-/// looked up row by row, token_embd, keeps `t`.)
+/// q4_0x8 for q4_0 and q8_0x8 for q8_0 with rows a multiple of 8, else `t` itself. (A
+/// table that is also looked up row by row, token_embd, keeps `t`.)
 dtype matmul_storage(dtype t, uint64_t rows);
-/// Interleaves `rows` (a multiple of 8) q4_0 rows of `cols` elements into q4_0x8 groups.
-void interleave_q4_0x8(const void* q4_0_rows, uint64_t rows, uint64_t cols, void* out);
-/// Row r of a q4_0x8 matrix of `cols` columns back in q4_0 form.
-void q4_0x8_row(const void* matrix, uint64_t cols, uint64_t r, void* out_row);
+/// Interleaves `rows` (a multiple of 8) rows of `cols` elements, of type row_type(t), into
+/// the groups of the interleaved type `t`.
+void interleave_x8(dtype t, const void* plain_rows, uint64_t rows, uint64_t cols, void* out);
+/// Row r of a matrix of the interleaved type `t` and `cols` columns, in its plain form
+/// (row_type(t)).
+void x8_row(dtype t, const void* matrix, uint64_t cols, uint64_t r, void* out_row);
 
 /// Model families. The runtime reads only the flat hyperparameters; this is informative.
 enum class arch : uint32_t {

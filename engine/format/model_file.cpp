@@ -195,10 +195,11 @@ void model_file::read_tensors() {
             fail(where + "row of " + std::to_string(t.shape[t.n_dims - 1]) +
                  " elements is not a whole number of " + std::string(dtype_name(t.type)) + " blocks");
         }
-        if (t.type == dtype::q4_0x8 && (t.n_dims != 2 || t.shape[0] % q4_0x8_rows != 0)) {
+        if (is_interleaved(t.type) && (t.n_dims != 2 || t.shape[0] % x8_rows != 0)) {
             std::string shape;
             for (int d = 0; d < t.n_dims; ++d) shape += (d ? " x " : "") + std::to_string(t.shape[d]);
-            fail(where + "q4_0x8 needs a matrix with a multiple of 8 rows (its rows are interleaved by eights), not " + shape);
+            fail(where + std::string(dtype_name(t.type)) +
+                 " needs a matrix with a multiple of 8 rows (its rows are interleaved by eights), not " + shape);
         }
         if (n_outer > UINT64_MAX / rb || n_outer * rb != e.size) {
             fail(where + "byte size " + std::to_string(e.size) + " does not match its shape and dtype");

@@ -21,7 +21,7 @@ model_writer::model_writer(const hparams& hp, const tokenizer_header& tok,
 }
 
 format::dtype model_writer::stored_type(std::string_view name, dtype type, const std::vector<uint64_t>& shape) {
-    if (type != dtype::q4_0 || shape.size() != 2 || name == names::token_embd) return type;
+    if (shape.size() != 2 || name == names::token_embd) return type;
     return matmul_storage(type, shape[0]);
 }
 
@@ -40,8 +40,9 @@ void model_writer::add_tensor(const std::string& name, dtype type, std::vector<u
                                                 " elements do not fit " +
                                                 std::string(dtype_name(type)) + " blocks");
     }
-    if (type == dtype::q4_0x8 && (shape.size() != 2 || shape[0] % q4_0x8_rows != 0)) {
-        throw error(errc::invalid_argument, "tensor '" + name + "': q4_0x8 needs a matrix with a multiple of 8 rows");
+    if (is_interleaved(type) && (shape.size() != 2 || shape[0] % x8_rows != 0)) {
+        throw error(errc::invalid_argument, "tensor '" + name + "': " + std::string(dtype_name(type)) +
+                                                " needs a matrix with a multiple of 8 rows");
     }
     type = stored_type(name, type, shape);
     uint64_t size = rb;
@@ -132,11 +133,11 @@ uint64_t model_writer::write(const std::string& path, const progress& on_progres
             const pending& t = tensors_[i];
             buf.assign(t.size, 0);
             t.fill(buf.data());
-            if (t.type == dtype::q4_0x8) {
-                // the producer wrote q4_0 rows
+            if (is_interleaved(t.type)) {
+                // the producer wrote plain rows (q4_0, q8_0)
                 rows.swap(buf);
                 buf.resize(t.size);
-                interleave_q4_0x8(rows.data(), t.shape[0], t.shape[1], buf.data());
+                interleave_x8(t.type, rows.data(), t.shape[0], t.shape[1], buf.data());
             }
             write_all(f.get(), buf.data(), buf.size(), tmp);
             at += buf.size();

@@ -13,8 +13,8 @@ namespace colibri {
 
 class model_writer {
 public:
-    /// Fills `dst` (exactly the tensor's byte size) with the tensor's data; for q4_0x8, with
-    /// its rows in q4_0 form, which the writer then interleaves.
+    /// Fills `dst` (exactly the tensor's byte size) with the tensor's data; for q4_0x8 and
+    /// q8_0x8, with its rows in q4_0 or q8_0 form, which the writer then interleaves.
     using producer = std::function<void(uint8_t* dst)>;
     /// Called after each tensor is written: (index, count, name).
     using progress = std::function<void(size_t, size_t, const std::string&)>;
@@ -22,9 +22,9 @@ public:
     model_writer(const format::hparams& hp, const format::tokenizer_header& tok,
                  std::vector<uint8_t> tokenizer_payload);
 
-    /// The type a tensor asked for as `type` is stored as: q4_0 matrices as q4_0x8 where
-    /// their rows allow (format::matmul_storage), except token_embd, which is also looked
-    /// up row by row; every other type as itself.
+    /// The type a tensor asked for as `type` is stored as: q4_0 and q8_0 matrices as q4_0x8
+    /// and q8_0x8 where their rows allow (format::matmul_storage), except token_embd, which
+    /// is also looked up row by row; every other type as itself.
     static format::dtype stored_type(std::string_view name, format::dtype type, const std::vector<uint64_t>& shape);
 
     /// Tensors are written in the order they are added, each as stored_type(); throws on a

@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
             }
             format::dtype q;
             if (!format::parse_dtype(quant, q)) throw error(errc::invalid_argument, "unknown --quant '" + quant + "'");
-            if (q == format::dtype::q4_0x8) q = format::dtype::q4_0; // q4_0 matrices are stored so
+            q = format::row_type(q); // q4_0 and q8_0 matrices are stored interleaved
             // named after the type the matrices are stored as: a file from before a layout
             // change is not taken for a current one
             const std::string stored(format::dtype_name(format::matmul_storage(q, 8)));

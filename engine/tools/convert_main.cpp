@@ -17,7 +17,7 @@ namespace {
 
 format::dtype parse_quant(const std::string& s) {
     format::dtype t;
-    if (format::parse_dtype(s, t)) return t == format::dtype::q4_0x8 ? format::dtype::q4_0 : t; // q4_0 matrices are stored so
+    if (format::parse_dtype(s, t)) return format::row_type(t); // q4_0 and q8_0 matrices are stored interleaved
     if (s == "int8") return format::dtype::q8_0;
     if (s == "int4" || s == "q4") return format::dtype::q4_0;
     throw error(errc::invalid_argument, "unknown --quant '" + s + "' (f32, f16, bf16, q8_0 (int8), q4_0 (int4))");

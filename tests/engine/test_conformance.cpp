@@ -131,10 +131,11 @@ TEST_CASE("quantised types stay within their error budgets") {
             CAPTURE(format::dtype_name(b.type));
             CAPTURE(b.f32_activations);
             auto rt = convert_and_load(family, b.type, dir, b.f32_activations);
-            if (b.type == format::dtype::q4_0) {
+            if (format::is_quantized(b.type)) {
                 // the matrices are stored interleaved, the token table as rows
-                CHECK(rt->mdl->file().find("blk.0.attn_q.weight")->type == format::dtype::q4_0x8);
-                CHECK(rt->mdl->file().find("token_embd.weight")->type == format::dtype::q4_0);
+                const format::dtype x8 = b.type == format::dtype::q4_0 ? format::dtype::q4_0x8 : format::dtype::q8_0x8;
+                CHECK(rt->mdl->file().find("blk.0.attn_q.weight")->type == x8);
+                CHECK(rt->mdl->file().find("token_embd.weight")->type == b.type);
             }
             const error_stats st = compare(r, run_logits(*rt, r.prompt, 32));
             MESSAGE(family << " " << format::dtype_name(b.type) << std::string(b.f32_activations ? " f32" : " int8")

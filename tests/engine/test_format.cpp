@@ -51,7 +51,7 @@ TEST_CASE("a written model loads back with the same hyperparameters and tensors"
     CHECK(m.file().file_size() == sum.file_size);
     const tensor_view* t = m.file().find("blk.1.ffn_down_exps.3.weight");
     REQUIRE(t != nullptr);
-    CHECK(t->type == format::dtype::q8_0);
+    CHECK(t->type == format::dtype::q8_0x8); // a q8_0 matrix of 64 rows, stored interleaved
     CHECK(t->shape[0] == 64);
     CHECK(t->shape[1] == 32);
     CHECK(reinterpret_cast<uintptr_t>(t->data) % 64 == 0);
@@ -235,11 +235,15 @@ TEST_CASE("random corruption and truncation never crash the loader") {
     CHECK(refused >= 290); // a flip in padding bytes may leave the file valid
 }
 
-TEST_CASE("q4_0 matrices are stored as q4_0x8 groups of eight rows, and a q4_0x8 tensor that is not such a matrix is refused") {
+TEST_CASE("q4_0 and q8_0 matrices are stored in interleaved groups of eight rows and an interleaved tensor that is not such a matrix is refused") {
+    for (const format::dtype x8 : {format::dtype::q4_0x8, format::dtype::q8_0x8}) {
+    const format::dtype plain = format::row_type(x8);
+    const std::string x8_name(format::dtype_name(x8));
+    CAPTURE(x8_name);
     test::temp_dir dir;
-    // q4_0 rows with distinct scales and nibbles
-    auto rows_of = [](uint64_t rows, uint64_t cols) {
-        std::vector<uint8_t> q(rows * format::row_bytes(format::dtype::q4_0, cols));
+    // rows with distinct scales and values
+    auto rows_of = [&](uint64_t rows, uint64_t cols) {
+        std::vector<uint8_t> q(rows * format::row_bytes(plain, cols));
         for (size_t i = 0; i < q.size(); ++i) q[i] = uint8_t(i * 7 + i / 251);
         return q;
     };
@@ -252,36 +256,44 @@ TEST_CASE("q4_0 matrices are stored as q4_0x8 groups of eight rows, and a q4_0x8
     const std::string path = dir.file("m.colibri");
     {
         model_writer w(base.hp(), base.tokenizer(), payload);
-        w.add_tensor("m16", format::dtype::q4_0, {16, 64}, fill(m16));
-        w.add_tensor("m12", format::dtype::q4_0, {12, 64}, fill(m12));          // rows not a multiple of 8
-        w.add_tensor("token_embd.weight", format::dtype::q4_0, {16, 64}, fill(table)); // looked up by row
-        CHECK_THROWS_WITH_AS(w.add_tensor("bad", format::dtype::q4_0x8, {12, 64}, fill(m12)),
-                             doctest::Contains("q4_0x8 needs a matrix with a multiple of 8 rows"), error);
+        w.add_tensor("m16", plain, {16, 64}, fill(m16));
+        w.add_tensor("m12", plain, {12, 64}, fill(m12));          // rows not a multiple of 8
+        w.add_tensor("token_embd.weight", plain, {16, 64}, fill(table)); // looked up by row
+        CHECK_THROWS_WITH_AS(w.add_tensor("bad", x8, {12, 64}, fill(m12)),
+                             doctest::Contains((x8_name + " needs a matrix with a multiple of 8 rows").c_str()), error);
         w.write(path);
     }
     {
         const model_file mf(path);
         const tensor_view* t16 = mf.find("m16");
         REQUIRE(t16 != nullptr);
-        CHECK(t16->type == format::dtype::q4_0x8);
+        CHECK(t16->type == x8);
         CHECK(t16->size == m16.size());
-        const uint64_t rb = format::row_bytes(format::dtype::q4_0, 64);
+        const uint64_t rb = format::row_bytes(plain, 64);
         std::vector<uint8_t> row(rb);
         for (uint64_t r = 0; r < 16; ++r) {
-            format::q4_0x8_row(t16->data, 64, r, row.data());
+            format::x8_row(x8, t16->data, 64, r, row.data());
             CHECK(std::memcmp(row.data(), m16.data() + r * rb, rb) == 0);
         }
         // the layout itself: block 1 of rows 8-15 holds their scales, then four bytes of each
         // row per 32-byte chunk
-        const auto& b = reinterpret_cast<const format::block_q4_0x8*>(t16->data)[2 + 1];
-        const auto* row9 = reinterpret_cast<const format::block_q4_0*>(m16.data() + 9 * rb);
-        CHECK(b.d[1] == row9[1].d);
-        CHECK(std::memcmp(b.qs[2][1], row9[1].qs + 8, 4) == 0);
-        CHECK(mf.find("m12")->type == format::dtype::q4_0);
+        if (x8 == format::dtype::q4_0x8) {
+            const auto& b = reinterpret_cast<const format::block_q4_0x8*>(t16->data)[2 + 1];
+            const auto* row9 = reinterpret_cast<const format::block_q4_0*>(m16.data() + 9 * rb);
+            CHECK(b.d[1] == row9[1].d);
+            CHECK(std::memcmp(b.qs[2][1], row9[1].qs + 8, 4) == 0);
+        } else { // eight chunks: chunk 7 holds elements 28-31
+            const auto& b = reinterpret_cast<const format::block_q8_0x8*>(t16->data)[2 + 1];
+            const auto* row9 = reinterpret_cast<const format::block_q8_0*>(m16.data() + 9 * rb);
+            CHECK(b.d[1] == row9[1].d);
+            CHECK(std::memcmp(b.qs[2][1], row9[1].qs + 8, 4) == 0);
+            CHECK(std::memcmp(b.qs[7][1], row9[1].qs + 28, 4) == 0);
+        }
+        CHECK(mf.find("m12")->type == plain);
         CHECK(std::memcmp(mf.find("m12")->data, m12.data(), m12.size()) == 0);
-        CHECK(mf.find("token_embd.weight")->type == format::dtype::q4_0);
+        CHECK(mf.find("token_embd.weight")->type == plain);
     }
-    // a directory entry that says q4_0x8 for 12 rows
+    // a directory entry that says q4_0x8 / q8_0x8 for 12 rows
     auto bytes = test::read_bytes(path);
     format::header h;
     std::memcpy(&h, bytes.data(), sizeof(h));
@@ -289,7 +301,7 @@ TEST_CASE("q4_0 matrices are stored as q4_0x8 groups of eight rows, and a q4_0x8
     uint8_t* entry = bytes.data() + h.tensors.offset + 1 * format::tensor_entry_size;
     std::memcpy(&e, entry, sizeof(e));
     REQUIRE(std::string(e.name) == "m12");
-    e.dtype = static_cast<uint32_t>(format::dtype::q4_0x8);
+    e.dtype = static_cast<uint32_t>(x8);
     std::memcpy(entry, &e, sizeof(e));
     h.tensors.crc32 = crc32(bytes.data() + h.tensors.offset, h.tensors.size);
     std::memcpy(bytes.data(), &h, sizeof(h));
@@ -298,9 +310,10 @@ TEST_CASE("q4_0 matrices are stored as q4_0x8 groups of eight rows, and a q4_0x8
     test::write_bytes(bad, bytes);
     try {
         model_file mf(bad);
-        FAIL("a q4_0x8 tensor of 12 rows loaded");
+        FAIL("an interleaved tensor of 12 rows loaded");
     } catch (const error& err) {
         CHECK(err.code() == errc::format);
-        CHECK(std::string(err.what()).find("tensor 'm12': q4_0x8 needs a matrix with a multiple of 8 rows") != std::string::npos);
+        CHECK(std::string(err.what()).find("tensor 'm12': " + x8_name + " needs a matrix with a multiple of 8 rows") != std::string::npos);
+    }
     }
 }

@@ -152,20 +152,20 @@ TEST_CASE("GGUF Q8_0 and Q4_0 blocks are copied and the other types requantised 
         CHECK(st.mean_kl <= e.max_kl);
         if (e.copied) {
             // byte for byte: attn_v as stored, attn_q with llama.cpp's row order undone (q4_0
-            // matrices are stored interleaved as q4_0x8: their rows are compared taken back)
+            // and q8_0 matrices are stored interleaved: their rows are compared taken back)
             const gguf_file g(gguf_fixture(e.file));
             const model_file mf(out);
             const auto row_of = [](const tensor_view& t, uint64_t r) {
                 const uint64_t rb = format::row_bytes(t.type, t.cols());
                 std::vector<uint8_t> row(t.data + r * rb, t.data + (r + 1) * rb);
-                if (t.type == format::dtype::q4_0x8) format::q4_0x8_row(t.data, t.cols(), r, row.data());
+                if (format::is_interleaved(t.type)) format::x8_row(t.type, t.data, t.cols(), r, row.data());
                 return row;
             };
             const tensor_view* v = mf.find("blk.0.attn_v.weight");
             const gguf_tensor* gv = g.find_tensor("blk.0.attn_v.weight");
             REQUIRE((v != nullptr && gv != nullptr));
             CHECK(v->size == gv->size);
-            CHECK(v->type == (e.kept == format::dtype::q4_0 ? format::dtype::q4_0x8 : e.kept));
+            CHECK(v->type == format::matmul_storage(e.kept, v->rows()));
             const uint64_t rb = ggml::row_bytes(gv->type, gv->ne[0]);
             for (uint64_t row = 0; row < v->rows(); ++row) {
                 CHECK(std::memcmp(row_of(*v, row).data(), gv->data + row * rb, rb) == 0);
@@ -193,12 +193,12 @@ TEST_CASE("an explicit --quant applies to every matrix of a GGUF") {
     }
     CHECK(saw_q8);
     auto rt = load_runtime(dir.file("m.colibri"), "cpu", 1);
-    CHECK(rt->mdl->hp().weight_type == uint32_t(format::dtype::q8_0));
+    CHECK(rt->mdl->hp().weight_type == uint32_t(format::dtype::q8_0x8)); // the q8_0 matrices are stored interleaved
     const model_file mf(dir.file("m.colibri"));
     CHECK(mf.find("blk.0.ffn_gate_inp.weight")->type == format::dtype::f32);
-    CHECK(mf.find("blk.1.ffn_gate_exps.3.weight")->type == format::dtype::q8_0);
+    CHECK(mf.find("blk.1.ffn_gate_exps.3.weight")->type == format::dtype::q8_0x8);
     CHECK(mf.find("blk.1.ffn_down_exps.3.weight")->type == format::dtype::f16);
-    CHECK(mf.find("blk.0.attn_q.weight")->type == format::dtype::q8_0);
+    CHECK(mf.find("blk.0.attn_q.weight")->type == format::dtype::q8_0x8);
 }
 
 namespace {

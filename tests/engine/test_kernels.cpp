@@ -262,23 +262,26 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             dx4(q.data(), x4.data(), size_t(n), n, out);
             for (int k = 0; k < 4; ++k) CHECK(out[k] == f_simd(q.data(), x4.data() + k * n, n));
         }
-        // q4_0x8: four groups of eight rows (and the first again), every count of groups
-        // and tokens the tiles take, bit-identical to the reference and within rounding of
-        // the exact dot of the stored values
-        {
+        // q4_0x8 and q8_0x8: four groups of eight rows (and the first again), every count of
+        // groups and tokens the tiles take, bit-identical to the reference and within
+        // rounding of the exact dot of the stored values
+        for (dtype t : {dtype::q4_0x8, dtype::q8_0x8}) {
+            CAPTURE(format::dtype_name(t));
             auto w32 = random_vec(size_t(32 * n), 45 + n, 2.0f);
-            const auto q32 = quantize(dtype::q4_0, w32, 32, n);
-            const size_t rb = format::row_bytes(dtype::q4_0, n), gb = 8 * rb;
+            const auto q32 = quantize(format::row_type(t), w32, 32, n);
+            const size_t rb = format::row_bytes(t, n), gb = 8 * rb;
             std::vector<uint8_t> x8(5 * gb);
-            format::interleave_q4_0x8(q32.data(), 32, uint64_t(n), x8.data());
+            format::interleave_x8(t, q32.data(), 32, uint64_t(n), x8.data());
             std::memcpy(x8.data() + 4 * gb, x8.data(), gb);
             std::vector<float> stored32(size_t(32 * n));
             std::vector<uint8_t> row(rb);
             for (int r = 0; r < 32; ++r) {
-                format::q4_0x8_row(x8.data(), uint64_t(n), uint64_t(r), row.data());
+                format::x8_row(t, x8.data(), uint64_t(n), uint64_t(r), row.data());
                 CHECK(std::memcmp(row.data(), q32.data() + r * rb, rb) == 0);
-                kernels::to_f32_row(dtype::q4_0x8, row.data(), stored32.data() + r * n, n);
+                kernels::to_f32_row(t, row.data(), stored32.data() + r * n, n);
             }
+            const auto tile_ref = t == dtype::q8_0x8 ? ref.tile_q8_0x8 : ref.tile_q4_0x8;
+            const auto tile_simd = t == dtype::q8_0x8 ? simd->tile_q8_0x8 : simd->tile_q4_0x8;
             for (int n_tok = 1; n_tok <= 4; ++n_tok) {
                 for (int n_groups = 1; n_groups <= 4; ++n_groups) {
                     for (size_t stride : {gb, gb * size_t(4 / n_groups), size_t(0)}) {
@@ -286,8 +289,8 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                         CAPTURE(n_groups);
                         CAPTURE(stride);
                         float want[128], got[128];
-                        ref.tile_q4_0x8(x8.data(), stride, n_groups, xq4.data(), size_t(n / 32), n_tok, n, want);
-                        simd->tile_q4_0x8(x8.data(), stride, n_groups, xq4.data(), size_t(n / 32), n_tok, n, got);
+                        tile_ref(x8.data(), stride, n_groups, xq4.data(), size_t(n / 32), n_tok, n, want);
+                        tile_simd(x8.data(), stride, n_groups, xq4.data(), size_t(n / 32), n_tok, n, got);
                         for (int k = 0; k < n_tok; ++k) {
                             for (int g = 0; g < n_groups; ++g) {
                                 for (int r = 0; r < 8; ++r) {
@@ -365,8 +368,8 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
         o.int8_activations = int8_act;
         auto be = make_cpu_backend(o, 4096);
         for (auto s : shapes) {
-            for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_0x8}) {
-                if (t == dtype::q4_0x8 && s.rows % 8 != 0) continue;
+            for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_0x8, dtype::q8_0x8}) {
+                if (format::is_interleaved(t) && s.rows % 8 != 0) continue;
                 const std::string table = vk->name;
                 CAPTURE(table);
                 CAPTURE(int8_act);
@@ -376,9 +379,9 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                 CAPTURE(s.n);
                 auto w = random_vec(size_t(s.rows * s.cols), 21);
                 auto q = quantize(t, w, s.rows, s.cols);
-                if (t == dtype::q4_0x8) {
+                if (format::is_interleaved(t)) {
                     const std::vector<uint8_t> rows = q;
-                    format::interleave_q4_0x8(rows.data(), uint64_t(s.rows), uint64_t(s.cols), q.data());
+                    format::interleave_x8(t, rows.data(), uint64_t(s.rows), uint64_t(s.cols), q.data());
                 }
                 auto x = random_vec(size_t(s.n * s.cols), 22);
                 tensor_view tv;
@@ -404,9 +407,9 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                 std::vector<float> row(s.cols);
                 for (int tok = 0; tok < s.n; ++tok) {
                     for (int64_t r = 0; r < s.rows; ++r) {
-                        if (t == dtype::q4_0x8) {
+                        if (format::is_interleaved(t)) {
                             std::vector<uint8_t> plain(rb);
-                            format::q4_0x8_row(q.data(), uint64_t(s.cols), uint64_t(r), plain.data());
+                            format::x8_row(t, q.data(), uint64_t(s.cols), uint64_t(r), plain.data());
                             kernels::to_f32_row(t, plain.data(), row.data(), s.cols);
                         } else {
                             kernels::to_f32_row(t, q.data() + r * rb, row.data(), s.cols);
@@ -427,15 +430,18 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
     }
 }
 
-TEST_CASE("q4_0x8 products split at any row give the results of the product alone and embed reads its rows") {
-    // a q4_0x8 job after one of 12 rows starts mid-way through a chunk of the split: each
-    // group must still be computed once, by the range that holds its first row
+TEST_CASE("interleaved products split at any row give the results of the product alone and embed reads its rows") {
+    // a q4_0x8 or q8_0x8 job after one of 12 rows starts mid-way through a chunk of the
+    // split: each group must still be computed once, by the range that holds its first row
     const int64_t cols = 352;
+    for (const dtype x8 : {dtype::q4_0x8, dtype::q8_0x8}) {
+    const dtype plain_type = format::row_type(x8);
+    CAPTURE(format::dtype_name(x8));
     auto make = [&](dtype t, int64_t rows, uint64_t seed) {
-        auto q = quantize(dtype::q4_0, random_vec(size_t(rows * cols), seed), rows, cols);
-        if (t == dtype::q4_0x8) {
+        auto q = quantize(plain_type, random_vec(size_t(rows * cols), seed), rows, cols);
+        if (format::is_interleaved(t)) {
             const std::vector<uint8_t> plain = q;
-            format::interleave_q4_0x8(plain.data(), uint64_t(rows), uint64_t(cols), q.data());
+            format::interleave_x8(t, plain.data(), uint64_t(rows), uint64_t(cols), q.data());
         }
         return q;
     };
@@ -449,8 +455,8 @@ TEST_CASE("q4_0x8 products split at any row give the results of the product alon
         tv.size = q.size();
         return tv;
     };
-    const auto small = make(dtype::q4_0, 12, 31), big = make(dtype::q4_0x8, 2000, 32), big_plain = make(dtype::q4_0, 2000, 32);
-    const tensor_view ts = view(dtype::q4_0, 12, small), tb = view(dtype::q4_0x8, 2000, big), tp = view(dtype::q4_0, 2000, big_plain);
+    const auto small = make(plain_type, 12, 31), big = make(x8, 2000, 32), big_plain = make(plain_type, 2000, 32);
+    const tensor_view ts = view(plain_type, 12, small), tb = view(x8, 2000, big), tp = view(plain_type, 2000, big_plain);
     for (const vec_kernels* vk : all_tables()) {
         for (int threads : {1, 2, 3}) {
             for (int n : {1, 2, 3, 9}) {
@@ -481,6 +487,7 @@ TEST_CASE("q4_0x8 products split at any row give the results of the product alon
     be->embed(tb, ids, 3, 0.5f, e8.data());
     be->embed(tp, ids, 3, 0.5f, e0.data());
     CHECK(e8 == e0);
+    }
 }
 
 TEST_CASE("backend attention stores the batch and matches a direct computation with grouped heads") {
