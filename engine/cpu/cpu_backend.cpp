@@ -394,7 +394,7 @@ public:
     void swiglu(float* gate, const float* up, int64_t n) override {
         // an exponential each: worth the threads for a prefill batch (about 20 multiply-adds'
         // worth of work per element for the split threshold)
-        split(n, 20 * n, 1024, [&](int64_t b, int64_t e) { kernels::swiglu(gate + b, up + b, e - b); });
+        split(n, 20 * n, 1024, [&](int64_t b, int64_t e) { vk_.swiglu(gate + b, up + b, e - b); });
     }
 
     void add_scaled(float* x, const float* y, int64_t n, float s) override {

@@ -62,6 +62,9 @@ struct vec_kernels {
                    float* scores, float* out);
     void (*attend_f16)(const float* q, int n_q, const uint16_t* k, const uint16_t* v, int n, int head_dim, float scale,
                        float* scores, float* out);
+    /// gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i], each element by
+    /// the same formula wherever it lies (so batching never changes a result).
+    void (*swiglu)(float* gate, const float* up, int64_t n);
     /// n floats to f16, rounded to nearest even.
     void (*to_f16)(const float* x, uint16_t* out, int64_t n);
     float (*dot_f16)(const void* row, const float* x, int64_t n);

@@ -543,6 +543,23 @@ void attend(const float* q, int n_q, const T* k, const T* v, int n, int head_dim
     }
 }
 
+// silu through exp_ps: e^-g with -g at most 88 (e^88 is finite; beyond it silu(g) is
+// within 1e-36 of 0 anyway), NaN kept. The last partial vector through masked loads and
+// stores, so every element takes the same formula.
+inline __m256 swiglu_ps(__m256 g, __m256 u) {
+    const __m256 e = exp_ps(_mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_sub_ps(_mm256_setzero_ps(), g))); // NaN: min's second operand
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+void swiglu(float* gate, const float* up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, swiglu_ps(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(gate + i, mask, swiglu_ps(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
+    }
+}
+
 void to_f16(const float* x, uint16_t* out, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -628,7 +645,7 @@ uint64_t madd_loop(int64_t iterations) {
 }
 
 constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
-                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend<float>, attend<uint16_t>, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend<float>, attend<uint16_t>, swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

@@ -99,6 +99,30 @@ TEST_CASE("softmax matches double precision and sums to one") {
     CHECK(total == doctest::Approx(1.0).epsilon(1e-5));
 }
 
+TEST_CASE("swiglu of every table matches double precision at any length and extreme gates") {
+    for (const vec_kernels* vk : all_tables()) {
+        const std::string table = vk->name;
+        CAPTURE(table);
+        for (int64_t n : {1, 7, 8, 9, 1000}) {
+            CAPTURE(n);
+            auto g = random_vec(size_t(n), 61 + n, 20.0f), u = random_vec(size_t(n), 62 + n, 3.0f);
+            const float extremes[] = {-1000.0f, -100.0f, -88.5f, -87.0f, -0.0f, 87.0f, 88.5f, 1000.0f};
+            for (size_t i = 0; i < std::size(extremes) && i < g.size(); ++i) g[i * g.size() / std::size(extremes)] = extremes[i];
+            std::vector<float> out = g;
+            vk->swiglu(out.data(), u.data(), n);
+            for (int64_t i = 0; i < n; ++i) {
+                const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+                CAPTURE(g[i]);
+                // a few ulp, or e^-88 of a vanishing gate
+                CHECK(std::fabs(out[i] - want) <= 4e-7 * std::fabs(want) + 1e-35 * (1.0 + std::fabs(g[i] * u[i])));
+            }
+        }
+        float nan_gate = NAN, up = 1.0f;
+        vk->swiglu(&nan_gate, &up, 1);
+        CHECK(std::isnan(nan_gate));
+    }
+}
+
 TEST_CASE("half and bfloat16 conversions round to nearest") {
     CHECK(f16_to_f32(f32_to_f16(1.0f)) == 1.0f);
     CHECK(f16_to_f32(f32_to_f16(-2.5f)) == -2.5f);
