@@ -88,6 +88,8 @@ const vec_kernels* avx2_vec_kernels();
 /// The AVX-512 (F, BW, VL) table, named "avx512-vnni" and using VNNI where the CPU has it,
 /// else "avx512"; nullptr when the CPU lacks them.
 const vec_kernels* avx512_vec_kernels();
+/// On a CPU with VNNI, the "avx512" table as well (for comparisons and tests); else nullptr.
+const vec_kernels* avx512_without_vnni_vec_kernels();
 /// The tables this CPU supports, fastest first; the scalar reference last.
 std::vector<const vec_kernels*> supported_vec_kernels();
 /// The fastest table this CPU supports, or the one the environment variable

@@ -335,11 +335,17 @@ const vec_kernels* table(bool vnni) {
 #if defined(COLIBRI_AVX512_EMULATED)
 const vec_kernels* emulated_avx512_vec_kernels(bool vnni) { return table(vnni); }
 #else
-const vec_kernels* avx512_vec_kernels() {
+namespace {
+bool has_avx512() {
     __builtin_cpu_init();
-    const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512vl");
-    return ok ? table(__builtin_cpu_supports("avx512vnni")) : nullptr;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+} // namespace
+
+const vec_kernels* avx512_vec_kernels() { return has_avx512() ? table(__builtin_cpu_supports("avx512vnni")) : nullptr; }
+
+const vec_kernels* avx512_without_vnni_vec_kernels() {
+    return has_avx512() && __builtin_cpu_supports("avx512vnni") ? table(false) : nullptr;
 }
 #endif
 
@@ -349,6 +355,7 @@ const vec_kernels* avx512_vec_kernels() {
 
 namespace colibri {
 const vec_kernels* avx512_vec_kernels() { return nullptr; }
+const vec_kernels* avx512_without_vnni_vec_kernels() { return nullptr; }
 } // namespace colibri
 
 #endif

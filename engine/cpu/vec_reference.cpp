@@ -191,7 +191,7 @@ const vec_kernels& reference_vec_kernels() { return table; }
 
 std::vector<const vec_kernels*> supported_vec_kernels() {
     std::vector<const vec_kernels*> v;
-    for (const vec_kernels* k : {avx512_vec_kernels(), avx2_vec_kernels()}) {
+    for (const vec_kernels* k : {avx512_vec_kernels(), avx512_without_vnni_vec_kernels(), avx2_vec_kernels()}) {
         if (k != nullptr) v.push_back(k);
     }
     v.push_back(&table);
