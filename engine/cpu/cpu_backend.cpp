@@ -296,7 +296,10 @@ public:
                     for (int t = t0; t < t1; t += 4) {
                         const int nt = std::min(4, t1 - t);
                         tile(w.data + uint64_t(g) * gb, gb, ng, xq + size_t(t) * nb, nb, nt, cols, out);
-                        for (int k = 0; k < nt; ++k) std::memcpy(y_at(t + k, g * 8), out + k * ng * 8, size_t(ng) * 8 * sizeof(float));
+                        for (int k = 0; k < nt; ++k) {
+                            // a row group at a time: a copy of constant size is a few vector moves
+                            for (int i = 0; i < ng; ++i) std::memcpy(y_at(t + k, (g + i) * 8), out + (k * ng + i) * 8, 8 * sizeof(float));
+                        }
                     }
                 }
             }
