@@ -263,7 +263,7 @@ public:
         }
         const size_t nb = size_t(cols / format::qk);
         const auto tile = w.type == format::dtype::q8_0x8 ? vk_.tile_q8_0x8 : vk_.tile_q4_0x8;
-        float out[4 * 4 * 8]; // the most a tile call returns
+        float out[8 * 4 * 8]; // the most a tile call returns: 8 tokens by 4 groups
         if (n <= 4) {
             // decode and short batches: 4 / n groups a share of the range apart, which keeps
             // several hardware prefetch streams busy
@@ -293,8 +293,8 @@ public:
                 const int t1 = std::min(n, t0 + chunk);
                 for (int64_t g = b0; g < b1; g += x8_prefill_groups) {
                     const int ng = static_cast<int>(std::min<int64_t>(x8_prefill_groups, b1 - g));
-                    for (int t = t0; t < t1; t += 4) {
-                        const int nt = std::min(4, t1 - t);
+                    for (int t = t0; t < t1; t += x8_prefill_tokens) {
+                        const int nt = std::min(x8_prefill_tokens, t1 - t);
                         tile(w.data + uint64_t(g) * gb, gb, ng, xq + size_t(t) * nb, nb, nt, cols, out);
                         for (int k = 0; k < nt; ++k) {
                             // a row group at a time: a copy of constant size is a few vector moves

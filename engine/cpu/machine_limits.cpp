@@ -51,8 +51,9 @@ double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const ve
 dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype weights) {
     const int64_t n = 4096, rows = 8, iters = 1000; // 8 rows of 4096: 34 KiB per thread at q8_0
     thread_pool pool(n_threads);
-    std::vector<float> x(size_t(4 * n)); // four activation vectors (the prefill kernels' batch)
-    for (int64_t i = 0; i < 4 * n; ++i) x[size_t(i)] = float(i % 7) - 3.0f;
+    // activation vectors: the prefill kernels' batch, four (eight for the interleaved types)
+    std::vector<float> x(size_t(x8_prefill_tokens * n));
+    for (int64_t i = 0; i < x8_prefill_tokens * n; ++i) x[size_t(i)] = float(i % 7) - 3.0f;
     const format::dtype row_type = format::row_type(weights); // q4_0x8 rows are q4_0 rows, q8_0x8 q8_0
     const bool q8 = row_type == format::dtype::q8_0, x8 = format::is_interleaved(weights);
     const size_t rb = format::row_bytes(row_type, n);
@@ -63,8 +64,8 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
     const auto tile_x8 = weights == format::dtype::q8_0x8 ? vk.tile_q8_0x8 : vk.tile_q4_0x8;
     const auto dotx4 = q8 ? vk.dotx4_q8_0_f32 : vk.dotx4_q4_0_f32;
     const auto tile = q8 ? vk.tile_q8_0 : vk.tile_q4_0;
-    std::vector<block_q8_x> xq(size_t(4 * n / format::qk));
-    vk.quantize_x(x.data(), xq.data(), 4 * n);
+    std::vector<block_q8_x> xq(size_t(x8_prefill_tokens * n / format::qk));
+    vk.quantize_x(x.data(), xq.data(), x8_prefill_tokens * n);
     std::atomic<uint64_t> sink{0};
     // best of three: this machine is shared
     auto best_of = [&](auto&& body, double macs_per_thread) {
@@ -93,10 +94,10 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
         double(n) * rows * iters * 4);
     p.int8_act = best_of(
         [&] {
-            float s = 0, out[4 * 8 * x8_prefill_groups];
+            float s = 0, out[x8_prefill_tokens * 8 * x8_prefill_groups];
             for (int64_t it = 0; it < iters; ++it) {
                 if (x8) { // the one group again, as many times as prefill passes groups
-                    tile_x8(groups.data(), 0, x8_prefill_groups, xq.data(), size_t(n / format::qk), 4, n, out);
+                    tile_x8(groups.data(), 0, x8_prefill_groups, xq.data(), size_t(n / format::qk), x8_prefill_tokens, n, out);
                     s += out[0] + out[std::size(out) - 1];
                     continue;
                 }
@@ -107,7 +108,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
             }
             return uint64_t(s);
         },
-        double(n) * rows * iters * 4 * (x8 ? x8_prefill_groups : 1));
+        double(n) * rows * iters * (x8 ? x8_prefill_tokens * x8_prefill_groups : 4));
     return p;
 }
 

@@ -16,7 +16,7 @@ double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const ve
 /// Multiply-adds per second, all threads: the machine's int8 peak (the integer dot-product
 /// instructions on registers), and the prefill kernels of `weights` (q8_0, q4_0, q4_0x8 or
 /// q8_0x8) on cache-resident data with f32 and with int8 activations (four tokens by eight
-/// rows; by the groups a prefill call takes for the interleaved types).
+/// rows; for the interleaved types the tokens and groups a prefill call takes).
 struct dot_peak {
     double machine_int8;
     double f32_act;

@@ -34,7 +34,7 @@ struct vec_kernels {
     void (*tile_q8_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q4_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     /// Integer dot products of q4_0x8 row groups: n_groups (1..4) groups of eight rows
-    /// (`stride` bytes apart) with n_tok (1..4) quantised activation vectors (`x_stride`
+    /// (`stride` bytes apart) with n_tok (1..8) quantised activation vectors (`x_stride`
     /// blocks apart): out[(t * n_groups + g) * 8 + r] = row r of group g . x_t.
     /// Each block's integer sum is exact; each row's blocks are scaled and added in f32 one
     /// after another, in one sum, the same in every table.
@@ -77,9 +77,10 @@ struct vec_kernels {
     uint64_t (*madd_loop)(int64_t iterations);
 };
 
-/// Groups of eight rows per prefill call of tile_q4_0x8 and tile_q8_0x8 (four tokens each):
-/// the 512-bit tiles take groups two by two; the 256-bit ones one at a time within the call.
-constexpr int x8_prefill_groups = 2;
+/// Groups of eight rows and tokens per prefill call of tile_q4_0x8 and tile_q8_0x8: the
+/// 512-bit tiles take groups two by two, and eight tokens share each block's weights; the
+/// 256-bit ones take one group by four tokens at a time within the call.
+constexpr int x8_prefill_groups = 2, x8_prefill_tokens = 8;
 
 /// The scalar reference.
 const vec_kernels& reference_vec_kernels();

@@ -232,8 +232,8 @@ void x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_st
 }
 
 // The interleaved tiles for every (groups, tokens) with groups * tokens <= 4, and their
-// dispatch over 1-4 groups by 1-4 tokens: larger products one group at a time for all the
-// tokens (each group's weights prepared once).
+// dispatch over 1-4 groups by 1-8 tokens: larger products one group at a time, by up to
+// four tokens (each group's weights prepared once for them).
 template <class Ops>
 void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
                  float* out) {
@@ -244,15 +244,18 @@ void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8
         {x8_tile<1, 3, Ops>, nullptr, nullptr, nullptr},
         {x8_tile<1, 4, Ops>, nullptr, nullptr, nullptr},
     };
-    const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4);
+    const int t = clamp_int(n_tok, 1, 8), g = clamp_int(n_groups, 1, 4);
     if (g * t <= 4) {
         tiles[t - 1][g - 1](groups, stride, x, x_stride, n, out);
         return;
     }
     float part[32];
     for (int i = 0; i < g; ++i) {
-        tiles[t - 1][0](static_cast<const uint8_t*>(groups) + size_t(i) * stride, 0, x, x_stride, n, part);
-        for (int k = 0; k < t; ++k) std::memcpy(out + (k * g + i) * 8, part + k * 8, 8 * sizeof(float));
+        for (int t0 = 0; t0 < t; t0 += 4) {
+            const int nt = clamp_int(t - t0, 1, 4);
+            tiles[nt - 1][0](static_cast<const uint8_t*>(groups) + size_t(i) * stride, 0, x + size_t(t0) * x_stride, x_stride, n, part);
+            for (int k = 0; k < nt; ++k) std::memcpy(out + ((t0 + k) * g + i) * 8, part + k * 8, 8 * sizeof(float));
+        }
     }
 }
 

@@ -234,21 +234,28 @@ void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_s
     }
 }
 
-// tile_q4_0x8 / tile_q8_0x8 with VNNI: groups two by two; a single group, and the third of
-// three, as a pair with itself, half of it kept.
+// tile_q4_0x8 / tile_q8_0x8 with VNNI: groups two by two (one pair by up to eight tokens,
+// two pairs by up to four at a time); a single group, and the third of three, as a pair
+// with itself, half of it kept.
 template <class Ops>
 void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
                        int64_t n, float* out) {
     using pairs_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, int, float*);
     // [pairs - 1][tokens - 1]
-    static constexpr pairs_fn pairs[2][4] = {
-        {x8_pairs<Ops, 1, 1>, x8_pairs<Ops, 1, 2>, x8_pairs<Ops, 1, 3>, x8_pairs<Ops, 1, 4>},
+    static constexpr pairs_fn pairs[2][8] = {
+        {x8_pairs<Ops, 1, 1>, x8_pairs<Ops, 1, 2>, x8_pairs<Ops, 1, 3>, x8_pairs<Ops, 1, 4>, x8_pairs<Ops, 1, 5>,
+         x8_pairs<Ops, 1, 6>, x8_pairs<Ops, 1, 7>, x8_pairs<Ops, 1, 8>},
         {x8_pairs<Ops, 2, 1>, x8_pairs<Ops, 2, 2>, x8_pairs<Ops, 2, 3>, x8_pairs<Ops, 2, 4>},
     };
-    const int t = clamp_int(n_tok, 1, 4), g = clamp_int(n_groups, 1, 4);
-    if (g >= 2) pairs[g / 2 - 1][t - 1](groups, stride, x, x_stride, n, g, out);
+    const int t = clamp_int(n_tok, 1, 8), g = clamp_int(n_groups, 1, 4);
+    if (g >= 2) {
+        const int step = g / 2 == 1 ? 8 : 4;
+        for (int t0 = 0; t0 < t; t0 += step) {
+            pairs[g / 2 - 1][clamp_int(t - t0, 1, step) - 1](groups, stride, x + size_t(t0) * x_stride, x_stride, n, g, out + t0 * g * 8);
+        }
+    }
     if (g % 2 == 1) {
-        float last[4 * 16];
+        float last[8 * 16];
         pairs[0][t - 1](static_cast<const uint8_t*>(groups) + size_t(g - 1) * stride, 0, x, x_stride, n, 2, last);
         for (int k = 0; k < t; ++k) std::memcpy(out + (k * g + g - 1) * 8, last + k * 16, 8 * sizeof(float));
     }

@@ -228,12 +228,13 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             CHECK(xs[b].sum == xr[b].sum);
             CHECK(std::memcmp(xs[b].qs, xr[b].qs, 32) == 0);
         }
-        // four quantised activation vectors for the integer tiles, and their values
-        auto x4 = random_vec(size_t(4 * n), 43 + n, 3.0f);
-        std::vector<block_q8_x> xq4(size_t(4 * n / 32));
-        ref.quantize_x(x4.data(), xq4.data(), 4 * n);
-        std::vector<float> xv4(size_t(4 * n));
-        for (int64_t i = 0; i < 4 * n; ++i) xv4[size_t(i)] = xq4[size_t(i / 32)].d * xq4[size_t(i / 32)].qs[i % 32];
+        // eight quantised activation vectors for the integer tiles (up to four for q8_0 and
+        // q4_0, up to eight for the interleaved types), and their values
+        auto xa = random_vec(size_t(8 * n), 43 + n, 3.0f);
+        std::vector<block_q8_x> xqa(size_t(8 * n / 32));
+        ref.quantize_x(xa.data(), xqa.data(), 8 * n);
+        std::vector<float> xva(size_t(8 * n));
+        for (int64_t i = 0; i < 8 * n; ++i) xva[size_t(i)] = xqa[size_t(i / 32)].d * xqa[size_t(i / 32)].qs[i % 32];
         for (dtype t : {dtype::q8_0, dtype::q4_0}) {
             CAPTURE(format::dtype_name(t));
             auto q = quantize(t, w, 1, n);
@@ -258,13 +259,13 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                     CAPTURE(stride);
                     CAPTURE(n_tok);
                     float want[16], got[16];
-                    tile_ref(q4.data(), stride, xq4.data(), size_t(n / 32), n_tok, n, want);
-                    tile_simd(q4.data(), stride, xq4.data(), size_t(n / 32), n_tok, n, got);
+                    tile_ref(q4.data(), stride, xqa.data(), size_t(n / 32), n_tok, n, want);
+                    tile_simd(q4.data(), stride, xqa.data(), size_t(n / 32), n_tok, n, got);
                     for (int k = 0; k < n_tok; ++k) {
                         for (int r = 0; r < 4; ++r) {
                             CHECK(got[4 * k + r] == want[4 * k + r]);
                             const float* row = stored4.data() + (stride == 0 ? 0 : r) * n;
-                            const float* xk = xv4.data() + k * n;
+                            const float* xk = xva.data() + k * n;
                             double exact = 0;
                             for (int64_t i = 0; i < n; ++i) exact += double(row[i]) * xk[i];
                             CHECK(std::fabs(want[4 * k + r] - exact) <= dot_tolerance(row, xk, n, 1e-5));
@@ -283,8 +284,8 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             for (float o : out) CHECK(std::fabs(o - f_dot(q.data(), x.data(), n)) <= tol);
             // one row with four activation vectors: bit-identical to one vector at a time
             auto dx4 = t == dtype::q8_0 ? simd->dotx4_q8_0_f32 : simd->dotx4_q4_0_f32;
-            dx4(q.data(), x4.data(), size_t(n), n, out);
-            for (int k = 0; k < 4; ++k) CHECK(out[k] == f_simd(q.data(), x4.data() + k * n, n));
+            dx4(q.data(), xa.data(), size_t(n), n, out);
+            for (int k = 0; k < 4; ++k) CHECK(out[k] == f_simd(q.data(), xa.data() + k * n, n));
         }
         // q4_0x8 and q8_0x8: four groups of eight rows (and the first again), every count of
         // groups and tokens the tiles take, bit-identical to the reference and within
@@ -306,15 +307,15 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             }
             const auto tile_ref = t == dtype::q8_0x8 ? ref.tile_q8_0x8 : ref.tile_q4_0x8;
             const auto tile_simd = t == dtype::q8_0x8 ? simd->tile_q8_0x8 : simd->tile_q4_0x8;
-            for (int n_tok = 1; n_tok <= 4; ++n_tok) {
+            for (int n_tok = 1; n_tok <= 8; ++n_tok) {
                 for (int n_groups = 1; n_groups <= 4; ++n_groups) {
                     for (size_t stride : {gb, gb * size_t(4 / n_groups), size_t(0)}) {
                         CAPTURE(n_tok);
                         CAPTURE(n_groups);
                         CAPTURE(stride);
-                        float want[128], got[128];
-                        tile_ref(x8.data(), stride, n_groups, xq4.data(), size_t(n / 32), n_tok, n, want);
-                        tile_simd(x8.data(), stride, n_groups, xq4.data(), size_t(n / 32), n_tok, n, got);
+                        float want[256], got[256];
+                        tile_ref(x8.data(), stride, n_groups, xqa.data(), size_t(n / 32), n_tok, n, want);
+                        tile_simd(x8.data(), stride, n_groups, xqa.data(), size_t(n / 32), n_tok, n, got);
                         for (int k = 0; k < n_tok; ++k) {
                             for (int g = 0; g < n_groups; ++g) {
                                 for (int r = 0; r < 8; ++r) {
@@ -322,7 +323,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                                     CHECK(got[i] == want[i]);
                                     const size_t group = (size_t(g) * stride / gb) % 4; // the fifth group is the first
                                     const float* wr = stored32.data() + (group * 8 + size_t(r)) * size_t(n);
-                                    const float* xk = xv4.data() + k * n;
+                                    const float* xk = xva.data() + k * n;
                                     double exact = 0;
                                     for (int64_t c = 0; c < n; ++c) exact += double(wr[c]) * xk[c];
                                     CHECK(std::fabs(want[i] - exact) <= dot_tolerance(wr, xk, n, 1e-5));
