@@ -110,17 +110,34 @@ public:
         if (xq_blocks > 0) {
             // integer dot products: quantise each job's activations once
             if (xq_.size() < xq_blocks) xq_.resize(xq_blocks); // grows, then stays
+            // the jobs that quantise their own activations, and the token rows before each
+            quant_jobs_.clear();
+            quant_rows_.clear();
+            int64_t rows = 0, elements = 0;
             for (int j = 0; j < n_jobs; ++j) {
                 const matmul_job& jb = jobs[j];
                 if (!uses_int8(*jb.w)) continue;
-                const int64_t cols = static_cast<int64_t>(jb.w->cols()), nb = cols / format::qk;
                 if (j > 0 && uses_int8(*jobs[j - 1].w) && jobs[j - 1].x == jb.x && jobs[j - 1].n == jb.n &&
                     jobs[j - 1].w->cols() == jb.w->cols()) {
                     xq_begin_[size_t(j)] = xq_begin_[size_t(j) - 1]; // the same activations (gate and up)
                     continue;
                 }
-                for (int t = 0; t < jb.n; ++t) vk_.quantize_x(jb.x + t * cols, xq_.data() + xq_begin_[size_t(j)] + t * nb, cols);
+                quant_jobs_.push_back(j);
+                quant_rows_.push_back(rows);
+                rows += jb.n;
+                elements += int64_t(jb.n) * static_cast<int64_t>(jb.w->cols());
             }
+            quant_rows_.push_back(rows);
+            // prefill's batches across the threads (a few operations per element)
+            split(rows, 4 * elements, 16, [&](int64_t r0, int64_t r1) {
+                size_t q = size_t(std::upper_bound(quant_rows_.begin(), quant_rows_.end(), r0) - quant_rows_.begin()) - 1;
+                for (int64_t r = r0; r < r1; ++r) {
+                    while (r >= quant_rows_[q + 1]) ++q;
+                    const int j = quant_jobs_[q];
+                    const int64_t t = r - quant_rows_[q], cols = static_cast<int64_t>(jobs[j].w->cols());
+                    vk_.quantize_x(jobs[j].x + t * cols, xq_.data() + xq_begin_[size_t(j)] + t * (cols / format::qk), cols);
+                }
+            });
         }
         const auto rows = [&](int64_t g0, int64_t g1) {
             for (int j = 0; j < n_jobs; ++j) {
@@ -433,6 +450,8 @@ private:
     const vec_kernels& vk_;
     bool int8_activations_;
     std::vector<block_q8_x> xq_;      // quantised activations of every job
+    std::vector<int> quant_jobs_;     // the jobs that quantise their own activations
+    std::vector<int64_t> quant_rows_; // the token rows before each of them, then their total
     std::vector<int64_t> row_begin_;  // [n_jobs + 1] first global row of each job
     std::vector<size_t> xq_begin_;    // [n_jobs] first block of each job in xq_
     // rotary angles of the last positions seen: [n][cos of half pairs, sin of half pairs]
