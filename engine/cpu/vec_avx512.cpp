@@ -130,14 +130,15 @@ void tile_q4_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
     });
 }
 
+// [lo | hi] in one 512-bit register.
+inline __m512 combine(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
 // 16 int32 lanes as f32 (SIMDe 0.7.4 has no 512-bit conversion: two 256-bit ones there).
 inline __m512 to_ps(__m512i v) {
 #if defined(COLIBRI_AVX512_EMULATED)
-    alignas(64) int32_t lanes[16];
-    _mm512_store_si512(lanes, v);
-    const __m256 lo = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(lanes)));
-    const __m256 hi = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(lanes + 8)));
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+    return combine(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v)), _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1)));
 #else
     return _mm512_cvtepi32_ps(v);
 #endif
@@ -145,9 +146,8 @@ inline __m512 to_ps(__m512i v) {
 
 // Two blocks' eight f16 scales as f32, [a | b].
 inline __m512 scales16(const uint16_t* a, const uint16_t* b) {
-    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
-    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+    return combine(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                   _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b))));
 }
 
 // Four activation bytes, x[i..i+3], in every int32 lane of a 512-bit register.
