@@ -19,7 +19,8 @@ constexpr int spin_iterations = 4000;
 constexpr int wait_spins = 2000;
 } // namespace
 
-thread_pool::thread_pool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+thread_pool::thread_pool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), parts_(std::make_unique<part_range[]>(size_t(n_threads_))) {
     threads_.reserve(n_threads_ - 1);
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -52,6 +53,23 @@ void thread_pool::dispatch(job_fn fn, void* ctx) {
         if (spin < wait_spins) COLIBRI_PAUSE();
         else std::this_thread::yield();
     }
+}
+
+bool thread_pool::take_half(int ith, int nth) {
+    for (int k = 1; k < nth; ++k) {
+        std::atomic<uint64_t>& other = parts_[size_t((ith + k) % nth)].range;
+        uint64_t r = other.load(std::memory_order_acquire);
+        const int64_t begin = int64_t(r >> 24 & 0xFFFFFF), end = int64_t(r & 0xFFFFFF);
+        if (end - begin < 2) continue;
+        const int p = int(r >> 48);
+        const int64_t mid = begin + (end - begin) / 2;
+        if (other.compare_exchange_strong(r, pack(p, begin, mid), std::memory_order_acq_rel)) {
+            parts_[size_t(ith)].range.store(pack(p, mid, end), std::memory_order_release);
+            return true;
+        }
+        --k; // it changed under us: look at the same thread again
+    }
+    return false;
 }
 
 void thread_pool::worker(int ith) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -53,8 +54,42 @@ public:
         });
     }
 
+    /// Work in parts, each a range of steps [0, steps(p)) that f(p, k0, k1) runs in
+    /// order: one part on the calling thread (serial), else one per thread. Each thread
+    /// walks its own part from the start, a few steps per call; a thread out of steps takes
+    /// the second half of what another has left (its own range from then on, which others
+    /// may take from in turn). The threads finish within a few steps of one another, and
+    /// each part is still walked in long runs (for streams of memory that start cold).
+    /// Steps per part: fewer than 2^24.
+    template <class S, class F>
+    void parallel_parts(bool serial, S&& steps, F&& f) {
+        if (serial || n_threads_ == 1) {
+            f(0, int64_t(0), static_cast<int64_t>(steps(0)));
+            return;
+        }
+        for (int p = 0; p < n_threads_; ++p) parts_[size_t(p)].range.store(pack(p, 0, steps(p)), std::memory_order_relaxed);
+        run([&](int ith, int nth) { // the dispatch publishes the ranges
+            std::atomic<uint64_t>& own = parts_[size_t(ith)].range;
+            for (;;) {
+                uint64_t r = own.load(std::memory_order_acquire);
+                const int64_t begin = int64_t(r >> 24 & 0xFFFFFF), end = int64_t(r & 0xFFFFFF);
+                if (begin < end) {
+                    const int64_t n = std::clamp<int64_t>((end - begin) / 8, 1, 4);
+                    if (own.compare_exchange_weak(r, pack(int(r >> 48), begin + n, end), std::memory_order_acq_rel)) {
+                        f(int(r >> 48), begin, begin + n);
+                    }
+                    continue;
+                }
+                if (!take_half(ith, nth)) return;
+            }
+        });
+    }
+
 private:
     using job_fn = void (*)(void*, int, int);
+    // parallel_parts: part p's steps [begin, end) in one word
+    static uint64_t pack(int p, int64_t begin, int64_t end) { return uint64_t(p) << 48 | uint64_t(begin) << 24 | uint64_t(end); }
+    bool take_half(int ith, int nth);
     void dispatch(job_fn fn, void* ctx);
     void worker(int ith);
 
@@ -68,6 +103,10 @@ private:
     job_fn fn_ = nullptr;
     void* ctx_ = nullptr;
     alignas(64) std::atomic<int64_t> next_{0}; // parallel_balanced: the first item not handed out
+    struct alignas(64) part_range {
+        std::atomic<uint64_t> range{0};
+    };
+    std::unique_ptr<part_range[]> parts_; // parallel_parts: each thread's range of steps
 };
 
 } // namespace colibri

@@ -43,6 +43,13 @@ struct vec_kernels {
     /// The same for q8_0x8 groups.
     void (*tile_q8_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
                         int64_t n, float* out);
+    /// Decode's four streams: group s of eight q4_0x8 rows at groups[s], each with its own
+    /// activation vector x[s], all of n columns: out[s * 8 + r] = row r of group s . x[s],
+    /// each bit-identical to tile_q4_0x8 on that group alone. The streams may lie anywhere
+    /// (in different matrices): a thread walks four far-apart parts of its rows side by side.
+    void (*streams_q4_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    /// The same for q8_0x8 groups.
+    void (*streams_q8_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);

@@ -201,18 +201,17 @@ struct q8_0x8_ops {
     }
 };
 
-// An interleaved tile (q4_0x8, q8_0x8): G groups of eight rows (stride bytes apart) by T
-// tokens. Each int32 lane of a 256-bit load holds four bytes of one row (format.h), so
+// An interleaved tile (q4_0x8, q8_0x8): the G groups of eight rows at w by T tokens, token t
+// of group g at x[OwnX ? g : 0] + t * x_stride (each group its own activations, or all the
+// same ones). Each int32 lane of a 256-bit load holds four bytes of one row (format.h), so
 // products with the matching four activation bytes in every lane sum per row without a
 // horizontal reduction. Ops supplies the two steps of its type: the block's weights
 // prepared once for every token, and the eight rows' exact integer sums with one
 // activation block; scaling and adding, block after block, is the same for every type.
-template <int G, int T, class Ops>
-void x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
+template <int G, int T, class Ops, bool OwnX>
+void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G], size_t x_stride, int64_t n, float* out) {
     static_assert(G * T <= 4);
     using block = typename Ops::block;
-    const block* w[G];
-    for (int g = 0; g < G; ++g) w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
     __m256 acc[G * T];
     for (int i = 0; i < G * T; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / qk; ++ib) {
@@ -222,13 +221,31 @@ void x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_st
             const typename Ops::weights v = Ops::load(b);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
             for (int t = 0; t < T; ++t) {
-                const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
+                const block_q8_x& xb = x[OwnX ? g : 0][size_t(t) * x_stride + size_t(ib)];
                 const __m256i s = Ops::sums(v, b, xb);
                 acc[t * G + g] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[t * G + g]);
             }
         }
     }
     for (int i = 0; i < G * T; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
+// G groups `stride` bytes apart, every one with the same T activation vectors.
+template <int G, int T, class Ops>
+void x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
+    using block = typename Ops::block;
+    const block* w[G];
+    for (int g = 0; g < G; ++g) w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
+    x8_walk<G, T, Ops, false>(w, &x, x_stride, n, out);
+}
+
+// streams_q4_0x8 / streams_q8_0x8: four groups anywhere, each with its own activations.
+template <class Ops>
+void x8_streams(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
+    using block = typename Ops::block;
+    const block* w[4];
+    for (int g = 0; g < 4; ++g) w[g] = static_cast<const block*>(groups[g]);
+    x8_walk<4, 1, Ops, true>(w, x, 0, n, out);
 }
 
 // The interleaved tiles for every (groups, tokens) with groups * tokens <= 4, and their
@@ -647,7 +664,7 @@ uint64_t madd_loop(int64_t iterations) {
     return static_cast<uint64_t>(_mm256_extract_epi16(s, 0));
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
+constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, x8_streams<q4_0x8_ops>, x8_streams<q8_0x8_ops>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
                                 dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend<float>, attend<uint16_t>, swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace

@@ -187,17 +187,31 @@ struct q8_0x8_pair_ops {
     static int32_t bias(const block_q8_x& xb) { return -128 * xb.sum; }
 };
 
-// An interleaved tile on 512-bit registers with VNNI: P pairs of groups by T tokens, the
+// Two int32 values, a in every lane of the low half and b in every lane of the high half.
+inline __m512i halves_epi32(int32_t a, int32_t b) {
+    return _mm512_inserti64x4(_mm512_set1_epi32(a), _mm256_set1_epi32(b), 1);
+}
+
+// Four activation bytes of two blocks: a's in every lane of the low half, b's of the high.
+inline __m512i x4_halves(const int8_t* a, const int8_t* b) {
+    int32_t va, vb;
+    std::memcpy(&va, a, 4);
+    std::memcpy(&vb, b, 4);
+    return _mm512_mask_set1_epi32(_mm512_set1_epi32(va), 0xFF00, vb);
+}
+
+// An interleaved tile on 512-bit registers with VNNI: the 2P groups at w by T tokens, the
 // two groups of a pair side by side in one register ([group 2p: rows 0-7 | group 2p + 1:
-// rows 0-7]), so one vpdpbusd covers sixteen rows. Each row's arithmetic is the 256-bit
-// tile's (exact integer sums, then scaled and added block after block), so results are
-// bit-identical. The outputs of token t and group g go to out[(t * out_groups + g) * 8].
-template <class Ops, int P, int T>
-void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, int out_groups, float* out) {
+// rows 0-7]), so one vpdpbusd covers sixteen rows. Token t of group g is at
+// x[OwnX ? g : 0] + t * x_stride (each group its own activations, or all the same ones).
+// Each row's arithmetic is the 256-bit tile's (exact integer sums, then scaled and added
+// block after block), so results are bit-identical. The outputs of token t and group g go
+// to out[(t * out_groups + g) * 8].
+template <class Ops, int P, int T, bool OwnX>
+void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* const x[2 * P], size_t x_stride, int64_t n,
+                   int out_groups, float* out) {
     static_assert(P * T <= 8);
     using block = typename Ops::block;
-    const block* w[2 * P];
-    for (int g = 0; g < 2 * P; ++g) w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
     __m512 acc[P * T];
     for (int i = 0; i < P * T; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / qk; ++ib) {
@@ -212,26 +226,62 @@ void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_s
             dw[p] = scales16(a.d, b.d);
         }
         for (int t = 0; t < T; ++t) {
-            const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
+            const size_t at = size_t(t) * x_stride + size_t(ib);
             // two chains per pair, the first starting from the bias
             __m512i s[P][2];
+            __m512 dx[P];
             for (int p = 0; p < P; ++p) {
-                s[p][0] = _mm512_set1_epi32(Ops::bias(xb));
+                const block_q8_x& xa = x[OwnX ? 2 * p : 0][at];
+                const block_q8_x& xb = x[OwnX ? 2 * p + 1 : 0][at];
+                if constexpr (OwnX) {
+                    s[p][0] = halves_epi32(Ops::bias(xa), Ops::bias(xb));
+                    dx[p] = combine(_mm256_set1_ps(xa.d), _mm256_set1_ps(xb.d));
+                } else {
+                    s[p][0] = _mm512_set1_epi32(Ops::bias(xa));
+                    dx[p] = _mm512_set1_ps(xa.d);
+                }
                 s[p][1] = _mm512_setzero_si512();
             }
             for (int k = 0; k < 8; ++k) {
-                const __m512i xk = x4_all_lanes512(xb.qs + Ops::x_offset(k));
-                for (int p = 0; p < P; ++p) s[p][k % 2] = _mm512_dpbusd_epi32(s[p][k % 2], v[p][k], xk);
+                const int off = Ops::x_offset(k);
+                if constexpr (OwnX) {
+                    for (int p = 0; p < P; ++p) {
+                        const __m512i xk = x4_halves(x[2 * p][at].qs + off, x[2 * p + 1][at].qs + off);
+                        s[p][k % 2] = _mm512_dpbusd_epi32(s[p][k % 2], v[p][k], xk);
+                    }
+                } else {
+                    const __m512i xk = x4_all_lanes512(x[0][at].qs + off);
+                    for (int p = 0; p < P; ++p) s[p][k % 2] = _mm512_dpbusd_epi32(s[p][k % 2], v[p][k], xk);
+                }
             }
-            const __m512 dx = _mm512_set1_ps(xb.d);
             for (int p = 0; p < P; ++p) {
-                acc[t * P + p] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], dx), to_ps(_mm512_add_epi32(s[p][0], s[p][1])), acc[t * P + p]);
+                acc[t * P + p] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], dx[p]), to_ps(_mm512_add_epi32(s[p][0], s[p][1])), acc[t * P + p]);
             }
         }
     }
     for (int t = 0; t < T; ++t) {
         for (int p = 0; p < P; ++p) _mm512_storeu_ps(out + (t * out_groups + 2 * p) * 8, acc[t * P + p]);
     }
+}
+
+// 2P groups `stride` bytes apart, every one with the same T activation vectors.
+template <class Ops, int P, int T>
+void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, int out_groups, float* out) {
+    using block = typename Ops::block;
+    const block* w[2 * P];
+    for (int g = 0; g < 2 * P; ++g) w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
+    x8_pairs_walk<Ops, P, T, false>(w, &x, x_stride, n, out_groups, out);
+}
+
+// streams_q4_0x8 / streams_q8_0x8 with VNNI: four groups anywhere, each with its own
+// activations, as two pairs.
+template <class Ops>
+void x8_pair_streams(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
+    using block = typename Ops::block;
+    const block* w[4];
+    for (int g = 0; g < 4; ++g) w[g] = static_cast<const block*>(groups[g]);
+    if (x[0] == x[1] && x[0] == x[2] && x[0] == x[3]) x8_pairs_walk<Ops, 2, 1, false>(w, x, 0, n, 4, out); // one broadcast for all
+    else x8_pairs_walk<Ops, 2, 1, true>(w, x, 0, n, 4, out);
 }
 
 // tile_q4_0x8 / tile_q8_0x8 with VNNI: groups two by two (one pair by up to eight tokens,
@@ -324,6 +374,8 @@ vec_kernels make_table(const vec_kernels& avx2) {
     if constexpr (Vnni) { // else the AVX2 ones
         k.tile_q4_0x8 = dispatch_x8_pairs<q4_0x8_pair_ops>;
         k.tile_q8_0x8 = dispatch_x8_pairs<q8_0x8_pair_ops>;
+        k.streams_q4_0x8 = x8_pair_streams<q4_0x8_pair_ops>;
+        k.streams_q8_0x8 = x8_pair_streams<q8_0x8_pair_ops>;
     }
     k.madd_loop = madd_loop<Vnni>;
     return k;

@@ -99,6 +99,13 @@ void tile_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* 
     }
 }
 
+template <class Block, float (*dot)(const Block*, int, const block_q8_x*, int64_t)>
+void streams_x8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
+    for (int s = 0; s < 4; ++s) {
+        for (int r = 0; r < 8; ++r) out[s * 8 + r] = dot(static_cast<const Block*>(groups[s]), r, x[s], n);
+    }
+}
+
 template <class Block, float (*dot)(const Block*, const block_q8_x*, int64_t)>
 void tile(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
     for (int t = 0; t < n_tok; ++t) {
@@ -183,7 +190,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

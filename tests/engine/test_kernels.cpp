@@ -14,6 +14,8 @@
 #include <cstring>
 #include <doctest/doctest.h>
 #include <string>
+#include <thread>
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -307,6 +309,30 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             }
             const auto tile_ref = t == dtype::q8_0x8 ? ref.tile_q8_0x8 : ref.tile_q4_0x8;
             const auto tile_simd = t == dtype::q8_0x8 ? simd->tile_q8_0x8 : simd->tile_q4_0x8;
+            // decode's four streams: groups anywhere (the fifth is the first), each with its
+            // own activations or all with the same, as each group alone
+            const auto streams_ref = t == dtype::q8_0x8 ? ref.streams_q8_0x8 : ref.streams_q4_0x8;
+            const auto streams_simd = t == dtype::q8_0x8 ? simd->streams_q8_0x8 : simd->streams_q4_0x8;
+            for (bool own_x : {true, false}) {
+                CAPTURE(own_x);
+                const int order[4] = {3, 0, 4, 1}; // groups
+                const void* groups[4];
+                const block_q8_x* xs[4];
+                for (int s = 0; s < 4; ++s) {
+                    groups[s] = x8.data() + size_t(order[s]) * gb;
+                    xs[s] = xqa.data() + size_t(own_x ? 7 - 2 * s : 5) * size_t(n / 32);
+                }
+                float want[32], got[32], alone[8];
+                streams_ref(groups, xs, n, want);
+                streams_simd(groups, xs, n, got);
+                for (int s = 0; s < 4; ++s) {
+                    tile_ref(groups[s], 0, 1, xs[s], 0, 1, n, alone);
+                    for (int r = 0; r < 8; ++r) {
+                        CHECK(want[s * 8 + r] == alone[r]);
+                        CHECK(got[s * 8 + r] == alone[r]);
+                    }
+                }
+            }
             for (int n_tok = 1; n_tok <= 8; ++n_tok) {
                 for (int n_groups = 1; n_groups <= 4; ++n_groups) {
                     for (size_t stride : {gb, gb * size_t(4 / n_groups), size_t(0)}) {
@@ -375,6 +401,115 @@ TEST_CASE("thread pool balanced split hands out every item exactly once") {
                     // one equal share per thread of three quarters, the rest in chunks
                     CHECK(small.load() >= n / 4);
                     CHECK(calls.load() <= threads + (n / 4 + threads * std::max<int64_t>(grain, 1)) / std::max<int64_t>(grain, 1) + 1);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("thread pool parts run every step once and idle threads take halves of the rest") {
+    for (int threads : {1, 2, 3}) {
+        thread_pool pool(threads);
+        for (bool serial : {false, true}) {
+            for (bool slow_first : {false, true}) {
+                CAPTURE(threads);
+                CAPTURE(serial);
+                CAPTURE(slow_first);
+                const int parts = serial ? 1 : threads;
+                const auto steps = [&](int p) { return int64_t(p == 1 ? 0 : 500 + 37 * p); }; // part 1 is empty
+                std::vector<std::vector<std::atomic<int>>> seen;
+                for (int p = 0; p < parts; ++p) seen.emplace_back(size_t(steps(p)));
+                std::vector<std::thread::id> by(size_t(steps(0))); // the thread of each step of part 0
+                std::atomic<int> bad{0};                          // calls out of range
+                pool.parallel_parts(serial, steps, [&](int p, int64_t k0, int64_t k1) {
+                    if (p < 0 || p >= parts || k0 < 0 || k0 >= k1 || k1 > steps(p)) {
+                        bad.fetch_add(1);
+                        return;
+                    }
+                    if (p == 0 && k0 == 0 && slow_first) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                    for (int64_t k = k0; k < k1; ++k) {
+                        seen[size_t(p)][size_t(k)].fetch_add(1);
+                        if (p == 0) by[size_t(k)] = std::this_thread::get_id();
+                    }
+                });
+                CHECK(bad.load() == 0);
+                for (int p = 0; p < parts; ++p) {
+                    for (int64_t k = 0; k < steps(p); ++k) REQUIRE(seen[size_t(p)][size_t(k)].load() == 1);
+                }
+                // while part 0's first call sleeps, the other threads run out and take from it
+                const auto others = std::count_if(by.begin(), by.end(), [&](std::thread::id t) { return t != by[0]; });
+                if (slow_first && parts > 1) CHECK(others > 0);
+                if (parts == 1) CHECK(others == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("decode walks every product of a dispatch across matrices and threads as each alone") {
+    // one token per job: streamed q4_0x8 and q8_0x8 jobs of two widths, a plain q8_0 job
+    // among them, and f32 activations (nothing streamed); every output once, and each the
+    // bits of the job alone on the reference kernels
+    struct spec { dtype t; int64_t rows, cols; } specs[] = {{dtype::q4_0x8, 64, 352}, {dtype::q4_0x8, 2000, 352}, {dtype::q8_0, 12, 352},
+                                                            {dtype::q8_0x8, 24, 352}, {dtype::q4_0x8, 8, 64},    {dtype::q8_0x8, 136, 64},
+                                                            {dtype::q4_0x8, 512, 352}};
+    std::vector<std::vector<uint8_t>> weights;
+    std::vector<tensor_view> views;
+    std::vector<std::vector<float>> xs;
+    for (const spec& sp : specs) {
+        auto q = quantize(format::row_type(sp.t), random_vec(size_t(sp.rows * sp.cols), 61 + weights.size()), sp.rows, sp.cols);
+        if (format::is_interleaved(sp.t)) {
+            const std::vector<uint8_t> plain = q;
+            format::interleave_x8(sp.t, plain.data(), uint64_t(sp.rows), uint64_t(sp.cols), q.data());
+        }
+        weights.push_back(std::move(q));
+        // jobs 0 and 1 read the same activations (an expert's gate and up, or every expert's in decode)
+        xs.push_back(weights.size() == 2 ? xs[0] : random_vec(size_t(sp.cols), 71 + weights.size()));
+    }
+    for (size_t i = 0; i < weights.size(); ++i) {
+        tensor_view tv;
+        tv.type = specs[i].t;
+        tv.n_dims = 2;
+        tv.shape[0] = uint64_t(specs[i].rows);
+        tv.shape[1] = uint64_t(specs[i].cols);
+        tv.data = weights[i].data();
+        tv.size = weights[i].size();
+        views.push_back(tv);
+    }
+    for (bool int8_act : {true, false}) {
+        cpu_options ro;
+        ro.kernels = &reference_vec_kernels();
+        ro.int8_activations = int8_act;
+        auto ref = make_cpu_backend(ro, 4096);
+        std::vector<std::vector<float>> want;
+        for (size_t i = 0; i < views.size(); ++i) {
+            want.emplace_back(size_t(specs[i].rows));
+            ref->matmul(views[i], xs[i].data(), 1, want.back().data());
+        }
+        for (const vec_kernels* vk : all_tables()) {
+            for (int threads : {1, 2, 3}) {
+                const std::string table = vk->name;
+                CAPTURE(table);
+                CAPTURE(threads);
+                CAPTURE(int8_act);
+                cpu_options o;
+                o.n_threads = threads;
+                o.kernels = vk;
+                o.int8_activations = int8_act;
+                auto be = make_cpu_backend(o, 4096);
+                for (int rep = 0; rep < 3; ++rep) {
+                    std::vector<std::vector<float>> got;
+                    std::vector<matmul_job> jobs;
+                    for (size_t i = 0; i < views.size(); ++i) got.emplace_back(size_t(specs[i].rows), NAN);
+                    for (size_t i = 0; i < views.size(); ++i) jobs.push_back({&views[i], xs[i].data(), 1, got[i].data()});
+                    be->matmul_many(jobs.data(), int(jobs.size()));
+                    for (size_t i = 0; i < views.size(); ++i) {
+                        CAPTURE(i);
+                        for (int64_t r = 0; r < specs[i].rows; ++r) {
+                            CAPTURE(r);
+                            if (int8_act) REQUIRE(got[i][size_t(r)] == want[i][size_t(r)]);
+                            else REQUIRE(std::fabs(got[i][size_t(r)] - want[i][size_t(r)]) <= 1e-4f * (1.0f + std::fabs(want[i][size_t(r)])));
+                        }
+                    }
                 }
             }
         }
