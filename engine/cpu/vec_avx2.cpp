@@ -32,12 +32,6 @@ inline float bf16(uint16_t h) {
 
 inline int min_int(int a, int b) { return a < b ? a : b; }
 
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 void quantize_x(const float* x, block_q8_x* out, int64_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -375,74 +369,9 @@ float dot_f32(const float* row, const float* x, int64_t n) {
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
-// e^x, lane by lane, within 2 ulp of the exact value for x in [-87, 88] (Cephes' expf:
-// x = n ln 2 + r with |r| <= ln 2 / 2, e^r by a degree-7 polynomial, 2^n put into the
-// exponent). Below -87 it gives e^-87 (the softmax of scores less their maximum: weights
-// that small vanish against the maximum's 1); NaN stays NaN.
-inline __m256 exp_ps(__m256 x) {
-    x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x); // max returns its second operand for a NaN
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x); // ln 2 in two parts
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
 
-// In-place softmax of n scores; the last partial vector through masked loads and stores.
-inline void softmax_ps(float* s, int n) {
-    const auto tail_mask = [](int m) { // the first m lanes
-        return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    };
-    const int n8 = n / 8 * 8;
-    const __m256i mask = tail_mask(n - n8);
-    __m256 mx = _mm256_set1_ps(-__builtin_huge_valf());
-    for (int j = 0; j < n8; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
-    if (n8 < n) mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, _mm256_maskload_ps(s + n8, mask), _mm256_castsi256_ps(mask)));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const __m256 m = _mm256_set1_ps(_mm_cvtss_f32(m4));
-    __m256 sum = _mm256_setzero_ps();
-    for (int j = 0; j < n8; j += 8) {
-        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));
-        _mm256_storeu_ps(s + j, e);
-        sum = _mm256_add_ps(sum, e);
-    }
-    if (n8 < n) {
-        const __m256 e = _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_maskload_ps(s + n8, mask), m)), _mm256_castsi256_ps(mask));
-        _mm256_maskstore_ps(s + n8, mask, e);
-        sum = _mm256_add_ps(sum, e);
-    }
-    const __m256 inv = _mm256_set1_ps(1.0f / hsum(sum));
-    for (int j = 0; j < n8; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
-    if (n8 < n) _mm256_maskstore_ps(s + n8, mask, _mm256_mul_ps(_mm256_maskload_ps(s + n8, mask), inv));
-}
 
-// The four sums of a[0..3]'s lanes.
-inline __m128 hsum4(const __m256 a[4]) {
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
 
-// The cached keys and values of a head are read as two streams, its first and second half
-// of positions side by side: from memory, two streams per thread read faster than one.
-// Each stream's rows are asked for this many positions ahead.
-inline int attention_half(int n) { return n / 4 * 2; }
-constexpr int attention_prefetch_rows = 16;
-
-template <class T>
-inline void prefetch_rows(const T* row, int rows, int hd) {
-    const auto* p = reinterpret_cast<const char*>(row);
-    for (int b = 0; b < rows * hd * int(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-}
 
 // s[h * n + j] = scale * q_h . k_j for H query heads (hd = 8 * nv apart) and n keys: two
 // keys from each half at a time, then the odd ones left.

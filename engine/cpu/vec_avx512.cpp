@@ -311,6 +311,130 @@ void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const bl
     }
 }
 
+// Attention on 512-bit vectors for head dimensions 64 and 128, laid out as the 256-bit
+// kernels (vec_avx2.cpp): query heads in pairs share each key's and value's load and
+// conversion, the positions are read as two streams (their halves side by side), and the
+// softmax is the same. Each head's value sums stay in registers for the whole pass.
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
+#if defined(COLIBRI_AVX512_EMULATED) // SIMDe 0.7.4 has no 512-bit f16 conversion
+    return combine(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+                   _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8))));
+#else
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#endif
+}
+
+// The low and high 256-bit halves of v added.
+inline __m256 fold(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// s[h * n + j] = scale * q_h . k_j for H query heads and n keys of NV vectors: two keys
+// from each half at a time, then the odd ones left.
+template <int H, int NV, class T>
+void attention_scores512(const float* q, const T* k, int n, float scale, float* s) {
+    constexpr int hd = 16 * NV;
+    const int half = attention_half(n);
+    const __m128 sc = _mm_set1_ps(scale);
+    __m512 qv[H][NV];
+    for (int h = 0; h < H; ++h) {
+        for (int i = 0; i < NV; ++i) qv[h][i] = _mm512_loadu_ps(q + h * hd + 16 * i);
+    }
+    for (int j = 0; j < half; j += 2) {
+        const T* key[4] = {k + j * hd, k + (j + 1) * hd, k + (half + j) * hd, k + (half + j + 1) * hd};
+        if (j + attention_prefetch_rows < half) {
+            prefetch_rows(key[0] + attention_prefetch_rows * hd, 2, hd);
+            prefetch_rows(key[2] + attention_prefetch_rows * hd, 2, hd);
+        }
+        __m256 acc[H][4];
+        for (int u = 0; u < 4; ++u) {
+            __m512 a[H];
+            for (int h = 0; h < H; ++h) a[h] = _mm512_setzero_ps();
+            for (int i = 0; i < NV; ++i) {
+                const __m512 kv = load16(key[u] + 16 * i);
+                for (int h = 0; h < H; ++h) a[h] = _mm512_fmadd_ps(qv[h][i], kv, a[h]);
+            }
+            for (int h = 0; h < H; ++h) acc[h][u] = fold(a[h]);
+        }
+        for (int h = 0; h < H; ++h) {
+            const __m128 v4 = _mm_mul_ps(hsum4(acc[h]), sc);
+            _mm_storel_pi(reinterpret_cast<__m64*>(s + h * n + j), v4);
+            _mm_storeh_pi(reinterpret_cast<__m64*>(s + h * n + half + j), v4);
+        }
+    }
+    for (int j = 2 * half; j < n; ++j) {
+        __m512 a[H];
+        for (int h = 0; h < H; ++h) a[h] = _mm512_setzero_ps();
+        for (int i = 0; i < NV; ++i) {
+            const __m512 kv = load16(k + j * hd + 16 * i);
+            for (int h = 0; h < H; ++h) a[h] = _mm512_fmadd_ps(qv[h][i], kv, a[h]);
+        }
+        for (int h = 0; h < H; ++h) s[h * n + j] = hsum(fold(a[h])) * scale;
+    }
+}
+
+// out_h = sum_j s[h * n + j] v_j for H heads: a key from each half at a time into the same
+// sums, then the odd keys left.
+template <int H, int NV, class T>
+void attention_values512(const float* s, const T* v, int n, float* out) {
+    constexpr int hd = 16 * NV;
+    const int half = attention_half(n);
+    __m512 acc[H][NV];
+    for (int h = 0; h < H; ++h) {
+        for (int i = 0; i < NV; ++i) acc[h][i] = _mm512_setzero_ps();
+    }
+    for (int j = 0; j < half; ++j) {
+        const T* va = v + j * hd;
+        const T* vb = va + half * hd;
+        if (j + attention_prefetch_rows < half) {
+            prefetch_rows(va + attention_prefetch_rows * hd, 1, hd);
+            prefetch_rows(vb + attention_prefetch_rows * hd, 1, hd);
+        }
+        __m512 pa[H], pb[H];
+        for (int h = 0; h < H; ++h) {
+            pa[h] = _mm512_set1_ps(s[h * n + j]);
+            pb[h] = _mm512_set1_ps(s[h * n + half + j]);
+        }
+        for (int i = 0; i < NV; ++i) {
+            const __m512 a = load16(va + 16 * i), b = load16(vb + 16 * i);
+            for (int h = 0; h < H; ++h) acc[h][i] = _mm512_fmadd_ps(pb[h], b, _mm512_fmadd_ps(pa[h], a, acc[h][i]));
+        }
+    }
+    for (int j = 2 * half; j < n; ++j) {
+        for (int i = 0; i < NV; ++i) {
+            const __m512 a = load16(v + j * hd + 16 * i);
+            for (int h = 0; h < H; ++h) acc[h][i] = _mm512_fmadd_ps(_mm512_set1_ps(s[h * n + j]), a, acc[h][i]);
+        }
+    }
+    for (int h = 0; h < H; ++h) {
+        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(out + h * hd + 16 * i, acc[h][i]);
+    }
+}
+
+template <int NV, class T>
+void attend512_t(const float* q, int n_q, const T* k, const T* v, int n, float scale, float* scores, float* out) {
+    constexpr int hd = 16 * NV;
+    int g = 0;
+    for (; g + 2 <= n_q; g += 2) attention_scores512<2, NV>(q + g * hd, k, n, scale, scores + g * n);
+    if (g < n_q) attention_scores512<1, NV>(q + g * hd, k, n, scale, scores + g * n);
+    for (g = 0; g < n_q; ++g) softmax_ps(scores + g * n, n);
+    for (g = 0; g + 2 <= n_q; g += 2) attention_values512<2, NV>(scores + g * n, v, n, out + g * hd);
+    if (g < n_q) attention_values512<1, NV>(scores + g * n, v, n, out + g * hd);
+}
+
+// attend / attend_f16: head dimensions 64 and 128 here, the others on the AVX2 kernels.
+template <class T>
+void attend512(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores, float* out) {
+    switch (head_dim) {
+    case 64: attend512_t<4>(q, n_q, k, v, n, scale, scores, out); return;
+    case 128: attend512_t<8>(q, n_q, k, v, n, scale, scores, out); return;
+    default:
+        if constexpr (std::is_same_v<T, float>) avx2_vec_kernels()->attend(q, n_q, k, v, n, head_dim, scale, scores, out);
+        else avx2_vec_kernels()->attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out);
+    }
+}
+
 template <bool Vnni>
 constexpr tile_fn q8_0_tiles[4] = {tile_q8_0_t<1, Vnni>, tile_q8_0_t<2, Vnni>, tile_q8_0_t<3, Vnni>, tile_q8_0_t<4, Vnni>};
 template <bool Vnni>
@@ -377,6 +501,8 @@ vec_kernels make_table(const vec_kernels& avx2) {
         k.streams_q4_0x8 = x8_pair_streams<q4_0x8_pair_ops>;
         k.streams_q8_0x8 = x8_pair_streams<q8_0x8_pair_ops>;
     }
+    k.attend = attend512<float>;
+    k.attend_f16 = attend512<uint16_t>;
     k.madd_loop = madd_loop<Vnni>;
     return k;
 }
