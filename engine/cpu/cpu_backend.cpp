@@ -524,9 +524,11 @@ public:
     }
 
     void swiglu(float* gate, const float* up, int64_t n) override {
-        // an exponential each: worth the threads for a prefill batch (about 20 multiply-adds'
-        // worth of work per element for the split threshold)
-        split(n, 20 * n, 1024, [&](int64_t b, int64_t e) { vk_.swiglu(gate + b, up + b, e - b); });
+        // an exponential each: worth the threads for a prefill batch, not for one token's
+        // experts (a few thousand elements take under a microsecond, less than a dispatch)
+        const auto f = [&](int64_t b, int64_t e) { vk_.swiglu(gate + b, up + b, e - b); };
+        if (n < min_parallel_swiglu) f(0, n);
+        else pool_.parallel_balanced(n, 1024, f);
     }
 
     void add_scaled(float* x, const float* y, int64_t n, float s) override {
@@ -537,6 +539,7 @@ private:
     // Below this many multiply-adds an operation runs on the calling thread: waking the
     // pool costs more than it saves (small models, short contexts).
     static constexpr int64_t min_parallel_work = 1 << 16;
+    static constexpr int64_t min_parallel_swiglu = 1 << 14; // elements
     // The last rows of a product are handed to the threads in chunks of about this many
     // bytes of weights (see split). Decode reads each chunk as four streams, which start
     // cold: its chunks are larger (fine-grained 4-bit decode 1.07-1.09x at 256 KB against

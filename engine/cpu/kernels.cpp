@@ -13,12 +13,22 @@ using format::block_q8_0;
 using format::dtype;
 
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
-    // mean of squares
-    float ss = 0.0f;
-    for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+    // mean of squares, in sixteen independent sums (one chain of n adds is n times the
+    // add's latency: about 1 us for a row of 1024, run for every layer of every token)
+    constexpr int lanes = 16;
+    float part[lanes] = {};
+    int i = 0;
+    for (; i + lanes <= n; i += lanes) {
+        for (int k = 0; k < lanes; ++k) part[k] += x[i + k] * x[i + k];
+    }
+    for (; i < n; ++i) part[i % lanes] += x[i] * x[i];
+    for (int width = lanes / 2; width > 0; width /= 2) { // pairwise
+        for (int k = 0; k < width; ++k) part[k] += part[k + width];
+    }
+    const float ss = part[0];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
     // normalise and scale
-    for (int i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
+    for (i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
 void softmax(float* x, int n) {
