@@ -531,11 +531,31 @@ public:
         else pool_.parallel_balanced(n, 1024, f);
     }
 
-    void add_scaled(float* x, const float* y, int64_t n, float s) override {
-        for (int64_t i = 0; i < n; ++i) x[i] += s * y[i];
+    void add_scaled(float* x, const float* y, int64_t n, float s) override { add_scaled_row(x, y, n, s); }
+
+    void gather_rows(float* dst, const float* src, const int32_t* index, int n, int dim) override {
+        // a prefill batch's tokens for its experts: megabytes of copies, across the threads
+        split(n, int64_t(n) * dim, 8, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) std::memcpy(dst + r * dim, src + int64_t(index[r]) * dim, sizeof(float) * size_t(dim));
+        });
+    }
+
+    void weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
+                           int dim) override {
+        split(n, int64_t(n) * k * dim, 4, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) {
+                float* o = out + t * dim;
+                std::fill_n(o, dim, 0.0f);
+                for (int i = 0; i < k; ++i) add_scaled_row(o, rows + int64_t(index[t * k + i]) * dim, dim, weight[t * k + i]);
+            }
+        });
     }
 
 private:
+    static void add_scaled_row(float* x, const float* y, int64_t n, float s) {
+        for (int64_t i = 0; i < n; ++i) x[i] += s * y[i];
+    }
+
     // Below this many multiply-adds an operation runs on the calling thread: waking the
     // pool costs more than it saves (small models, short contexts).
     static constexpr int64_t min_parallel_work = 1 << 16;

@@ -56,6 +56,9 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     sel_w_.resize(B * k_used);
     expert_begin_.resize(size_t(hp.n_expert) + 1);
     order_.resize(B * k_used);
+    rows_.resize(B * (k_used + 1));
+    terms_n_.resize(B);
+    terms_w_.resize(B * (k_used + 1));
     probs_.resize(hp.n_expert);
 }
 
@@ -257,9 +260,8 @@ void session::moe(const layer_weights& l, int n) {
     const float* xn = xn_->data();
     float* xg = xg_->data();
     if (n > 1) {
-        for (size_t i = 0; i < n_pairs; ++i) {
-            std::copy_n(xn + size_t(order_[i] / k) * n_embd, n_embd, xg + i * n_embd); // [n*k, n_embd], grouped by expert
-        }
+        for (size_t i = 0; i < n_pairs; ++i) rows_[i] = order_[i] / k;
+        be_.gather_rows(xg, xn, rows_.data(), static_cast<int>(n_pairs), n_embd); // [n*k, n_embd], grouped by expert
     }
     // one token: every expert reads it where it is (and the backend quantises it once)
     const auto expert_x = [&](int begin) -> const float* { return n > 1 ? xg + size_t(begin) * n_embd : xn; };
@@ -294,19 +296,21 @@ void session::moe(const layer_weights& l, int n) {
     be_.matmul_many(jobs_.data(), static_cast<int>(jobs_.size()));
 
     // 4. weighted sum per token: routed experts in expert order, then the shared expert
-    //    scaled by sigmoid(x . w_gate) when it has a gate
-    float* out = ffn_out_->data();
-    std::fill_n(out, size_t(n) * n_embd, 0.0f);
-    for (size_t i = 0; i < n_pairs; ++i) {
-        const int pair = order_[i];
-        be_.add_scaled(out + size_t(pair / k) * n_embd, yo + i * n_embd, n_embd, sel_w_[pair]);
+    //    (its rows follow the routed ones in yo) scaled by sigmoid(x . w_gate) when it has a gate
+    const int terms = k + (shared ? 1 : 0);
+    std::fill_n(terms_n_.begin(), n, 0);
+    for (size_t i = 0; i < n_pairs; ++i) { // the grouped order is expert order within a token
+        const int pair = order_[i], t = pair / k, at = t * terms + terms_n_[size_t(t)]++;
+        rows_[size_t(at)] = static_cast<int32_t>(i);
+        terms_w_[size_t(at)] = sel_w_[size_t(pair)];
     }
     if (shared) {
         for (int t = 0; t < n; ++t) {
-            const float g = l.shared_gate != nullptr ? 1.0f / (1.0f + std::exp(-shared_gate_->data()[t])) : 1.0f;
-            be_.add_scaled(out + size_t(t) * n_embd, yo_sh + size_t(t) * n_embd, n_embd, g);
+            rows_[size_t(t * terms + k)] = static_cast<int32_t>(n_pairs) + t;
+            terms_w_[size_t(t * terms + k)] = l.shared_gate != nullptr ? 1.0f / (1.0f + std::exp(-shared_gate_->data()[t])) : 1.0f;
         }
     }
+    be_.weighted_sum_rows(ffn_out_->data(), yo, rows_.data(), terms_w_.data(), n, terms, n_embd);
 }
 
 } // namespace colibri

@@ -79,6 +79,9 @@ private:
     std::vector<float> sel_w_;          // [n_batch, n_expert_used] their weights
     std::vector<int32_t> expert_begin_; // [n_expert + 1] offsets into order_
     std::vector<int32_t> order_;        // [n_batch * n_expert_used] token*k + slot, grouped by expert
+    std::vector<int32_t> rows_;         // moe: the token of each grouped pair, then each token's terms
+    std::vector<float> terms_w_;        // moe: the weight of each token's terms
+    std::vector<int32_t> terms_n_;      // moe: [n_batch] each token's terms so far
     std::vector<float> probs_;          // [n_expert]
     std::vector<matmul_job> jobs_;      // products dispatched together, capacity 2*n_expert+4
 };

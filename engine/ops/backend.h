@@ -75,6 +75,13 @@ public:
     virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
     /// x += s * y, n elements
     virtual void add_scaled(float* x, const float* y, int64_t n, float s) = 0;
+    /// dst[i] = src[index[i]] for n rows of dim floats.
+    virtual void gather_rows(float* dst, const float* src, const int32_t* index, int n, int dim) = 0;
+    /// out[t] = sum over i < k of weight[t * k + i] * rows[index[t * k + i]], for n rows of
+    /// dim floats: each term added onto the sum before it (from zero) in the order of i,
+    /// element by element as add_scaled adds.
+    virtual void weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
+                                   int dim) = 0;
 };
 
 struct vec_kernels;

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <chrono>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -647,6 +648,40 @@ TEST_CASE("interleaved products split at any row give the results of the product
     be->embed(tb, ids, 3, 0.5f, e8.data());
     be->embed(tp, ids, 3, 0.5f, e0.data());
     CHECK(e8 == e0);
+    }
+}
+
+TEST_CASE("backend gathers rows and sums weighted rows in order as add_scaled does") {
+    for (int threads : {1, 3}) {
+        cpu_options o;
+        o.n_threads = threads;
+        auto be = make_cpu_backend(o, 256);
+        for (auto [n, k, dim] : {std::tuple{1, 9, 1024}, std::tuple{7, 2, 33}, std::tuple{300, 8, 512}}) { // the last across the threads
+            CAPTURE(threads);
+            CAPTURE(n);
+            const int n_rows = 2 * n * k + 5;
+            const auto rows = random_vec(size_t(n_rows) * dim, 91 + n);
+            std::vector<int32_t> index(size_t(n) * k);
+            std::vector<float> weight(size_t(n) * k);
+            xorshift64s rng(92 + uint64_t(n));
+            for (size_t i = 0; i < index.size(); ++i) {
+                index[i] = static_cast<int32_t>(rng.uniform() * n_rows) % n_rows;
+                weight[i] = 2.0f * rng.uniform() - 1.0f;
+            }
+            std::vector<float> got(size_t(n) * dim, NAN), want(size_t(n) * dim, 0.0f);
+            be->weighted_sum_rows(got.data(), rows.data(), index.data(), weight.data(), n, k, dim);
+            for (int t = 0; t < n; ++t) {
+                for (int i = 0; i < k; ++i) {
+                    be->add_scaled(want.data() + size_t(t) * dim, rows.data() + size_t(index[size_t(t * k + i)]) * dim, dim, weight[size_t(t * k + i)]);
+                }
+            }
+            CHECK(got == want);
+            std::vector<float> gathered(index.size() * size_t(dim), NAN);
+            be->gather_rows(gathered.data(), rows.data(), index.data(), static_cast<int>(index.size()), dim);
+            for (size_t i = 0; i < index.size(); ++i) {
+                REQUIRE(std::equal(gathered.begin() + i * dim, gathered.begin() + (i + 1) * dim, rows.begin() + size_t(index[i]) * dim));
+            }
+        }
     }
 }
 
