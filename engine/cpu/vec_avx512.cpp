@@ -342,11 +342,8 @@ void attention_scores512(const float* q, const T* k, int n, float scale, float* 
         for (int i = 0; i < NV; ++i) qv[h][i] = _mm512_loadu_ps(q + h * hd + 16 * i);
     }
     for (int j = 0; j < half; j += 2) {
-        const T* key[4] = {k + j * hd, k + (j + 1) * hd, k + (half + j) * hd, k + (half + j + 1) * hd};
-        if (j + attention_prefetch_rows < half) {
-            prefetch_rows(key[0] + attention_prefetch_rows * hd, 2, hd);
-            prefetch_rows(key[2] + attention_prefetch_rows * hd, 2, hd);
-        }
+        const T* key[4];
+        score_keys(k, j, half, hd, key);
         __m256 acc[H][4];
         for (int u = 0; u < 4; ++u) {
             __m512 a[H];
@@ -357,11 +354,7 @@ void attention_scores512(const float* q, const T* k, int n, float scale, float* 
             }
             for (int h = 0; h < H; ++h) acc[h][u] = fold(a[h]);
         }
-        for (int h = 0; h < H; ++h) {
-            const __m128 v4 = _mm_mul_ps(hsum4(acc[h]), sc);
-            _mm_storel_pi(reinterpret_cast<__m64*>(s + h * n + j), v4);
-            _mm_storeh_pi(reinterpret_cast<__m64*>(s + h * n + half + j), v4);
-        }
+        for (int h = 0; h < H; ++h) store_scores4(s + h * n, j, half, acc[h], sc);
     }
     for (int j = 2 * half; j < n; ++j) {
         __m512 a[H];

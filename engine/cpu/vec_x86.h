@@ -218,5 +218,26 @@ inline void prefetch_rows(const T* row, int rows, int hd) {
     for (int b = 0; b < rows * hd * int(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
 }
 
+// The four keys of a step of the scores, j and j + 1 of each half, with the rows ahead of
+// them asked for.
+template <class T>
+inline void score_keys(const T* k, int j, int half, int hd, const T* key[4]) {
+    key[0] = k + j * hd;
+    key[1] = key[0] + hd;
+    key[2] = k + (half + j) * hd;
+    key[3] = key[2] + hd;
+    if (j + attention_prefetch_rows < half) {
+        prefetch_rows(key[0] + attention_prefetch_rows * hd, 2, hd);
+        prefetch_rows(key[2] + attention_prefetch_rows * hd, 2, hd);
+    }
+}
+
+// The scores of keys j, j + 1, half + j and half + j + 1 (the sums of acc[0..3]), scaled.
+inline void store_scores4(float* s, int j, int half, const __m256 acc[4], __m128 scale) {
+    const __m128 v4 = _mm_mul_ps(hsum4(acc), scale);
+    _mm_storel_pi(reinterpret_cast<__m64*>(s + j), v4);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(s + half + j), v4);
+}
+
 } // namespace
 } // namespace colibri
