@@ -266,7 +266,6 @@ public:
         }
     }
 
-
     // Rows [r0, r1) of one job; each weight row is read once for all of its tokens.
     void matmul_rows(const matmul_job& jb, const block_q8_x* xq, int64_t r0, int64_t r1) const {
         const tensor_view& w = *jb.w;
@@ -561,9 +560,11 @@ private:
     static constexpr int64_t min_parallel_work = 1 << 16;
     static constexpr int64_t min_parallel_swiglu = 1 << 14; // elements
     // The last rows of a product are handed to the threads in chunks of about this many
-    // bytes of weights (see split). Decode reads each chunk as four streams, which start
-    // cold: its chunks are larger (fine-grained 4-bit decode 1.07-1.09x at 256 KB against
-    // 64 KB, 0.96x at 1 MB against 256 KB; prefill 0.94-1.06x, so it keeps 64 KB).
+    // bytes of weights (see split). Up to four tokens (plain rows in decode, short batches)
+    // read each chunk as four streams, which start cold: their chunks are larger (measured
+    // when decode of interleaved rows went this way too: fine-grained 4-bit 1.07-1.09x at
+    // 256 KB against 64 KB, 0.96x at 1 MB against 256 KB; prefill 0.94-1.06x, so it keeps
+    // 64 KB). Decode of interleaved rows has its own split (decode()).
     static constexpr uint64_t chunk_bytes = 64 << 10;
     static constexpr uint64_t decode_chunk_bytes = 256 << 10;
     // Prefill walks a matrix in blocks of rows of about this many bytes, which stay in
