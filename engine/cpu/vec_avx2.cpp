@@ -465,6 +465,7 @@ void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, fl
     int g = 0;
     for (; g + 2 <= n_q; g += 2) attention_scores<2, NV>(q + g * hd, k, n, nv, scale, scores + g * n);
     if (g < n_q) attention_scores<1, NV>(q + g * hd, k, n, nv, scale, scores + g * n);
+    prefetch_values_start(v, n, hd);
     for (g = 0; g < n_q; ++g) softmax_ps(scores + g * n, n);
     for (g = 0; g + 2 <= n_q; g += 2) attention_values<2, NV>(scores + g * n, v, n, nv, out + g * hd);
     if (g < n_q) attention_values<1, NV>(scores + g * n, v, n, nv, out + g * hd);

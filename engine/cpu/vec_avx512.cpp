@@ -411,6 +411,7 @@ void attend512_t(const float* q, int n_q, const T* k, const T* v, int n, float s
     int g = 0;
     for (; g + 2 <= n_q; g += 2) attention_scores512<2, NV>(q + g * hd, k, n, scale, scores + g * n);
     if (g < n_q) attention_scores512<1, NV>(q + g * hd, k, n, scale, scores + g * n);
+    prefetch_values_start(v, n, hd);
     for (g = 0; g < n_q; ++g) softmax_ps(scores + g * n, n);
     for (g = 0; g + 2 <= n_q; g += 2) attention_values512<2, NV>(scores + g * n, v, n, out + g * hd);
     if (g < n_q) attention_values512<1, NV>(scores + g * n, v, n, out + g * hd);

@@ -232,6 +232,16 @@ inline void score_keys(const T* k, int j, int half, int hd, const T* key[4]) {
     }
 }
 
+// The values' first rows of both streams, asked for before the softmax, so that their pass
+// does not start on rows still to be requested (one thread, a head of 600 positions from
+// memory: 23-25 -> 25-26 GB/s at 600 positions, 1-2% at 2,048).
+template <class T>
+inline void prefetch_values_start(const T* v, int n, int hd) {
+    const int half = attention_half(n), rows = attention_prefetch_rows < half ? attention_prefetch_rows : half;
+    prefetch_rows(v, rows, hd);
+    prefetch_rows(v + half * hd, rows, hd);
+}
+
 // The scores of keys j, j + 1, half + j and half + j + 1 (the sums of acc[0..3]), scaled.
 inline void store_scores4(float* s, int j, int half, const __m256 acc[4], __m128 scale) {
     const __m128 v4 = _mm_mul_ps(hsum4(acc), scale);
