@@ -233,8 +233,8 @@ inline void score_keys(const T* k, int j, int half, int hd, const T* key[4]) {
 }
 
 // The values' first rows of both streams, asked for before the softmax, so that their pass
-// does not start on rows still to be requested (one thread, a head of 600 positions from
-// memory: 23-25 -> 25-26 GB/s at 600 positions, 1-2% at 2,048).
+// does not start on rows still to be requested (one thread, one head from memory: 23-25 ->
+// 25-26 GB/s at 600 positions, 1-2% more at 2,048).
 template <class T>
 inline void prefetch_values_start(const T* v, int n, int hd) {
     const int half = attention_half(n), rows = attention_prefetch_rows < half ? attention_prefetch_rows : half;
