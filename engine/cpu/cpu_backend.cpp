@@ -176,14 +176,13 @@ public:
         segments_.clear();
         int64_t groups = 0, other_rows = 0;
         for (int j = 0; j < n_jobs; ++j) {
-            const int64_t rows = static_cast<int64_t>(jobs[j].w->rows());
             const tensor_view& w = *jobs[j].w;
+            const int64_t rows = static_cast<int64_t>(w.rows());
             if (streamed(w)) {
                 const bool q8 = w.type == format::dtype::q8_0x8;
                 const int64_t cols = static_cast<int64_t>(w.cols());
                 segments_.push_back({groups, w.data, format::x8_rows * format::row_bytes(w.type, w.cols()),
-                                     xq_.data() + xq_begin_[size_t(j)], jobs[j].y, rows / 8, cols, cols * 2 + (q8 ? 1 : 0),
-                                     q8 ? vk_.streams_q8_0x8 : vk_.streams_q4_0x8, q8 ? vk_.tile_q8_0x8 : vk_.tile_q4_0x8});
+                                     xq_.data() + xq_begin_[size_t(j)], jobs[j].y, rows / 8, cols, q8 ? vk_.streams_q8_0x8 : vk_.streams_q4_0x8, q8 ? vk_.tile_q8_0x8 : vk_.tile_q4_0x8});
                 groups += rows / 8;
             } else {
                 other_rows += rows;
@@ -191,7 +190,7 @@ public:
         }
         if (groups == 0) return false;
         COLIBRI_ASSERT(groups < (int64_t(1) << 26)); // parallel_parts: fewer than 2^24 steps a part
-        segments_.push_back({groups, nullptr, 0, nullptr, nullptr, 0, 0, 0, nullptr, nullptr});
+        segments_.push_back({groups, nullptr, 0, nullptr, nullptr, 0, 0, nullptr, nullptr});
         // the other jobs' rows first (a shared expert's gate: one row)
         if (other_rows > 0) {
             split(other_rows, work * other_rows / (other_rows + groups * 8), 8,
@@ -243,7 +242,9 @@ public:
         float out[32];
         for (int64_t k = 0; k < k1 - k0; ++k) {
             bool alike = true; // four groups of one type and width: one call
-            for (int s = 0; s < 4; ++s) alike = alike && k < c[s].count && c[s].seg->shape == c[0].seg->shape;
+            for (int s = 0; s < 4; ++s) {
+                alike = alike && k < c[s].count && c[s].seg->streams == c[0].seg->streams && c[s].seg->cols == c[0].seg->cols;
+            }
             if (alike) {
                 const void* group[4] = {c[0].w, c[1].w, c[2].w, c[3].w};
                 const block_q8_x* x[4] = {c[0].seg->x, c[1].seg->x, c[2].seg->x, c[3].seg->x};
@@ -523,11 +524,10 @@ public:
     }
 
     void swiglu(float* gate, const float* up, int64_t n) override {
-        // an exponential each: worth the threads for a prefill batch, not for one token's
-        // experts (a few thousand elements take under a microsecond, less than a dispatch)
-        const auto f = [&](int64_t b, int64_t e) { vk_.swiglu(gate + b, up + b, e - b); };
-        if (n < min_parallel_swiglu) f(0, n);
-        else pool_.parallel_balanced(n, 1024, f);
+        // an exponential each, counted as four multiply-adds for the split threshold: worth
+        // the threads for a prefill batch, not for one token's experts (a few thousand
+        // elements take under a microsecond, less than a dispatch)
+        split(n, 4 * n, 1024, [&](int64_t b, int64_t e) { vk_.swiglu(gate + b, up + b, e - b); });
     }
 
     void add_scaled(float* x, const float* y, int64_t n, float s) override { add_scaled_row(x, y, n, s); }
@@ -558,7 +558,6 @@ private:
     // Below this many multiply-adds an operation runs on the calling thread: waking the
     // pool costs more than it saves (small models, short contexts).
     static constexpr int64_t min_parallel_work = 1 << 16;
-    static constexpr int64_t min_parallel_swiglu = 1 << 14; // elements
     // The last rows of a product are handed to the threads in chunks of about this many
     // bytes of weights (see split). Up to four tokens (plain rows in decode, short batches)
     // read each chunk as four streams, which start cold: their chunks are larger (measured
@@ -597,7 +596,6 @@ private:
         const block_q8_x* x;           // its quantised activations
         float* y;                      // its outputs
         int64_t groups, cols;
-        int64_t shape;                 // equal for jobs of one type and width
         decltype(vec_kernels::streams_q4_0x8) streams;
         decltype(vec_kernels::tile_q4_0x8) tile;
     };

@@ -32,7 +32,6 @@ inline float bf16(uint16_t h) {
 
 inline int min_int(int a, int b) { return a < b ? a : b; }
 
-
 void quantize_x(const float* x, block_q8_x* out, int64_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t ib = 0; ib < n / qk; ++ib) {
@@ -368,10 +367,6 @@ float dot_f32(const float* row, const float* x, int64_t n) {
 // that stays in L1.
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-
-
-
-
 
 // s[h * n + j] = scale * q_h . k_j for H query heads (hd = 8 * nv apart) and n keys: two
 // keys from each half at a time, then the odd ones left.
