@@ -70,7 +70,8 @@ typedef struct colibri_model_info {
 colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_info* info);
 
 typedef struct colibri_session_params {
-    int n_ctx; /**< 0: the model's context length, at most 4096 */
+    int n_ctx;   /**< 0: the model's context length, at most 4096 */
+    int n_batch; /**< most prompt tokens evaluated at once, 1..4096 (0: 128); a prompt can be cancelled between batches */
 } colibri_session_params;
 
 void colibri_session_params_init(colibri_session_params* params);

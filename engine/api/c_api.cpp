@@ -116,7 +116,10 @@ colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_
 }
 
 void colibri_session_params_init(colibri_session_params* params) {
-    if (params != nullptr) params->n_ctx = 0;
+    if (params != nullptr) {
+        params->n_ctx = 0;
+        params->n_batch = 0;
+    }
 }
 
 colibri_status colibri_session_create(colibri_model* model, const colibri_session_params* params,
@@ -125,10 +128,12 @@ colibri_status colibri_session_create(colibri_model* model, const colibri_sessio
     if (model == nullptr || out == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and out must not be NULL");
     return guarded([&] {
         const int n_ctx = params != nullptr ? params->n_ctx : 0;
+        const int n_batch = params != nullptr && params->n_batch != 0 ? params->n_batch : colibri::session::default_batch;
         if (n_ctx < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "n_ctx must be >= 0");
+        if (n_batch < 0 || n_batch > 4096) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "n_batch must be 0..4096");
         auto s = std::make_unique<colibri_session>();
         s->model = model;
-        s->s = std::make_unique<colibri::session>(*model->rt->mdl, *model->rt->be, n_ctx);
+        s->s = std::make_unique<colibri::session>(*model->rt->mdl, *model->rt->be, n_ctx, n_batch);
         s->smp = std::make_unique<colibri::sampler>(static_cast<int>(model->rt->mdl->hp().n_vocab));
         *out = s.release();
         return COLIBRI_OK;

@@ -100,7 +100,7 @@ void reset_peak_rss() {
 int main(int argc, char** argv) {
     auto process_start = clock_type::now();
     std::string model_path, shape, quant = "q8_0", threads_list, cache_dir, json_file;
-    int prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 1024;
+    int prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 1024, batch = session::default_batch;
     po::options_description opts("colibri-bench: measure a model on the CPU against this machine's limits\n\n"
                                  "  colibri-bench --model FILE [options]\n"
                                  "  colibri-bench --shape mixtral-like|fine-grained [--quant q8_0|q4_0|...] [options]\n\n"
@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
         ("cache-dir", po::value(&cache_dir), "where random models are kept between runs (default: the temp directory)")
         ("threads,t", po::value(&threads_list), "comma-separated thread counts (default: the CPUs this process may use)")
         ("prompt-tokens", po::value(&prompt_tokens), "prefill length (default 512)")
+        ("batch", po::value(&batch), "most prompt tokens evaluated at once (default 128, as in colibrid)")
         ("gen-tokens", po::value(&gen_tokens), "decoded tokens (default 128)")
         ("reps", po::value(&reps), "repetitions per thread count (default 3)")
         ("bandwidth-mib", po::value(&bandwidth_mib), "buffer of the bandwidth probe (default 1024 MiB)")
@@ -134,8 +135,12 @@ int main(int argc, char** argv) {
         std::cout << opts << "\n";
         return 0;
     }
-    if (model_path.empty() == shape.empty() || prompt_tokens < 1 || gen_tokens < 1 || reps < 1) {
+    if (model_path.empty() == shape.empty()) {
         std::cerr << "colibri-bench: give one of --model or --shape (see --help)\n";
+        return 2;
+    }
+    if (prompt_tokens < 1 || gen_tokens < 1 || reps < 1 || batch < 1 || batch > 4096) {
+        std::cerr << "colibri-bench: --prompt-tokens, --gen-tokens and --reps must be at least 1, --batch 1..4096\n";
         return 2;
     }
     const bool json = vm.count("json") > 0;
@@ -186,7 +191,7 @@ int main(int argc, char** argv) {
         auto rt = load_runtime(model_path, "cpu", threads.front());
         const auto& hp = rt->mdl->hp();
         const int n_ctx = prompt_tokens + gen_tokens + 1;
-        const int n_batch = std::min(prompt_tokens, 512);
+        const int n_batch = std::min(prompt_tokens, batch);
         size_t kv_token_bytes = 0; // keys and values of one position, all layers (f16 or f32)
         {
             session warm(*rt->mdl, *rt->be, n_ctx, n_batch);
@@ -277,14 +282,14 @@ int main(int argc, char** argv) {
         auto write_json = [&](FILE* f) {
             std::fprintf(f, "{\"model\":\"%s\",\"arch\":\"%s\",\"weight_type\":\"%s\",\"kernels\":\"%s\",\"int8_activations\":%s,"
                         "\"file_bytes\":%llu,\"params\":%llu,\"params_active\":%llu,\"bytes_per_token\":%.0f,"
-                        "\"prompt_tokens\":%d,\"gen_tokens\":%d,\"reps\":%d,\"load_ms\":%.2f,\"process_start_to_ready_ms\":%.2f,"
+                        "\"prompt_tokens\":%d,\"batch\":%d,\"gen_tokens\":%d,\"reps\":%d,\"load_ms\":%.2f,\"process_start_to_ready_ms\":%.2f,"
                         "\"peak_rss_kib\":%ld,\"runs\":[",
                         model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
                         vk.name, vm.count("f32-act") ? "false" : "true",
                         static_cast<unsigned long long>(rt->mdl->file().file_size()),
                         static_cast<unsigned long long>(rt->mdl->n_params()),
                         static_cast<unsigned long long>(rt->mdl->n_params_active()), bytes_per_token, prompt_tokens,
-                        gen_tokens, reps, load_ms, ready_ms, model_rss_kib);
+                        n_batch, gen_tokens, reps, load_ms, ready_ms, model_rss_kib);
             // medians, and [min, max] as "..._range"
             const auto range = [](const stats& v, double scale) {
                 char b[64];
@@ -322,7 +327,8 @@ int main(int argc, char** argv) {
             std::printf("load to ready %.1f ms (process start to ready %.1f ms, not counting a random model's writing); bytes read per decoded token %.1f MiB "
                         "(weights %.1f MiB + KV cache %.2f MiB)\n",
                         load_ms, ready_ms, bytes_per_token / 1048576.0, w_bytes / 1048576.0, kv_bytes / 1048576.0);
-            std::printf("prompt %d tokens, %d decoded, %d repetitions: median [min-max]\n", prompt_tokens, gen_tokens, reps);
+            std::printf("prompt %d tokens (batches of %d), %d decoded, %d repetitions: median [min-max]\n", prompt_tokens, n_batch,
+                        gen_tokens, reps);
             std::printf("each repetition against the bandwidth and int8 peak measured just before it\n");
             for (const result& r : results) {
                 std::printf("threads %d: read bandwidth %.2f GB/s [%.2f-%.2f] -> decode ceiling %.2f tok/s\n", r.threads,

@@ -155,6 +155,24 @@ int main(int argc, char** argv) {
     EXPECT(colibri_session_create(model, &sp, &small) == COLIBRI_OK);
     EXPECT(colibri_generate(small, "a long prompt that does not fit", 31, &gp, NULL, NULL, &res) == COLIBRI_ERR_CONTEXT_FULL);
 
+    /* the batch size: refused out of range; a prompt one token at a time gives the same text */
+    sp.n_ctx = 0;
+    colibri_session* single = NULL;
+    sp.n_batch = -1;
+    EXPECT(colibri_session_create(model, &sp, &single) == COLIBRI_ERR_INVALID_ARGUMENT);
+    EXPECT(strstr(colibri_last_error(), "n_batch") != NULL);
+    sp.n_batch = 4097;
+    EXPECT(colibri_session_create(model, &sp, &single) == COLIBRI_ERR_INVALID_ARGUMENT);
+    EXPECT(single == NULL);
+    sp.n_batch = 1;
+    EXPECT(colibri_session_create(model, &sp, &single) == COLIBRI_OK);
+    struct collected c = {{0}, 0, 0};
+    gp.max_tokens = 12;
+    gp.cancel = NULL;
+    EXPECT(colibri_generate(single, "def f(x):", 9, &gp, on_piece, &c, &res) == COLIBRI_OK);
+    EXPECT(a.len > 0 && a.len == c.len && memcmp(a.text, c.text, a.len) == 0);
+    colibri_session_free(single);
+
     colibri_session_free(small);
     colibri_session_free(session);
     colibri_model_free(model);
