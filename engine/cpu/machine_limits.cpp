@@ -20,32 +20,45 @@ using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t0) {
     return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
+constexpr size_t probe_chunk = size_t(1) << 20;
 } // namespace
 
-double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const vec_kernels& vk) {
+read_probe::read_probe(int n_threads, size_t bytes, const vec_kernels& vk)
+    : vk_(vk), bytes_(0), buf_(nullptr, std::free), pool_(std::make_unique<thread_pool>(n_threads)) {
     // Each thread reads its part in chunks of 1 MiB, each chunk as eight streams: streams
     // close together read faster here than streams far apart (the kernels read one matrix
     // at a time the same way).
-    constexpr size_t chunk = size_t(1) << 20;
-    bytes = std::max<size_t>(bytes / (chunk * size_t(n_threads)), 1) * chunk * size_t(n_threads);
-    std::unique_ptr<uint8_t, decltype(&std::free)> buf(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)), &std::free);
-    if (!buf) return 0;
-    thread_pool pool(n_threads);
-    const size_t part = bytes / size_t(n_threads);
+    const size_t parts = size_t(pool_->size());
+    bytes = std::max<size_t>(bytes / (probe_chunk * parts), 1) * probe_chunk * parts;
+    buf_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
+    if (!buf_) return;
+    bytes_ = bytes;
+    const size_t part = bytes / parts;
     // first touch by the thread that will read it (NUMA placement), and no zero-page tricks
-    pool.run([&](int ith, int) { std::memset(buf.get() + part * size_t(ith), ith + 1, part); });
+    pool_->run([&](int ith, int) { std::memset(buf_.get() + part * size_t(ith), ith + 1, part); });
+}
+
+read_probe::~read_probe() = default;
+
+double read_probe::measure(int passes) {
+    if (bytes_ == 0) return 0;
+    const size_t part = bytes_ / size_t(pool_->size());
     std::atomic<uint64_t> sink{0};
     double best = 0;
-    for (int r = 0; r < repeats; ++r) {
+    for (int r = 0; r < passes; ++r) {
         const auto t0 = clock_type::now();
-        pool.run([&](int ith, int) {
+        pool_->run([&](int ith, int) {
             uint64_t s = 0;
-            for (size_t off = 0; off < part; off += chunk) s += vk.read_sum(buf.get() + part * size_t(ith) + off, chunk);
+            for (size_t off = 0; off < part; off += probe_chunk) s += vk_.read_sum(buf_.get() + part * size_t(ith) + off, probe_chunk);
             sink += s;
         });
-        best = std::max(best, double(bytes) / seconds_since(t0));
+        best = std::max(best, double(bytes_) / seconds_since(t0));
     }
     return sink.load() == 42 ? best + 1e-9 : best; // keep the sums alive
+}
+
+double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const vec_kernels& vk) {
+    return read_probe(n_threads, bytes, vk).measure(repeats);
 }
 
 dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype weights) {

@@ -4,14 +4,37 @@
 #include "format/format.h"
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 namespace colibri {
 
 struct vec_kernels;
+class thread_pool;
 
 /// Memory read bandwidth in bytes/s: n_threads read disjoint parts of a buffer of `bytes`
 /// (far larger than the caches), each in 1 MiB chunks of eight streams; best of `repeats`.
 double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const vec_kernels& vk);
+
+/// The same probe with its buffer and threads kept between measurements, to be taken often
+/// (colibri-bench measures it between every few decoded tokens). The buffer stays resident.
+class read_probe {
+public:
+    read_probe(int n_threads, size_t bytes, const vec_kernels& vk);
+    ~read_probe();
+    read_probe(const read_probe&) = delete;
+    read_probe& operator=(const read_probe&) = delete;
+
+    /// Bytes/s, the best of `passes` reads of the whole buffer.
+    double measure(int passes);
+    size_t bytes() const { return bytes_; }
+
+private:
+    const vec_kernels& vk_;
+    size_t bytes_;
+    std::unique_ptr<uint8_t, void (*)(void*)> buf_;
+    std::unique_ptr<thread_pool> pool_;
+};
 
 /// Multiply-adds per second, all threads: the machine's int8 peak (the integer dot-product
 /// instructions on registers), and the prefill kernels of `weights` (q8_0, q4_0, q4_0x8 or

@@ -39,6 +39,9 @@ std::vector<int> parse_list(const std::string& s) {
     return v;
 }
 
+// Decoded tokens between two measurements of the read bandwidth.
+constexpr int decode_stretch = 16;
+
 struct stats {
     double median = 0, min = 0, max = 0;
 };
@@ -230,9 +233,8 @@ int main(int argc, char** argv) {
             auto be = make_cpu_backend(co, max_cols);
             const bool f32_act = vm.count("f32-act") > 0;
             std::vector<double> bw, ceilings, machine, used, pre, dec, ttft, dec_frac, pre_frac, pre_used_frac;
+            read_probe probe(nt, size_t(bandwidth_mib) << 20, vk);
             for (int rep = 0; rep < reps; ++rep) {
-                bw.push_back(measure_read_bandwidth(nt, size_t(bandwidth_mib) << 20, 3, vk));
-                ceilings.push_back(bw.back() / bytes_per_token);
                 const dot_peak peak = measure_dot_peak(nt, vk, matrix_type);
                 machine.push_back(peak.machine_int8);
                 used.push_back(f32_act ? peak.f32_act : peak.int8_act);
@@ -250,21 +252,39 @@ int main(int argc, char** argv) {
                 int32_t id = static_cast<int32_t>(std::max_element(l, l + hp.n_vocab) - l);
                 const double t_first = ms_since(t0);
                 if (rep == reps - 1 && vm.count("routing")) s.set_route_observer({route_counts::observe, &routes});
-                const auto t1 = clock_type::now();
-                for (int i = 0; i < gen_tokens; ++i) {
-                    s.eval(&id, 1);
-                    l = s.logits();
-                    id = static_cast<int32_t>(std::max_element(l, l + hp.n_vocab) - l);
+                // Decode in stretches of decode_stretch tokens, each against the read bandwidth
+                // measured just before and just after it (the higher of the two): the host's
+                // bandwidth can change within a second, so a probe taken once per repetition
+                // may meet another state than the tokens it is compared with.
+                double before = probe.measure(2), t_dec = 0;
+                std::vector<double> stretch_frac;
+                for (int i = 0; i < gen_tokens; i += decode_stretch) {
+                    const int n = std::min(decode_stretch, gen_tokens - i);
+                    double bytes = 0;
+                    const auto t1 = clock_type::now();
+                    for (int k = 0; k < n; ++k) {
+                        bytes += w_bytes + double(kv_token_bytes) * (s.n_past() + 1); // the keys and values it reads
+                        s.eval(&id, 1);
+                        l = s.logits();
+                        id = static_cast<int32_t>(std::max_element(l, l + hp.n_vocab) - l);
+                    }
+                    const double ms = ms_since(t1);
+                    t_dec += ms;
+                    const double after = probe.measure(2);
+                    bw.push_back(after);
+                    stretch_frac.push_back(bytes * 1000.0 / ms / std::max(before, after));
+                    before = after;
                 }
-                const double t_dec = ms_since(t1);
                 pre.push_back(prompt_tokens * 1000.0 / t_first);
                 dec.push_back(gen_tokens * 1000.0 / t_dec);
                 ttft.push_back(t_first);
-                dec_frac.push_back(dec.back() / ceilings.back());
+                dec_frac.push_back(summarise(stretch_frac).median);
                 pre_frac.push_back(pre.back() * macs_per_token / machine.back());
                 pre_used_frac.push_back(pre.back() * macs_per_token / used.back());
-                model_rss_kib = std::max(model_rss_kib, peak_rss_kib());
+                // the probe's buffer is resident all along: not the model's
+                model_rss_kib = std::max(model_rss_kib, peak_rss_kib() - long(probe.bytes() / 1024));
             }
+            for (double b : bw) ceilings.push_back(b / bytes_per_token);
             r.bandwidth = summarise(bw);
             r.ceiling = summarise(ceilings);
             r.machine_peak = summarise(machine);
@@ -329,7 +349,8 @@ int main(int argc, char** argv) {
                         load_ms, ready_ms, bytes_per_token / 1048576.0, w_bytes / 1048576.0, kv_bytes / 1048576.0);
             std::printf("prompt %d tokens (batches of %d), %d decoded, %d repetitions: median [min-max]\n", prompt_tokens, n_batch,
                         gen_tokens, reps);
-            std::printf("each repetition against the bandwidth and int8 peak measured just before it\n");
+            std::printf("decode: every %d tokens against the read bandwidth measured just before and after them; prefill: each "
+                        "repetition against the int8 peak measured just before it\n", decode_stretch);
             for (const result& r : results) {
                 std::printf("threads %d: read bandwidth %.2f GB/s [%.2f-%.2f] -> decode ceiling %.2f tok/s\n", r.threads,
                             r.bandwidth.median / 1e9, r.bandwidth.min / 1e9, r.bandwidth.max / 1e9, r.ceiling.median);

@@ -3,6 +3,7 @@
 
 #include "core/half.h"
 #include "cpu/kernels.h"
+#include "cpu/machine_limits.h"
 #include "cpu/thread_pool.h"
 #include "cpu/vec.h"
 #include "ops/backend.h"
@@ -444,6 +445,21 @@ TEST_CASE("thread pool parts run every step once and idle threads take halves of
             }
         }
     }
+}
+
+TEST_CASE("the read probe keeps a buffer of whole 1 MiB chunks per thread and measures it again and again") {
+    constexpr size_t mib = size_t(1) << 20;
+    read_probe two(2, 5 * mib + 3, best_vec_kernels());
+    CHECK(two.bytes() == 4 * mib); // two chunks per thread
+    read_probe three(3, 1, best_vec_kernels());
+    CHECK(three.bytes() == 3 * mib); // at least one each
+    for (int i = 0; i < 3; ++i) {
+        const double rate = two.measure(2);
+        CHECK(rate > 1e8); // bytes/s: memory (or caches, for buffers this small) reads faster than 100 MB/s
+        CHECK(rate < 1e13);
+    }
+    CHECK(three.measure(1) > 1e8);
+    CHECK(two.measure(0) == 0.0); // no pass, no rate
 }
 
 TEST_CASE("decode walks every product of a dispatch across matrices and threads as each alone") {
