@@ -340,9 +340,19 @@ public:
             // prefill: each row is converted once per block for four tokens at a time
             for (int64_t r = r0; r < r1; ++r) f32_row_tokens(q8, w.data + r * rb, jb, r);
         } else {
+            int t0 = 0; // f32 rows (the router; an f32 model's every matrix): four tokens at a
+                        // time, which stay in L1 while the rows pass
+            if (w.type == format::dtype::f32) {
+                for (float out[4]; t0 + 4 <= n; t0 += 4) {
+                    for (int64_t r = r0; r < r1; ++r) {
+                        vk_.dotx4_f32(reinterpret_cast<const float*>(w.data + r * rb), x + t0 * cols, size_t(cols), cols, out);
+                        for (int k = 0; k < 4; ++k) y[(t0 + k) * rows + r] = out[k];
+                    }
+                }
+            }
             for (int64_t r = r0; r < r1; ++r) {
                 const uint8_t* row = w.data + r * rb;
-                for (int t = 0; t < n; ++t) {
+                for (int t = t0; t < n; ++t) {
                     const float* xt = x + t * cols;
                     float v;
                     switch (w.type) {

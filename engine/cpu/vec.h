@@ -61,6 +61,9 @@ struct vec_kernels {
     void (*dotx4_q8_0_f32)(const void* row, const float* x, size_t x_stride, int64_t n, float* out);
     void (*dotx4_q4_0_f32)(const void* row, const float* x, size_t x_stride, int64_t n, float* out);
     float (*dot_f32)(const float* row, const float* x, int64_t n);
+    /// One f32 row with four activation vectors (x_stride floats apart): out[t] = row . x_t,
+    /// each bit-identical to dot_f32 (a prefill batch's router).
+    void (*dotx4_f32)(const float* row, const float* x, size_t x_stride, int64_t n, float* out);
     /// n_q query heads (head_dim apart) that share one key/value head, against its n cached
     /// keys and values (rows of head_dim, f32 or f16): for each query g,
     /// s = softmax(scale * q_g . k_j) over j, out_g = sum_j s_j v_j. scores: scratch of

@@ -348,16 +348,31 @@ void dotx4_f32_act(const void* row, const float* x, size_t x_stride, int64_t n, 
     for (int t = 0; t < 4; ++t) out[t] = hsum(acc[t]);
 }
 
-float dot_f32(const float* row, const float* x, int64_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+// One f32 row with T activation vectors: two chains per vector, the same for every T (so
+// four at once give each the bits of one alone), and the row loaded once for all.
+template <int T>
+void dot_f32_t(const float* row, const float* x, size_t x_stride, int64_t n, float* out) {
+    __m256 a0[T], a1[T];
+    for (int t = 0; t < T; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        const __m256 r0 = _mm256_loadu_ps(row + i), r1 = _mm256_loadu_ps(row + i + 8);
+        for (int t = 0; t < T; ++t) {
+            a0[t] = _mm256_fmadd_ps(r0, _mm256_loadu_ps(x + t * x_stride + i), a0[t]);
+            a1[t] = _mm256_fmadd_ps(r1, _mm256_loadu_ps(x + t * x_stride + i + 8), a1[t]);
+        }
     }
-    float sum = hsum(_mm256_add_ps(a0, a1));
-    for (; i < n; ++i) sum += row[i] * x[i];
-    return sum;
+    for (int t = 0; t < T; ++t) {
+        float sum = hsum(_mm256_add_ps(a0[t], a1[t]));
+        for (int64_t j = i; j < n; ++j) sum += row[j] * x[t * x_stride + j];
+        out[t] = sum;
+    }
+}
+
+float dot_f32(const float* row, const float* x, int64_t n) {
+    float out;
+    dot_f32_t<1>(row, x, 0, n, &out);
+    return out;
 }
 
 // Attention for head dimensions that are a multiple of 8 (the usual 64 and 128 as
@@ -583,7 +598,7 @@ uint64_t madd_loop(int64_t iterations) {
 }
 
 constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, x8_streams<q4_0x8_ops>, x8_streams<q8_0x8_ops>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
-                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, attend<float>, attend<uint16_t>, swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f32_t<4>, attend<float>, attend<uint16_t>, swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

@@ -368,6 +368,11 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
         auto w = random_vec(size_t(n), 51 + n), x = random_vec(size_t(n), 52 + n);
         const double tol = dot_tolerance(w.data(), x.data(), n, 1e-5);
         CHECK(std::fabs(simd->dot_f32(w.data(), x.data(), n) - ref.dot_f32(w.data(), x.data(), n)) <= tol);
+        // one row with four vectors (n + 3 apart): each the bits of dot_f32 alone
+        const auto x4 = random_vec(size_t(4 * (n + 3)), 53 + n);
+        float out4[4];
+        simd->dotx4_f32(w.data(), x4.data(), size_t(n + 3), n, out4);
+        for (int k = 0; k < 4; ++k) CHECK(out4[k] == simd->dot_f32(w.data(), x4.data() + k * (n + 3), n));
         for (dtype t : {dtype::f16, dtype::bf16}) {
             auto q = quantize(t, w, 1, n);
             auto r = t == dtype::f16 ? ref.dot_f16 : ref.dot_bf16;
