@@ -20,18 +20,19 @@ constexpr int wait_spins = 2000;
 } // namespace
 
 thread_pool::thread_pool(int n_threads)
-    : n_threads_(std::max(1, n_threads)), parts_(std::make_unique<part_range[]>(size_t(n_threads_))) {
+    : n_threads_(std::max(1, n_threads)), done_(std::make_unique<done_line[]>(size_t(n_threads_))),
+      parts_(std::make_unique<part_range[]>(size_t(n_threads_))) {
     threads_.reserve(n_threads_ - 1);
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
 thread_pool::~thread_pool() {
+    stop_.store(true, std::memory_order_release);
+    job_.generation.fetch_add(1, std::memory_order_seq_cst);
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        stop_.store(true, std::memory_order_release);
-        generation_.fetch_add(1, std::memory_order_acq_rel);
+        wake_.notify_all();
     }
-    wake_.notify_all();
     for (auto& t : threads_) t.join();
 }
 
@@ -40,18 +41,23 @@ void thread_pool::dispatch(job_fn fn, void* ctx) {
         fn(ctx, 0, 1);
         return;
     }
-    {
+    // every worker finished the last job before the last dispatch returned: none reads these
+    job_.fn = fn;
+    job_.ctx = ctx;
+    const uint64_t gen = job_.generation.load(std::memory_order_relaxed) + 1;
+    job_.generation.store(gen, std::memory_order_seq_cst);
+    // a worker going to sleep counts itself before it looks at the generation, and this
+    // looks at the count after publishing it: one of the two sees the other (both seq_cst)
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
         std::lock_guard<std::mutex> lock(mutex_);
-        fn_ = fn;
-        ctx_ = ctx;
-        pending_.store(n_threads_ - 1, std::memory_order_release);
-        generation_.fetch_add(1, std::memory_order_acq_rel);
+        wake_.notify_all();
     }
-    wake_.notify_all();
     fn(ctx, 0, n_threads_);
-    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-        if (spin < wait_spins) COLIBRI_PAUSE();
-        else std::this_thread::yield();
+    for (int i = 1; i < n_threads_; ++i) {
+        for (int spin = 0; done_[size_t(i)].generation.load(std::memory_order_acquire) != gen; ++spin) {
+            if (spin < wait_spins) COLIBRI_PAUSE();
+            else std::this_thread::yield();
+        }
     }
 }
 
@@ -75,27 +81,22 @@ bool thread_pool::take_half(int ith, int nth) {
 void thread_pool::worker(int ith) {
     uint64_t seen = 0;
     for (;;) {
-        uint64_t gen = generation_.load(std::memory_order_acquire);
+        uint64_t gen = job_.generation.load(std::memory_order_acquire);
         for (int spin = 0; gen == seen && spin < spin_iterations; ++spin) {
             COLIBRI_PAUSE();
-            gen = generation_.load(std::memory_order_acquire);
+            gen = job_.generation.load(std::memory_order_acquire);
         }
         if (gen == seen) {
             std::unique_lock<std::mutex> lock(mutex_);
-            wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-            gen = generation_.load(std::memory_order_acquire);
+            sleepers_.fetch_add(1, std::memory_order_seq_cst);
+            wake_.wait(lock, [&] { return job_.generation.load(std::memory_order_seq_cst) != seen; });
+            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+            gen = job_.generation.load(std::memory_order_acquire);
         }
         seen = gen;
         if (stop_.load(std::memory_order_acquire)) return;
-        job_fn fn;
-        void* ctx;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            fn = fn_;
-            ctx = ctx_;
-        }
-        fn(ctx, ith, n_threads_);
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
+        job_.fn(job_.ctx, ith, n_threads_);
+        done_[size_t(ith)].generation.store(gen, std::memory_order_release);
     }
 }
 

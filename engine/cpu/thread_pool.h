@@ -95,13 +95,23 @@ private:
 
     int n_threads_;
     std::vector<std::thread> threads_;
+    // The job, published by its generation: one cache line, so a worker that sees the new
+    // generation reads the function in the same transfer (on a host whose two cores are far
+    // apart, each line crossing between them costs a fraction of a microsecond).
+    struct alignas(64) job_line {
+        std::atomic<uint64_t> generation{0};
+        job_fn fn = nullptr;
+        void* ctx = nullptr;
+    } job_;
+    struct alignas(64) done_line {
+        std::atomic<uint64_t> generation{0}; // the last generation the worker finished
+    };
+    std::unique_ptr<done_line[]> done_; // per worker, each on its own line
+    // sleeping workers only (past their spin)
     std::mutex mutex_;
     std::condition_variable wake_;
-    std::atomic<uint64_t> generation_{0};
-    std::atomic<int> pending_{0};
+    std::atomic<int> sleepers_{0};
     std::atomic<bool> stop_{false};
-    job_fn fn_ = nullptr;
-    void* ctx_ = nullptr;
     alignas(64) std::atomic<int64_t> next_{0}; // parallel_balanced: the first item not handed out
     struct alignas(64) part_range {
         std::atomic<uint64_t> range{0};
