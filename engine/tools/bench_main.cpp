@@ -234,6 +234,10 @@ int main(int argc, char** argv) {
             const bool f32_act = vm.count("f32-act") > 0;
             std::vector<double> bw, ceilings, machine, used, pre, dec, ttft, dec_frac, pre_frac, pre_used_frac;
             read_probe probe(nt, size_t(bandwidth_mib) << 20, vk);
+            if (probe.bytes() == 0) {
+                throw error(errc::out_of_memory, "cannot allocate the bandwidth probe's " + std::to_string(bandwidth_mib) +
+                                                     " MiB (--bandwidth-mib)");
+            }
             for (int rep = 0; rep < reps; ++rep) {
                 const dot_peak peak = measure_dot_peak(nt, vk, matrix_type);
                 machine.push_back(peak.machine_int8);
