@@ -447,7 +447,10 @@ public:
 
     void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override {
         const auto* wf = reinterpret_cast<const float*>(w.data);
-        for (int t = 0; t < n; ++t) kernels::rmsnorm(out + t * dim, x + t * dim, wf, dim, eps);
+        // a prefill batch's rows across the threads (about three operations per element)
+        split(n, 3LL * n * dim, 1, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) kernels::rmsnorm(out + t * dim, x + t * dim, wf, dim, eps);
+        });
     }
 
     void add_bias(float* y, const tensor_view& b, int n, int dim) override {
@@ -477,18 +480,22 @@ public:
                 }
             }
         }
-        for (int t = 0; t < n; ++t) {
-            const float* c = rope_cs_.data() + size_t(t) * size_t(half) * 2;
-            const float* sn = c + half;
-            for (int h = 0; h < n_heads; ++h) {
-                float* v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
-                for (int i = 0; i < half; ++i) {
-                    const float a = v[i], b = v[i + half];
-                    v[i] = a * c[i] - b * sn[i];
-                    v[i + half] = b * c[i] + a * sn[i];
+        // the rotations of a prefill batch's tokens across the threads (the same code for any
+        // split, so a token's result does not depend on it)
+        split(n, 2LL * n * n_heads * head_dim, 1, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) {
+                const float* c = rope_cs_.data() + size_t(t) * size_t(half) * 2;
+                const float* sn = c + half;
+                for (int h = 0; h < n_heads; ++h) {
+                    float* v = x + (t * n_heads + h) * head_dim;
+                    for (int i = 0; i < half; ++i) {
+                        const float a = v[i], b = v[i + half];
+                        v[i] = a * c[i] - b * sn[i];
+                        v[i + half] = b * c[i] + a * sn[i];
+                    }
                 }
             }
-        }
+        });
     }
 
     void attention(const attention_args& a) override {
@@ -540,7 +547,9 @@ public:
         split(n, 4 * n, 1024, [&](int64_t b, int64_t e) { vk_.swiglu(gate + b, up + b, e - b); });
     }
 
-    void add_scaled(float* x, const float* y, int64_t n, float s) override { add_scaled_row(x, y, n, s); }
+    void add_scaled(float* x, const float* y, int64_t n, float s) override {
+        split(n, n, 4096, [&](int64_t b, int64_t e) { add_scaled_row(x + b, y + b, e - b, s); });
+    }
 
     void gather_rows(float* dst, const float* src, const int32_t* index, int n, int dim) override {
         // a prefill batch's tokens for its experts: megabytes of copies, across the threads
