@@ -173,6 +173,8 @@ colibri_status colibri_session_reset(colibri_session* session);
 
 /** Tokens the session's KV cache holds (0 for NULL). */
 int colibri_session_n_cached(const colibri_session* session);
+/** Most prompt tokens the session evaluates at once (its n_batch); 0 for NULL. */
+int colibri_session_n_batch(const colibri_session* session);
 
 /** Bytes of KV cache one cached token takes: the cache's memory grows with the tokens it
  *  holds, and shrinks when they are forgotten (0 for NULL). */

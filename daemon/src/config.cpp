@@ -62,6 +62,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
     cache.add_options()
         ("cache-slots", po::value(&c.cache_slots)->default_value(c.cache_slots), "KV caches the worker keeps; a request reuses the one sharing the longest prefix with its prompt")
         ("cache-memory-mb", po::value(&c.cache_memory_mb)->default_value(c.cache_memory_mb), "memory all cached tokens may take; least recently used slots are emptied first")
+        ("prompt-batch", po::value(&c.prompt_batch)->default_value(c.prompt_batch), "prompt tokens evaluated at once, 1..4096: larger batches read the weights less often (prefill is faster), but a cancelled or superseded completion stops only between batches")
         ("fim-order", po::value(&c.fim_order)->default_value(c.fim_order), "fill-in-the-middle prompt order: auto (the order the model file records: spm for Colibri's default model, else psm), psm (prefix, suffix, middle), or spm (suffix first: keeps the cache valid up to the cursor; only for models trained with it, such as StarCoder and CodeLlama)");
 
     po::options_description watchdog("Watchdog");
@@ -115,6 +116,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
     require_range("threads", c.threads, 0, 4096);
     require_range("max-tokens", c.max_tokens, 1, 1 << 24);
     require_range("cache-slots", c.cache_slots, 1, 256);
+    require_range("prompt-batch", c.prompt_batch, 1, 4096);
     require_range<std::int64_t>("cache-memory-mb", c.cache_memory_mb, 1, INT64_C(1) << 30);
     require_range<std::int64_t>("max-timeout-ms", c.max_timeout_ms, 1, INT64_C(1) << 40);
     require_range<std::int64_t>("default-timeout-ms", c.default_timeout_ms, 1, c.max_timeout_ms);

@@ -35,6 +35,7 @@ struct daemon_config {
     int cache_slots = 4;            ///< KV-cache slots the worker keeps
     std::int64_t cache_memory_mb = 2048; ///< cap on the memory of all slots' cached tokens
     std::string fim_order = "auto"; ///< auto (the model file's), psm, or spm (suffix first) for models trained so
+    int prompt_batch = 128;         ///< prompt tokens evaluated at once (cancellation waits for the current batch)
 
     std::size_t max_connections = 256;
     std::size_t max_queue = 64;

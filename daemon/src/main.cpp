@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     }
     launch.args = {"--model", cfg.model, "--device", cfg.device, "--threads", std::to_string(cfg.threads),
                    "--slots", std::to_string(cfg.cache_slots), "--cache-mb", std::to_string(cfg.cache_memory_mb),
-                   "--fim-order", cfg.fim_order};
+                   "--fim-order", cfg.fim_order, "--batch", std::to_string(cfg.prompt_batch)};
     if (cfg.enable_fault_injection) launch.args.push_back("--enable-fault-injection");
 
     ::signal(SIGPIPE, SIG_IGN);

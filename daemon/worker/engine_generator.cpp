@@ -40,7 +40,7 @@ class engine_generator final : public generator {
 public:
     explicit engine_generator(const worker_options& opts)
         : slots_(static_cast<std::size_t>(opts.slots)), cap_bytes_(static_cast<std::size_t>(opts.cache_mb) << 20),
-          fim_spm_(opts.fim_spm) {
+          fim_spm_(opts.fim_spm), batch_(opts.batch) {
         colibri_model_params mp;
         colibri_model_params_init(&mp);
         mp.device = opts.device.c_str();
@@ -79,6 +79,7 @@ public:
                 {"file_size", mi.file_size},
                 {"fim", mi.fim ? mi.fim : "none"},
                 {"fim_order", (fim_spm_ < 0 ? mi.fim_spm != 0 : fim_spm_ != 0) ? "spm" : "psm"},
+                {"prompt_batch", colibri_session_n_batch(slots_[0].s)},
                 {"cache", cache_stats()}};
     }
 
@@ -173,6 +174,7 @@ private:
         if (slots_[i].s == nullptr) {
             colibri_session_params sp;
             colibri_session_params_init(&sp);
+            sp.n_batch = batch_;
             if (auto st = colibri_session_create(model_, &sp, &slots_[i].s); st != COLIBRI_OK)
                 throw std::runtime_error("cannot create a session: " + last_error(st));
         }
@@ -226,6 +228,7 @@ private:
     std::vector<slot> slots_;
     std::size_t cap_bytes_;
     int fim_spm_; // 1 suffix first, 0 prefix first, -1 the model file's order
+    int batch_;   // prompt tokens per eval (0: the engine's default)
     std::size_t token_bytes_ = 0;
     std::uint64_t clock_ = 0;
     counters stats_;

@@ -204,6 +204,7 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
         else if (a == "--threads") o.threads = parse_int(a, value());
         else if (a == "--slots") o.slots = parse_int(a, value());
         else if (a == "--cache-mb") o.cache_mb = parse_int(a, value());
+        else if (a == "--batch") o.batch = parse_int(a, value());
         else if (a == "--fim-order") {
             const std::string v = value();
             if (v != "auto" && v != "psm" && v != "spm") throw std::invalid_argument("--fim-order must be auto, psm or spm");
@@ -215,6 +216,7 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
     if (o.fd < 0) throw std::invalid_argument("--fd is required (the worker is started by colibrid)");
     if (o.slots < 1) throw std::invalid_argument("--slots must be at least 1");
     if (o.cache_mb < 1) throw std::invalid_argument("--cache-mb must be at least 1");
+    if (o.batch < 0 || o.batch > 4096) throw std::invalid_argument("--batch must be 1..4096 (0: the engine's default)");
     return o;
 }
 

@@ -71,11 +71,12 @@ struct worker_options {
     int slots = 4;                ///< KV-cache slots
     std::int64_t cache_mb = 2048; ///< cap on the memory of all slots' cached tokens
     int fim_spm = -1;             ///< FIM prompts suffix first: 1, 0, or -1 for the model file's order
+    int batch = 0;                ///< prompt tokens evaluated at once (0: the engine's default)
     bool fault_injection = false;
 };
 
 /// Parses `--fd N --model FILE [--device D] [--threads N] [--slots N] [--cache-mb N]
-/// [--fim-order psm|spm] [--enable-fault-injection]`.
+/// [--fim-order psm|spm] [--batch N] [--enable-fault-injection]`.
 /// Throws std::invalid_argument.
 worker_options parse_worker_args(int argc, const char* const* argv);
 

@@ -269,6 +269,8 @@ colibri_status colibri_session_reset(colibri_session* session) {
 
 int colibri_session_n_cached(const colibri_session* session) { return session == nullptr ? 0 : session->s->n_past(); }
 
+int colibri_session_n_batch(const colibri_session* session) { return session == nullptr ? 0 : session->s->n_batch(); }
+
 size_t colibri_session_token_bytes(const colibri_session* session) {
     return session == nullptr ? 0 : session->s->token_bytes();
 }

@@ -44,6 +44,8 @@ TEST_CASE("command line: defaults and overrides") {
     CHECK(cl.config.max_line_bytes == (1u << 20));
     CHECK_FALSE(cl.config.enable_fault_injection);
     CHECK(cl.config.fim_order == "auto");
+    CHECK(cl.config.prompt_batch == 128);
+    CHECK(parse({"--model", "m", "--prompt-batch", "32"}).config.prompt_batch == 32);
 }
 
 TEST_CASE("command line: errors are config_error with the option's name") {
@@ -59,6 +61,9 @@ TEST_CASE("command line: errors are config_error with the option's name") {
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--fim-order", "middle"}), doctest::Contains("'auto', 'psm' or 'spm'"),
                          cd::config_error);
     CHECK(parse({"--model", "m", "--fim-order", "spm"}).config.fim_order == "spm");
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--prompt-batch", "0"}), doctest::Contains("prompt-batch"), cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--prompt-batch", "4097"}), doctest::Contains("prompt-batch"),
+                         cd::config_error);
     CHECK(parse({"--help"}).help);
     CHECK(parse({"--help"}).help_text.find("--progress-timeout-ms") != std::string::npos);
 }

@@ -421,6 +421,25 @@ TEST_CASE("engine: without --fim-order the daemon uses the FIM order the model f
     CHECK(done["text"] == in_process(spm));
 }
 
+TEST_CASE("engine: --prompt-batch sets how many prompt tokens the sessions take at once and leaves the text alone") {
+    reference_params rp;
+    rp.model = COLIBRI_DEFAULT_MODEL;
+    rp.prompt = source_file("batch", 2) + "def total(items):\n    t";
+    rp.max_tokens = 6;
+    rp.fim_spm = 1;
+    for (const char* batch : {"", "3"}) {
+        CAPTURE(batch);
+        auto opts = engine_daemon(COLIBRI_DEFAULT_MODEL);
+        if (*batch) opts["--prompt-batch"] = batch;
+        daemon_process d(opts);
+        client c(d.socket_path());
+        CHECK(c.call({{"id", "s"}, {"op", "status"}})["model"]["prompt_batch"] == (*batch ? 3 : 128));
+        const json done = complete(c, "b", rp);
+        CHECK(done["usage"]["prompt_tokens"].get<int>() > 30); // several batches of 3
+        CHECK(done["text"] == in_process(rp));
+    }
+}
+
 TEST_CASE("engine: suffix-first FIM keeps the cache valid up to the cursor as the user types") {
     reference_params rp;
     rp.model = COLIBRI_DEFAULT_MODEL;

@@ -166,6 +166,9 @@ int main(int argc, char** argv) {
     EXPECT(single == NULL);
     sp.n_batch = 1;
     EXPECT(colibri_session_create(model, &sp, &single) == COLIBRI_OK);
+    EXPECT(colibri_session_n_batch(single) == 1);
+    EXPECT(colibri_session_n_batch(session) == 128); /* the default */
+    EXPECT(colibri_session_n_batch(NULL) == 0);
     struct collected c = {{0}, 0, 0};
     gp.max_tokens = 12;
     gp.cancel = NULL;
