@@ -89,7 +89,8 @@ public:
 
     // All jobs' rows form one range split across the threads: one dispatch for, say, the
     // gate and up matrices of every selected expert.
-    void matmul_many(const matmul_job* jobs, int n_jobs) override {
+    void matmul_many(const matmul_job* in_jobs, int n_jobs) override {
+        const matmul_job* jobs = f32_rows_gathered(in_jobs, n_jobs);
         if (row_begin_.size() < size_t(n_jobs) + 1) row_begin_.resize(size_t(n_jobs) + 1); // grows, then stays
         if (xq_begin_.size() < size_t(n_jobs)) xq_begin_.resize(size_t(n_jobs));
         int64_t total = 0, work = 0;
@@ -108,41 +109,7 @@ public:
             if (uses_int8(*jb.w)) xq_blocks += size_t(jb.n) * (jb.w->cols() / format::qk);
         }
         row_begin_[size_t(n_jobs)] = total;
-        if (xq_blocks > 0) {
-            // integer dot products: quantise each job's activations once
-            if (xq_.size() < xq_blocks) xq_.resize(xq_blocks); // grows, then stays
-            // the jobs that quantise their own activations, and the token rows before each
-            quant_jobs_.clear();
-            quant_rows_.clear();
-            int64_t rows = 0, elements = 0;
-            for (int j = 0; j < n_jobs; ++j) {
-                const matmul_job& jb = jobs[j];
-                if (!uses_int8(*jb.w)) continue;
-                // the same activations as a job before (gate and up; every expert's in decode)
-                const auto same = std::find_if(quant_jobs_.begin(), quant_jobs_.end(), [&](int i) {
-                    return jobs[i].x == jb.x && jobs[i].n == jb.n && jobs[i].w->cols() == jb.w->cols();
-                });
-                if (same != quant_jobs_.end()) {
-                    xq_begin_[size_t(j)] = xq_begin_[size_t(*same)];
-                    continue;
-                }
-                quant_jobs_.push_back(j);
-                quant_rows_.push_back(rows);
-                rows += jb.n;
-                elements += int64_t(jb.n) * static_cast<int64_t>(jb.w->cols());
-            }
-            quant_rows_.push_back(rows);
-            // prefill's batches across the threads (a few operations per element)
-            split(rows, 4 * elements, 16, [&](int64_t r0, int64_t r1) {
-                size_t q = size_t(std::upper_bound(quant_rows_.begin(), quant_rows_.end(), r0) - quant_rows_.begin()) - 1;
-                for (int64_t r = r0; r < r1; ++r) {
-                    while (r >= quant_rows_[q + 1]) ++q;
-                    const int j = quant_jobs_[q];
-                    const int64_t t = r - quant_rows_[q], cols = static_cast<int64_t>(jobs[j].w->cols());
-                    vk_.quantize_x(jobs[j].x + t * cols, xq_.data() + xq_begin_[size_t(j)] + t * (cols / format::qk), cols);
-                }
-            });
-        }
+        if (xq_blocks > 0) quantise(jobs, n_jobs, xq_blocks);
         if (max_tokens == 1 && decode(jobs, n_jobs, work)) return;
         const auto rows = [&](int64_t g0, int64_t g1) {
             for (int j = 0; j < n_jobs; ++j) {
@@ -156,6 +123,94 @@ public:
         const uint64_t chunk = max_tokens <= 4 ? decode_chunk_bytes : chunk_bytes;
         const int64_t grain = std::max<int64_t>(8, int64_t(chunk * uint64_t(total) / std::max<uint64_t>(bytes, 1)) / 8 * 8);
         split(total, work, grain, rows);
+    }
+
+    // Integer dot products: each job's activations quantised once. Jobs with the same
+    // activations share them (gate and up; in decode every expert). Rows that jobs take by
+    // index (x_rows: a prefill's experts) are quantised once for all of them, then copied
+    // into each job's blocks, token after token, as the kernels read them.
+    void quantise(const matmul_job* jobs, int n_jobs, size_t xq_blocks) {
+        quant_src_.clear();
+        indexed_.clear();
+        for (int j = 0; j < n_jobs; ++j) {
+            const matmul_job& jb = jobs[j];
+            if (!uses_int8(*jb.w)) continue;
+            const int64_t cols = static_cast<int64_t>(jb.w->cols());
+            const auto same = std::find_if(jobs, jobs + j, [&](const matmul_job& o) {
+                return uses_int8(*o.w) && o.x == jb.x && o.x_rows == jb.x_rows && o.n == jb.n && int64_t(o.w->cols()) == cols;
+            });
+            if (same != jobs + j) {
+                xq_begin_[size_t(j)] = xq_begin_[size_t(same - jobs)];
+                continue;
+            }
+            if (jb.x_rows == nullptr) {
+                quant_src_.push_back({jb.x, jb.n, cols, xq_begin_[size_t(j)], false});
+                continue;
+            }
+            // the rows of x it takes: x's first rows up to the highest, quantised once
+            int64_t need = 0;
+            for (int t = 0; t < jb.n; ++t) need = std::max<int64_t>(need, int64_t(jb.x_rows[t]) + 1);
+            auto src = std::find_if(quant_src_.begin(), quant_src_.end(),
+                                    [&](const quant_source& q) { return q.indexed && q.x == jb.x && q.cols == cols; });
+            if (src == quant_src_.end()) src = quant_src_.insert(quant_src_.end(), {jb.x, 0, cols, 0, true});
+            src->rows = std::max(src->rows, need);
+            indexed_.push_back({j, size_t(src - quant_src_.begin())});
+        }
+        for (quant_source& q : quant_src_) { // the indexed sources' blocks after the jobs'
+            if (!q.indexed) continue;
+            q.xq_at = xq_blocks;
+            xq_blocks += size_t(q.rows) * size_t(q.cols / format::qk);
+        }
+        if (xq_.size() < xq_blocks) xq_.resize(xq_blocks); // grows, then stays
+        quant_rows_.clear();
+        int64_t rows = 0, elements = 0;
+        for (const quant_source& q : quant_src_) {
+            quant_rows_.push_back(rows);
+            rows += q.rows;
+            elements += q.rows * q.cols;
+        }
+        quant_rows_.push_back(rows);
+        // prefill's batches across the threads (a few operations per element)
+        split(rows, 4 * elements, 16, [&](int64_t r0, int64_t r1) {
+            size_t q = size_t(std::upper_bound(quant_rows_.begin(), quant_rows_.end(), r0) - quant_rows_.begin()) - 1;
+            for (int64_t r = r0; r < r1; ++r) {
+                while (r >= quant_rows_[q + 1]) ++q;
+                const quant_source& src = quant_src_[q];
+                const int64_t t = r - quant_rows_[q];
+                vk_.quantize_x(src.x + t * src.cols, xq_.data() + src.xq_at + size_t(t) * size_t(src.cols / format::qk), src.cols);
+            }
+        });
+        for (const auto& [j, q] : indexed_) {
+            const matmul_job& jb = jobs[j];
+            const size_t nb = size_t(quant_src_[q].cols / format::qk);
+            for (int t = 0; t < jb.n; ++t) {
+                std::memcpy(xq_.data() + xq_begin_[size_t(j)] + size_t(t) * nb,
+                            xq_.data() + quant_src_[q].xq_at + size_t(jb.x_rows[t]) * nb, nb * sizeof(block_q8_x));
+            }
+        }
+    }
+
+    // Jobs that take their rows of x by index but multiply f32 activations get those rows
+    // copied out (the f32 kernels read a job's tokens a row apart); the jobs to run.
+    const matmul_job* f32_rows_gathered(const matmul_job* jobs, int n_jobs) {
+        size_t floats = 0;
+        for (int j = 0; j < n_jobs; ++j) {
+            if (jobs[j].x_rows != nullptr && !uses_int8(*jobs[j].w)) floats += size_t(jobs[j].n) * jobs[j].w->cols();
+        }
+        if (floats == 0) return jobs;
+        if (f32_rows_.size() < floats) f32_rows_.resize(floats); // prefill only; grows, then stays
+        local_jobs_.assign(jobs, jobs + n_jobs);
+        size_t at = 0;
+        for (matmul_job& jb : local_jobs_) {
+            if (jb.x_rows == nullptr || uses_int8(*jb.w)) continue;
+            const size_t cols = jb.w->cols();
+            float* dst = f32_rows_.data() + at;
+            for (int t = 0; t < jb.n; ++t) std::memcpy(dst + size_t(t) * cols, jb.x + size_t(jb.x_rows[t]) * cols, cols * sizeof(float));
+            jb.x = dst;
+            jb.x_rows = nullptr;
+            at += size_t(jb.n) * cols;
+        }
+        return local_jobs_.data();
     }
 
     bool uses_int8(const tensor_view& w) const { return int8_activations_ && format::is_quantized(w.type); }
@@ -551,13 +606,6 @@ public:
         split(n, n, 4096, [&](int64_t b, int64_t e) { add_scaled_row(x + b, y + b, e - b, s); });
     }
 
-    void gather_rows(float* dst, const float* src, const int32_t* index, int n, int dim) override {
-        // a prefill batch's tokens for its experts: megabytes of copies, across the threads
-        split(n, int64_t(n) * dim, 8, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r) std::memcpy(dst + r * dim, src + int64_t(index[r]) * dim, sizeof(float) * size_t(dim));
-        });
-    }
-
     void weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
                            int dim) override {
         split(n, int64_t(n) * k * dim, 4, [&](int64_t t0, int64_t t1) {
@@ -604,8 +652,17 @@ private:
     const vec_kernels& vk_;
     bool int8_activations_;
     std::vector<block_q8_x> xq_;      // quantised activations of every job
-    std::vector<int> quant_jobs_;     // the jobs that quantise their own activations
-    std::vector<int64_t> quant_rows_; // the token rows before each of them, then their total
+    struct quant_source {             // rows quantised into xq_
+        const float* x;
+        int64_t rows, cols;
+        size_t xq_at;                 // its first block
+        bool indexed;                 // rows that jobs take by index (copied to them after)
+    };
+    std::vector<quant_source> quant_src_;
+    std::vector<int64_t> quant_rows_; // the rows before each source, then their total
+    std::vector<std::pair<int, size_t>> indexed_; // jobs that copy their blocks, and their source
+    std::vector<float> f32_rows_;     // rows taken by index for the f32 kernels
+    std::vector<matmul_job> local_jobs_;
     std::vector<int64_t> row_begin_;  // [n_jobs + 1] first global row of each job
     // decode: the streamed jobs in order, then one past them (begin: their total groups)
     struct segment {

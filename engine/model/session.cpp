@@ -34,7 +34,6 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     // routed experts see n_batch * k (token, slot) pairs; the shared expert and dense FFN
     // their own n_batch rows after them
     const size_t pairs = B * k_used + B;
-    xg_ = be.alloc(B * k_used * hp.n_embd);
     hg_ = be.alloc(pairs * n_ff);
     hu_ = be.alloc(pairs * n_ff);
     yo_ = be.alloc(pairs * hp.n_embd);
@@ -64,7 +63,7 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
 
 size_t session::memory_bytes() const {
     size_t floats = 0;
-    for (const auto* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &ffn_out_, &xg_, &hg_, &hu_, &yo_, &router_,
+    for (const auto* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &ffn_out_, &hg_, &hu_, &yo_, &router_,
                           &shared_gate_, &scratch_, &logits_, &k_cache_, &v_cache_}) {
         floats += (*b)->size();
     }
@@ -251,20 +250,18 @@ void session::moe(const layer_weights& l, int n) {
     for (int e = n_expert; e > 0; --e) expert_begin_[e] = expert_begin_[e - 1];
     expert_begin_[0] = 0;
 
-    // 3. every selected expert on its gathered tokens, and the shared expert on all tokens:
-    //    gate and up products in one dispatch, down products in another
+    // 3. every selected expert on its tokens, and the shared expert on all tokens: gate and
+    //    up products in one dispatch, down products in another
     const int n_ff = static_cast<int>(hp.n_ff_exp);
     const int n_sh = static_cast<int>(hp.n_ff_shexp);
     const bool shared = l.shared.gate != nullptr;
     const size_t n_pairs = size_t(n) * k;
     const float* xn = xn_->data();
-    float* xg = xg_->data();
-    if (n > 1) {
-        for (size_t i = 0; i < n_pairs; ++i) rows_[i] = order_[i] / k;
-        be_.gather_rows(xg, xn, rows_.data(), static_cast<int>(n_pairs), n_embd); // [n*k, n_embd], grouped by expert
-    }
-    // one token: every expert reads it where it is (and the backend quantises it once)
-    const auto expert_x = [&](int begin) -> const float* { return n > 1 ? xg + size_t(begin) * n_embd : xn; };
+    // an expert's tokens are rows of xn by index (the token of each of its pairs), so the
+    // backend prepares each token's activations once for all the experts that take it; one
+    // token: every expert reads it where it is
+    for (size_t i = 0; i < n_pairs; ++i) rows_[i] = order_[i] / k;
+    const auto expert_rows = [&](int begin) -> const int32_t* { return n > 1 ? rows_.data() + begin : nullptr; };
     float* hg = hg_->data();
     float* hu = hu_->data();
     float* yo = yo_->data();
@@ -275,8 +272,8 @@ void session::moe(const layer_weights& l, int n) {
     for (int e = 0; e < n_expert; ++e) {
         const int begin = expert_begin_[e], count = expert_begin_[e + 1] - begin;
         if (count == 0) continue;
-        jobs_.push_back({l.experts[e].gate, expert_x(begin), count, hg + size_t(begin) * n_ff});
-        jobs_.push_back({l.experts[e].up, expert_x(begin), count, hu + size_t(begin) * n_ff});
+        jobs_.push_back({l.experts[e].gate, xn, count, hg + size_t(begin) * n_ff, expert_rows(begin)});
+        jobs_.push_back({l.experts[e].up, xn, count, hu + size_t(begin) * n_ff, expert_rows(begin)});
     }
     if (shared) {
         jobs_.push_back({l.shared.gate, xn, n, hg_sh});

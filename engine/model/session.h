@@ -72,7 +72,7 @@ private:
     route_observer observer_;
 
     // Activations, [n_batch, ...] each.
-    std::unique_ptr<device_buffer> x_, xn_, q_, k_, v_, att_, o_, ffn_out_, xg_, hg_, hu_, yo_;
+    std::unique_ptr<device_buffer> x_, xn_, q_, k_, v_, att_, o_, ffn_out_, hg_, hu_, yo_;
     std::unique_ptr<device_buffer> router_, shared_gate_, scratch_, logits_;
     std::unique_ptr<device_buffer> k_cache_, v_cache_; // [n_layer, n_head_kv, n_ctx, head_dim]
     bool kv_f16_ = false;                               // the caches hold f16, else f32

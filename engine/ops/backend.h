@@ -45,6 +45,10 @@ struct matmul_job {
     const float* x;
     int n;
     float* y;
+    /// Token t's activations are row x_rows[t] of x (rows of w->cols() floats); null: row t.
+    /// A prefill batch's experts read their tokens where they are, so each row is prepared
+    /// (quantised) once for all the experts that take it.
+    const int32_t* x_rows = nullptr;
 };
 
 class backend {
@@ -75,8 +79,6 @@ public:
     virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
     /// x += s * y, n elements
     virtual void add_scaled(float* x, const float* y, int64_t n, float s) = 0;
-    /// dst[i] = src[index[i]] for n rows of dim floats.
-    virtual void gather_rows(float* dst, const float* src, const int32_t* index, int n, int dim) = 0;
     /// out[t] = sum over i < k of weight[t * k + i] * rows[index[t * k + i]], for n rows of
     /// dim floats: each term added onto the sum before it (from zero) in the order of i,
     /// element by element as add_scaled adds.
