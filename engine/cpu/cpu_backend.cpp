@@ -154,7 +154,7 @@ public:
                                     [&](const quant_source& q) { return q.indexed && q.x == jb.x && q.cols == cols; });
             if (src == quant_src_.end()) src = quant_src_.insert(quant_src_.end(), {jb.x, 0, cols, 0, true});
             src->rows = std::max(src->rows, need);
-            indexed_.push_back({j, size_t(src - quant_src_.begin())});
+            indexed_.push_back({j, size_t(src - quant_src_.begin()), 0});
         }
         for (quant_source& q : quant_src_) { // the indexed sources' blocks after the jobs'
             if (!q.indexed) continue;
@@ -180,14 +180,25 @@ public:
                 vk_.quantize_x(src.x + t * src.cols, xq_.data() + src.xq_at + size_t(t) * size_t(src.cols / format::qk), src.cols);
             }
         });
-        for (const auto& [j, q] : indexed_) {
-            const matmul_job& jb = jobs[j];
-            const size_t nb = size_t(quant_src_[q].cols / format::qk);
-            for (int t = 0; t < jb.n; ++t) {
-                std::memcpy(xq_.data() + xq_begin_[size_t(j)] + size_t(t) * nb,
-                            xq_.data() + quant_src_[q].xq_at + size_t(jb.x_rows[t]) * nb, nb * sizeof(block_q8_x));
-            }
+        // then each indexed job's rows copied from its source, across the threads too (a
+        // row's copy counted as a quarter of its quantisation's work)
+        int64_t copies = 0;
+        for (indexed_job& ij : indexed_) {
+            ij.first_row = copies;
+            copies += jobs[ij.job].n;
         }
+        if (copies == 0) return;
+        split(copies, copies * (elements / std::max<int64_t>(rows, 1)), 16, [&](int64_t r0, int64_t r1) {
+            auto ij = std::upper_bound(indexed_.begin(), indexed_.end(), r0,
+                                       [](int64_t v, const indexed_job& o) { return v < o.first_row; }) - 1;
+            for (int64_t r = r0; r < r1; ++r) {
+                while (ij + 1 != indexed_.end() && r >= (ij + 1)->first_row) ++ij;
+                const quant_source& src = quant_src_[ij->source];
+                const size_t nb = size_t(src.cols / format::qk), t = size_t(r - ij->first_row);
+                std::memcpy(xq_.data() + xq_begin_[size_t(ij->job)] + t * nb,
+                            xq_.data() + src.xq_at + size_t(jobs[ij->job].x_rows[t]) * nb, nb * sizeof(block_q8_x));
+            }
+        });
     }
 
     // Jobs that take their rows of x by index but multiply f32 activations get those rows
@@ -201,14 +212,23 @@ public:
         if (f32_rows_.size() < floats) f32_rows_.resize(floats); // prefill only; grows, then stays
         local_jobs_.assign(jobs, jobs + n_jobs);
         size_t at = 0;
-        for (matmul_job& jb : local_jobs_) {
+        for (int j = 0; j < n_jobs; ++j) {
+            matmul_job& jb = local_jobs_[size_t(j)];
             if (jb.x_rows == nullptr || uses_int8(*jb.w)) continue;
             const size_t cols = jb.w->cols();
-            float* dst = f32_rows_.data() + at;
-            for (int t = 0; t < jb.n; ++t) std::memcpy(dst + size_t(t) * cols, jb.x + size_t(jb.x_rows[t]) * cols, cols * sizeof(float));
-            jb.x = dst;
+            // the rows an earlier job took already (an expert's gate and up take the same)
+            const auto same = std::find_if(jobs, jobs + j, [&](const matmul_job& o) {
+                return o.x == jb.x && o.x_rows == jb.x_rows && o.n == jb.n && o.w->cols() == cols && !uses_int8(*o.w);
+            });
+            if (same != jobs + j) {
+                jb.x = local_jobs_[size_t(same - jobs)].x;
+            } else {
+                float* dst = f32_rows_.data() + at;
+                for (int t = 0; t < jb.n; ++t) std::memcpy(dst + size_t(t) * cols, jb.x + size_t(jb.x_rows[t]) * cols, cols * sizeof(float));
+                jb.x = dst;
+                at += size_t(jb.n) * cols;
+            }
             jb.x_rows = nullptr;
-            at += size_t(jb.n) * cols;
         }
         return local_jobs_.data();
     }
@@ -660,7 +680,12 @@ private:
     };
     std::vector<quant_source> quant_src_;
     std::vector<int64_t> quant_rows_; // the rows before each source, then their total
-    std::vector<std::pair<int, size_t>> indexed_; // jobs that copy their blocks, and their source
+    struct indexed_job {              // a job that copies its blocks from a source
+        int job;
+        size_t source;
+        int64_t first_row;            // its rows' place among all copied rows
+    };
+    std::vector<indexed_job> indexed_;
     std::vector<float> f32_rows_;     // rows taken by index for the f32 kernels
     std::vector<matmul_job> local_jobs_;
     std::vector<int64_t> row_begin_;  // [n_jobs + 1] first global row of each job

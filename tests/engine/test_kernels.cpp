@@ -75,6 +75,28 @@ std::vector<uint8_t> quantize(dtype t, const std::vector<float>& x, int64_t rows
     return q;
 }
 
+// Weights of type t as a file stores them: quantised rows, interleaved by eights for
+// q4_0x8 and q8_0x8.
+std::vector<uint8_t> stored_matrix(dtype t, const std::vector<float>& w, int64_t rows, int64_t cols) {
+    auto q = quantize(format::row_type(t), w, rows, cols);
+    if (format::is_interleaved(t)) {
+        const std::vector<uint8_t> plain = q;
+        format::interleave_x8(t, plain.data(), uint64_t(rows), uint64_t(cols), q.data());
+    }
+    return q;
+}
+
+tensor_view matrix_view(dtype t, int64_t rows, int64_t cols, const std::vector<uint8_t>& q) {
+    tensor_view tv;
+    tv.type = t;
+    tv.n_dims = 2;
+    tv.shape[0] = uint64_t(rows);
+    tv.shape[1] = uint64_t(cols);
+    tv.data = q.data();
+    tv.size = q.size();
+    return tv;
+}
+
 } // namespace
 
 TEST_CASE("rmsnorm matches double precision") {
@@ -478,25 +500,11 @@ TEST_CASE("decode walks every product of a dispatch across matrices and threads 
     std::vector<tensor_view> views;
     std::vector<std::vector<float>> xs;
     for (const spec& sp : specs) {
-        auto q = quantize(format::row_type(sp.t), random_vec(size_t(sp.rows * sp.cols), 61 + weights.size()), sp.rows, sp.cols);
-        if (format::is_interleaved(sp.t)) {
-            const std::vector<uint8_t> plain = q;
-            format::interleave_x8(sp.t, plain.data(), uint64_t(sp.rows), uint64_t(sp.cols), q.data());
-        }
-        weights.push_back(std::move(q));
+        weights.push_back(stored_matrix(sp.t, random_vec(size_t(sp.rows * sp.cols), 61 + weights.size()), sp.rows, sp.cols));
         // jobs 0 and 1 read the same activations (an expert's gate and up, or every expert's in decode)
         xs.push_back(weights.size() == 2 ? xs[0] : random_vec(size_t(sp.cols), 71 + weights.size()));
     }
-    for (size_t i = 0; i < weights.size(); ++i) {
-        tensor_view tv;
-        tv.type = specs[i].t;
-        tv.n_dims = 2;
-        tv.shape[0] = uint64_t(specs[i].rows);
-        tv.shape[1] = uint64_t(specs[i].cols);
-        tv.data = weights[i].data();
-        tv.size = weights[i].size();
-        views.push_back(tv);
-    }
+    for (size_t i = 0; i < weights.size(); ++i) views.push_back(matrix_view(specs[i].t, specs[i].rows, specs[i].cols, weights[i]));
     for (bool int8_act : {true, false}) {
         cpu_options ro;
         ro.kernels = &reference_vec_kernels();
@@ -560,19 +568,9 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                 CAPTURE(s.rows);
                 CAPTURE(s.n);
                 auto w = random_vec(size_t(s.rows * s.cols), 21);
-                auto q = quantize(t, w, s.rows, s.cols);
-                if (format::is_interleaved(t)) {
-                    const std::vector<uint8_t> rows = q;
-                    format::interleave_x8(t, rows.data(), uint64_t(s.rows), uint64_t(s.cols), q.data());
-                }
+                const auto q = stored_matrix(t, w, s.rows, s.cols);
                 auto x = random_vec(size_t(s.n * s.cols), 22);
-                tensor_view tv;
-                tv.type = t;
-                tv.n_dims = 2;
-                tv.shape[0] = uint64_t(s.rows);
-                tv.shape[1] = uint64_t(s.cols);
-                tv.data = q.data();
-                tv.size = q.size();
+                const tensor_view tv = matrix_view(t, s.rows, s.cols, q);
                 std::vector<float> y(size_t(s.n * s.rows));
                 be->matmul(tv, x.data(), s.n, y.data());
                 // with int8 activations the reference sees the same quantised activations
@@ -619,24 +617,8 @@ TEST_CASE("interleaved products split at any row give the results of the product
     for (const dtype x8 : {dtype::q4_0x8, dtype::q8_0x8}) {
     const dtype plain_type = format::row_type(x8);
     CAPTURE(format::dtype_name(x8));
-    auto make = [&](dtype t, int64_t rows, uint64_t seed) {
-        auto q = quantize(plain_type, random_vec(size_t(rows * cols), seed), rows, cols);
-        if (format::is_interleaved(t)) {
-            const std::vector<uint8_t> plain = q;
-            format::interleave_x8(t, plain.data(), uint64_t(rows), uint64_t(cols), q.data());
-        }
-        return q;
-    };
-    auto view = [&](dtype t, int64_t rows, const std::vector<uint8_t>& q) {
-        tensor_view tv;
-        tv.type = t;
-        tv.n_dims = 2;
-        tv.shape[0] = uint64_t(rows);
-        tv.shape[1] = uint64_t(cols);
-        tv.data = q.data();
-        tv.size = q.size();
-        return tv;
-    };
+    auto make = [&](dtype t, int64_t rows, uint64_t seed) { return stored_matrix(t, random_vec(size_t(rows * cols), seed), rows, cols); };
+    auto view = [&](dtype t, int64_t rows, const std::vector<uint8_t>& q) { return matrix_view(t, rows, cols, q); };
     const auto small = make(plain_type, 12, 31), big = make(x8, 2000, 32), big_plain = make(plain_type, 2000, 32);
     const tensor_view ts = view(plain_type, 12, small), tb = view(x8, 2000, big), tp = view(plain_type, 2000, big_plain);
     for (const vec_kernels* vk : all_tables()) {
@@ -695,18 +677,8 @@ TEST_CASE("jobs that take their activations by row index give the bits of the ro
         std::vector<std::vector<uint8_t>> weights;
         std::vector<tensor_view> views(2 * picks.size() + 1);
         for (size_t i = 0; i < views.size(); ++i) {
-            auto q = quantize(t, random_vec(size_t(rows * cols), 96 + i), rows, cols);
-            if (format::is_interleaved(t)) {
-                const std::vector<uint8_t> plain = q;
-                format::interleave_x8(t, plain.data(), uint64_t(rows), uint64_t(cols), q.data());
-            }
-            weights.push_back(std::move(q));
-            views[i].type = t;
-            views[i].n_dims = 2;
-            views[i].shape[0] = uint64_t(rows);
-            views[i].shape[1] = uint64_t(cols);
-            views[i].data = weights.back().data();
-            views[i].size = weights.back().size();
+            weights.push_back(stored_matrix(t, random_vec(size_t(rows * cols), 96 + i), rows, cols));
+            views[i] = matrix_view(t, rows, cols, weights.back());
         }
         std::vector<std::vector<float>> copied, got(views.size()), want(views.size());
         std::vector<matmul_job> by_index, by_copy;
