@@ -49,6 +49,19 @@ private:
 };
 
 class cpu_backend final : public backend {
+    // Streamed jobs in order (decode, ffn_many's decode), then one past them (begin: their
+    // total groups).
+    struct segment {
+        int64_t begin;                 // its first group among all streamed groups
+        const uint8_t* w;              // the job's weights
+        uint64_t group_bytes;
+        const block_q8_x* x;           // its quantised activations
+        float* y;                      // its outputs
+        int64_t groups, cols;
+        decltype(vec_kernels::streams_q4_0x8) streams;
+        decltype(vec_kernels::tile_q4_0x8) tile;
+    };
+
 public:
     cpu_backend(const cpu_options& o, int64_t max_cols)
         : pool_(o.n_threads), max_cols_(max_cols),
@@ -56,6 +69,11 @@ public:
         row_begin_.reserve(512);
         xq_begin_.reserve(512);
         segments_.reserve(512);
+        ffn_products_.reserve(512);
+        for (auto* v : {&ffn_gate_up_, &ffn_down_}) v->reserve(512);
+        ffn_first_.reserve(512);
+        ffn_at_.reserve(512);
+        ffn_xq_at_.reserve(512);
     }
 
     std::string name() const override { return std::string("cpu/") + vk_.name; }
@@ -254,18 +272,13 @@ public:
             const tensor_view& w = *jobs[j].w;
             const int64_t rows = static_cast<int64_t>(w.rows());
             if (streamed(w)) {
-                const bool q8 = w.type == format::dtype::q8_0x8;
-                const int64_t cols = static_cast<int64_t>(w.cols());
-                segments_.push_back({groups, w.data, format::x8_rows * format::row_bytes(w.type, w.cols()),
-                                     xq_.data() + xq_begin_[size_t(j)], jobs[j].y, rows / 8, cols, q8 ? vk_.streams_q8_0x8 : vk_.streams_q4_0x8, q8 ? vk_.tile_q8_0x8 : vk_.tile_q4_0x8});
-                groups += rows / 8;
+                add_segment(segments_, groups, w, xq_.data() + xq_begin_[size_t(j)], jobs[j].y);
             } else {
                 other_rows += rows;
             }
         }
         if (groups == 0) return false;
-        COLIBRI_ASSERT(groups < (int64_t(1) << 26)); // parallel_parts: fewer than 2^24 steps a part
-        segments_.push_back({groups, nullptr, 0, nullptr, nullptr, 0, 0, nullptr, nullptr});
+        end_segments(segments_, groups);
         // the other jobs' rows first (a shared expert's gate: one row)
         if (other_rows > 0) {
             split(other_rows, work * other_rows / (other_rows + groups * 8), 8,
@@ -275,7 +288,124 @@ public:
         const auto part = [&](int p) { return groups * p / nth; }; // part p: groups [part(p), part(p + 1))
         pool_.parallel_parts(
             nth == 1, [&](int p) { return (part(p + 1) - part(p) + 3) / 4; },
-            [&](int p, int64_t k0, int64_t k1) { run_steps(part(p), part(p + 1), k0, k1); });
+            [&](int p, int64_t k0, int64_t k1) { run_steps(segments_, part(p), part(p + 1), k0, k1); });
+        return true;
+    }
+
+    // A streamed job's groups after the `groups` before it.
+    void add_segment(std::vector<segment>& segs, int64_t& groups, const tensor_view& w, const block_q8_x* x, float* y) const {
+        const bool q8 = w.type == format::dtype::q8_0x8;
+        const int64_t g = static_cast<int64_t>(w.rows()) / 8;
+        segs.push_back({groups, w.data, format::x8_rows * format::row_bytes(w.type, w.cols()), x, y, g,
+                        static_cast<int64_t>(w.cols()), q8 ? vk_.streams_q8_0x8 : vk_.streams_q4_0x8, q8 ? vk_.tile_q8_0x8 : vk_.tile_q4_0x8});
+        groups += g;
+    }
+
+    static void end_segments(std::vector<segment>& segs, int64_t groups) {
+        COLIBRI_ASSERT(groups < (int64_t(1) << 26)); // parallel_parts: fewer than 2^24 steps a part
+        segs.push_back({groups, nullptr, 0, nullptr, nullptr, 0, 0, nullptr, nullptr});
+    }
+
+    // Feed-forwards. In decode, when whole jobs share out evenly across the threads (eight
+    // experts on two), each thread runs its jobs from start to end: gate and up, swiglu and
+    // the down products' activations, then down, as four streams, with no synchronisation
+    // between the products. Otherwise the products, swiglu and the products as three
+    // operations.
+    void ffn_many(const ffn_job* jobs, int n_jobs) override {
+        if (ffn_decode(jobs, n_jobs)) return;
+        ffn_products_.clear();
+        for (int j = 0; j < n_jobs; ++j) {
+            const ffn_job& f = jobs[j];
+            ffn_products_.push_back({f.gate, f.x, f.n, f.g, f.x_rows});
+            ffn_products_.push_back({f.up, f.x, f.n, f.u, f.x_rows});
+        }
+        matmul_many(ffn_products_.data(), static_cast<int>(ffn_products_.size()));
+        for (int j = 0; j < n_jobs;) { // runs of jobs whose buffers follow one another: one call
+            const auto len = [&](int i) { return int64_t(jobs[i].n) * int64_t(jobs[i].gate->rows()); };
+            int64_t n = len(j);
+            int e = j + 1;
+            for (; e < n_jobs && jobs[e].g == jobs[j].g + n && jobs[e].u == jobs[j].u + n; ++e) n += len(e);
+            swiglu(jobs[j].g, jobs[j].u, n);
+            j = e;
+        }
+        ffn_products_.clear();
+        for (int j = 0; j < n_jobs; ++j) ffn_products_.push_back({jobs[j].down, jobs[j].g, jobs[j].n, jobs[j].y});
+        matmul_many(ffn_products_.data(), static_cast<int>(ffn_products_.size()));
+    }
+
+    // ffn_many's decode: one token per job, every product streamed, the same activations;
+    // the jobs cut into one run per thread, each within a tenth of an equal share of the
+    // bytes (else false, doing nothing).
+    bool ffn_decode(const ffn_job* jobs, int n_jobs) {
+        if (n_jobs == 0) return false;
+        const int64_t cols = static_cast<int64_t>(jobs[0].gate->cols());
+        uint64_t total = 0;
+        int64_t work = 0;
+        for (int j = 0; j < n_jobs; ++j) {
+            const ffn_job& f = jobs[j];
+            if (f.n != 1 || f.x_rows != nullptr || f.x != jobs[0].x || !streamed(*f.gate) || !streamed(*f.up) ||
+                !streamed(*f.down) || static_cast<int64_t>(f.gate->cols()) != cols) {
+                return false;
+            }
+            for (const tensor_view* w : {f.gate, f.up, f.down}) {
+                total += w->size;
+                work += static_cast<int64_t>(w->rows() * w->cols());
+            }
+        }
+        const int nth = work < min_parallel_work ? 1 : pool_.size();
+        ffn_first_.assign(1, 0);
+        uint64_t bytes = 0, most = 0, part = 0;
+        for (int j = 0; j < n_jobs; ++j) { // a new run where the bytes pass the next share
+            const ffn_job& f = jobs[j];
+            const uint64_t b = f.gate->size + f.up->size + f.down->size;
+            if (j > 0 && int(ffn_first_.size()) < nth && bytes + b / 2 > total * ffn_first_.size() / uint64_t(nth)) {
+                ffn_first_.push_back(j);
+                most = std::max(most, part);
+                part = 0;
+            }
+            bytes += b;
+            part += b;
+        }
+        most = std::max(most, part);
+        if (int(ffn_first_.size()) < nth || most * uint64_t(nth) * 10 > total * 11) return false;
+        ffn_first_.push_back(n_jobs);
+        // the activations once; each job's down activations after them
+        size_t blocks = size_t(cols / format::qk);
+        ffn_xq_at_.clear();
+        for (int j = 0; j < n_jobs; ++j) {
+            ffn_xq_at_.push_back(blocks);
+            blocks += jobs[j].down->cols() / format::qk;
+        }
+        if (xq_.size() < blocks) xq_.resize(blocks); // grows, then stays
+        vk_.quantize_x(jobs[0].x, xq_.data(), cols);
+        ffn_gate_up_.clear();
+        ffn_down_.clear();
+        ffn_at_.clear();
+        int64_t gu = 0, dn = 0;
+        for (int j = 0; j < n_jobs; ++j) {
+            ffn_at_.push_back({gu, dn});
+            add_segment(ffn_gate_up_, gu, *jobs[j].gate, xq_.data(), jobs[j].g);
+            add_segment(ffn_gate_up_, gu, *jobs[j].up, xq_.data(), jobs[j].u);
+            add_segment(ffn_down_, dn, *jobs[j].down, xq_.data() + ffn_xq_at_[size_t(j)], jobs[j].y);
+        }
+        ffn_at_.push_back({gu, dn});
+        end_segments(ffn_gate_up_, gu);
+        end_segments(ffn_down_, dn);
+        const auto run = [&](int p) {
+            const int j0 = ffn_first_[size_t(p)], j1 = ffn_first_[size_t(p) + 1];
+            const auto [g0, d0] = ffn_at_[size_t(j0)];
+            const auto [g1, d1] = ffn_at_[size_t(j1)];
+            run_steps(ffn_gate_up_, g0, g1, 0, (g1 - g0 + 3) / 4);
+            for (int j = j0; j < j1; ++j) {
+                const ffn_job& f = jobs[j];
+                const int64_t n_ff = static_cast<int64_t>(f.gate->rows());
+                vk_.swiglu(f.g, f.u, n_ff);
+                vk_.quantize_x(f.g, xq_.data() + ffn_xq_at_[size_t(j)], n_ff);
+            }
+            run_steps(ffn_down_, d0, d1, 0, (d1 - d0 + 3) / 4);
+        };
+        if (nth == 1) run(0);
+        else pool_.run([&](int ith, int) { run(ith); });
         return true;
     }
 
@@ -293,7 +423,7 @@ public:
 
     // Steps [k0, k1) of the part of the streamed groups [pb, pe): group k of each of its
     // quarters.
-    void run_steps(int64_t pb, int64_t pe, int64_t k0, int64_t k1) const {
+    void run_steps(const std::vector<segment>& segs, int64_t pb, int64_t pe, int64_t k0, int64_t k1) const {
         const int64_t len = pe - pb;
         struct cursor {
             const segment* seg;
@@ -306,7 +436,7 @@ public:
         for (int s = 0; s < 4; ++s) {
             const int64_t q0 = pb + s * len / 4, q1 = pb + (s + 1) * len / 4; // quarter s
             const int64_t at = std::min(q0 + k0, q1);
-            c[s].seg = &*std::upper_bound(segments_.begin(), segments_.end(), at,
+            c[s].seg = &*std::upper_bound(segs.begin(), segs.end(), at,
                                           [](int64_t v, const segment& sg) { return v < sg.begin; }) - 1;
             const int64_t g = at - c[s].seg->begin;
             c[s].w = c[s].seg->w + uint64_t(g) * c[s].seg->group_bytes;
@@ -689,18 +819,14 @@ private:
     std::vector<float> f32_rows_;     // rows taken by index for the f32 kernels
     std::vector<matmul_job> local_jobs_;
     std::vector<int64_t> row_begin_;  // [n_jobs + 1] first global row of each job
-    // decode: the streamed jobs in order, then one past them (begin: their total groups)
-    struct segment {
-        int64_t begin;                 // its first group among all streamed groups
-        const uint8_t* w;              // the job's weights
-        uint64_t group_bytes;
-        const block_q8_x* x;           // its quantised activations
-        float* y;                      // its outputs
-        int64_t groups, cols;
-        decltype(vec_kernels::streams_q4_0x8) streams;
-        decltype(vec_kernels::tile_q4_0x8) tile;
-    };
     std::vector<segment> segments_;
+    // ffn_many's decode: each thread's first job (then n_jobs), the jobs' first groups of
+    // gate and up and of down (then the totals), the first block of their down activations
+    std::vector<matmul_job> ffn_products_; // the stepwise path's products
+    std::vector<int> ffn_first_;
+    std::vector<std::pair<int64_t, int64_t>> ffn_at_;
+    std::vector<size_t> ffn_xq_at_;
+    std::vector<segment> ffn_gate_up_, ffn_down_;
     std::vector<size_t> xq_begin_;    // [n_jobs] first block of each job in xq_
     // rotary angles of the last positions seen: [n][cos of half pairs, sin of half pairs]
     std::vector<int32_t> rope_pos_;

@@ -37,7 +37,7 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     hg_ = be.alloc(pairs * n_ff);
     hu_ = be.alloc(pairs * n_ff);
     yo_ = be.alloc(pairs * hp.n_embd);
-    jobs_.reserve(2 * size_t(hp.n_expert) + 4);
+    ffn_jobs_.reserve(size_t(hp.n_expert) + 1);
     router_ = be.alloc(B * std::max<size_t>(hp.n_expert, 1));
     shared_gate_ = be.alloc(B);
     scratch_ = be.alloc(size_t(be.n_threads()) * (hp.n_head / std::max<uint32_t>(hp.n_head_kv, 1)) * size_t(n_ctx_));
@@ -183,12 +183,9 @@ void session::attention_block(int il, int n) {
     be_.add_scaled(x_->data(), o_->data(), int64_t(n) * n_embd, hp.residual_scale);
 }
 
-void session::swiglu_ffn(const expert_weights& w, const float* x, int n, int n_ff, float* out) {
-    const matmul_job gate_up[2] = {{w.gate, x, n, hg_->data()},  // [n, n_ff]
-                                   {w.up, x, n, hu_->data()}}; // [n, n_ff]
-    be_.matmul_many(gate_up, 2);
-    be_.swiglu(hg_->data(), hu_->data(), int64_t(n) * n_ff);
-    be_.matmul(*w.down, hg_->data(), n, out); // [n, n_embd]
+void session::swiglu_ffn(const expert_weights& w, const float* x, int n, float* out) {
+    const ffn_job job{w.gate, w.up, w.down, x, n, nullptr, hg_->data(), hu_->data(), out};
+    be_.ffn_many(&job, 1);
 }
 
 void session::ffn_block(int il, int n) {
@@ -205,7 +202,7 @@ void session::ffn_block(int il, int n) {
             }
         }
     } else {
-        swiglu_ffn(l.dense, xn_->data(), n, static_cast<int>(hp.n_ff), ffn_out_->data());
+        swiglu_ffn(l.dense, xn_->data(), n, ffn_out_->data());
     }
     be_.add_scaled(x_->data(), ffn_out_->data(), int64_t(n) * n_embd, hp.residual_scale);
 }
@@ -217,8 +214,11 @@ void session::moe(const layer_weights& l, int n) {
     const int k = static_cast<int>(hp.n_expert_used);
     const bool renorm = (hp.flags & flag_norm_topk_prob) != 0;
 
-    // 1. route: softmax over all experts, keep the top k, optionally renormalise
-    be_.matmul(*l.router, xn_->data(), n, router_->data()); // [n, n_expert]
+    // 1. route: softmax over all experts, keep the top k, optionally renormalise (the shared
+    //    expert's gate, when it has one, in the same dispatch)
+    const matmul_job route[2] = {{l.router, xn_->data(), n, router_->data()},             // [n, n_expert]
+                                 {l.shared_gate, xn_->data(), n, shared_gate_->data()}}; // [n, 1]
+    be_.matmul_many(route, l.shared_gate != nullptr ? 2 : 1);
     for (int t = 0; t < n; ++t) {
         std::copy_n(router_->data() + size_t(t) * n_expert, n_expert, probs_.data());
         kernels::softmax(probs_.data(), n_expert);
@@ -250,10 +250,9 @@ void session::moe(const layer_weights& l, int n) {
     for (int e = n_expert; e > 0; --e) expert_begin_[e] = expert_begin_[e - 1];
     expert_begin_[0] = 0;
 
-    // 3. every selected expert on its tokens, and the shared expert on all tokens: gate and
-    //    up products in one dispatch, down products in another
+    // 3. every selected expert on its tokens, and the shared expert on all tokens, in one
+    //    operation
     const int n_ff = static_cast<int>(hp.n_ff_exp);
-    const int n_sh = static_cast<int>(hp.n_ff_shexp);
     const bool shared = l.shared.gate != nullptr;
     const size_t n_pairs = size_t(n) * k;
     const float* xn = xn_->data();
@@ -261,36 +260,22 @@ void session::moe(const layer_weights& l, int n) {
     // backend prepares each token's activations once for all the experts that take it; one
     // token: every expert reads it where it is
     for (size_t i = 0; i < n_pairs; ++i) rows_[i] = order_[i] / k;
-    const auto expert_rows = [&](int begin) -> const int32_t* { return n > 1 ? rows_.data() + begin : nullptr; };
     float* hg = hg_->data();
     float* hu = hu_->data();
     float* yo = yo_->data();
-    float* hg_sh = hg + n_pairs * n_ff; // the shared expert's rows follow the routed ones
-    float* hu_sh = hu + n_pairs * n_ff;
-    float* yo_sh = yo + n_pairs * n_embd;
-    jobs_.clear();
+    ffn_jobs_.clear();
     for (int e = 0; e < n_expert; ++e) {
         const int begin = expert_begin_[e], count = expert_begin_[e + 1] - begin;
         if (count == 0) continue;
-        jobs_.push_back({l.experts[e].gate, xn, count, hg + size_t(begin) * n_ff, expert_rows(begin)});
-        jobs_.push_back({l.experts[e].up, xn, count, hu + size_t(begin) * n_ff, expert_rows(begin)});
+        const size_t h = size_t(begin) * n_ff;
+        ffn_jobs_.push_back({l.experts[e].gate, l.experts[e].up, l.experts[e].down, xn, count,
+                             n > 1 ? rows_.data() + begin : nullptr, hg + h, hu + h, yo + size_t(begin) * n_embd});
     }
-    if (shared) {
-        jobs_.push_back({l.shared.gate, xn, n, hg_sh});
-        jobs_.push_back({l.shared.up, xn, n, hu_sh});
-        if (l.shared_gate != nullptr) jobs_.push_back({l.shared_gate, xn, n, shared_gate_->data()}); // [n, 1]
+    if (shared) { // its rows follow the routed ones
+        const size_t h = n_pairs * n_ff;
+        ffn_jobs_.push_back({l.shared.gate, l.shared.up, l.shared.down, xn, n, nullptr, hg + h, hu + h, yo + n_pairs * n_embd});
     }
-    be_.matmul_many(jobs_.data(), static_cast<int>(jobs_.size()));
-    be_.swiglu(hg, hu, int64_t(n_pairs) * n_ff);
-    if (shared) be_.swiglu(hg_sh, hu_sh, int64_t(n) * n_sh);
-    jobs_.clear();
-    for (int e = 0; e < n_expert; ++e) {
-        const int begin = expert_begin_[e], count = expert_begin_[e + 1] - begin;
-        if (count == 0) continue;
-        jobs_.push_back({l.experts[e].down, hg + size_t(begin) * n_ff, count, yo + size_t(begin) * n_embd});
-    }
-    if (shared) jobs_.push_back({l.shared.down, hg_sh, n, yo_sh});
-    be_.matmul_many(jobs_.data(), static_cast<int>(jobs_.size()));
+    be_.ffn_many(ffn_jobs_.data(), static_cast<int>(ffn_jobs_.size()));
 
     // 4. weighted sum per token: routed experts in expert order, then the shared expert
     //    (its rows follow the routed ones in yo) scaled by sigmoid(x . w_gate) when it has a gate

@@ -62,7 +62,7 @@ private:
     void attention_block(int il, int n);
     void ffn_block(int il, int n);
     void moe(const layer_weights& l, int n);
-    void swiglu_ffn(const expert_weights& w, const float* x, int n, int n_ff, float* out);
+    void swiglu_ffn(const expert_weights& w, const float* x, int n, float* out);
 
     const model& model_;
     backend& be_;
@@ -89,7 +89,7 @@ private:
     std::vector<float> terms_w_;        // moe: the weight of each token's terms
     std::vector<int32_t> terms_n_;      // moe: [n_batch] each token's terms so far
     std::vector<float> probs_;          // [n_expert]
-    std::vector<matmul_job> jobs_;      // products dispatched together, capacity 2*n_expert+4
+    std::vector<ffn_job> ffn_jobs_;     // the feed-forwards run together, capacity n_expert+1
 };
 
 } // namespace colibri

@@ -51,6 +51,20 @@ struct matmul_job {
     const int32_t* x_rows = nullptr;
 };
 
+/// One SwiGLU feed-forward of ffn_many (an expert, the shared expert, a dense layer's):
+/// y[n, down.rows] = down . (silu(gate . x) * (up . x)), x taken as matmul_job takes it.
+struct ffn_job {
+    const tensor_view* gate;
+    const tensor_view* up;
+    const tensor_view* down;
+    const float* x;
+    int n;
+    const int32_t* x_rows; ///< as matmul_job::x_rows
+    float* g;              ///< [n, n_ff]: the gate products, then silu(gate) * up (down's input)
+    float* u;              ///< [n, n_ff]: the up products
+    float* y;              ///< [n, down.rows]
+};
+
 class backend {
 public:
     virtual ~backend() = default;
@@ -75,6 +89,10 @@ public:
     /// Stores the batch's keys and values in the cache, then causal attention over it,
     /// grouped-query heads.
     virtual void attention(const attention_args& a) = 0;
+    /// Several feed-forwards at once: the results of matmul_many on every gate and up,
+    /// swiglu, then matmul_many on every down, bit for bit (a backend may run each job from
+    /// start to end on one thread, with no synchronisation between the products).
+    virtual void ffn_many(const ffn_job* jobs, int n_jobs) = 0;
     /// gate = silu(gate) * up, n elements
     virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
     /// x += s * y, n elements
