@@ -64,6 +64,9 @@ struct vec_kernels {
     /// One f32 row with four activation vectors (x_stride floats apart): out[t] = row . x_t,
     /// each bit-identical to dot_f32 (a prefill batch's router).
     void (*dotx4_f32)(const float* row, const float* x, size_t x_stride, int64_t n, float* out);
+    /// Four f32 rows `stride` floats apart with one activation vector: out[r] = row_r . x,
+    /// each bit-identical to dot_f32, read as four memory streams (decode's router).
+    void (*dot4_f32)(const float* rows, size_t stride, const float* x, int64_t n, float* out);
     /// n_q query heads (head_dim apart) that share one key/value head, against its n cached
     /// keys and values (rows of head_dim, f32 or f16): for each query g,
     /// s = softmax(scale * q_g . k_j) over j, out_g = sum_j s_j v_j. scores: scratch of

@@ -375,6 +375,29 @@ float dot_f32(const float* row, const float* x, int64_t n) {
     return out;
 }
 
+// Four rows `stride` floats apart, each with dot_f32's two chains (so each its bits alone):
+// four memory streams, each asked for prefetch_bytes ahead.
+void dot4_f32(const float* rows, size_t stride, const float* x, int64_t n, float* out) {
+    __m256 a0[4], a1[4];
+    for (int r = 0; r < 4; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        for (int r = 0; r < 4; ++r) {
+            const float* row = rows + r * stride + i;
+            _mm_prefetch(reinterpret_cast<const char*>(row) + prefetch_bytes, _MM_HINT_T0);
+            a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(row), x0, a0[r]);
+            a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8), x1, a1[r]);
+        }
+    }
+    for (int r = 0; r < 4; ++r) {
+        const float* row = rows + r * stride;
+        float sum = hsum(_mm256_add_ps(a0[r], a1[r]));
+        for (int64_t j = i; j < n; ++j) sum += row[j] * x[j];
+        out[r] = sum;
+    }
+}
+
 // Attention for head dimensions that are a multiple of 8 (the usual 64 and 128 as
 // compile-time sizes). Query heads go in pairs, so each key and value is loaded and
 // converted once for both: scores four keys at a time, a vectorised softmax, then the
@@ -598,7 +621,7 @@ uint64_t madd_loop(int64_t iterations) {
 }
 
 constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, x8_streams<q4_0x8_ops>, x8_streams<q8_0x8_ops>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
-                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f32_t<4>, attend<float>, attend<uint16_t>, swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f32_t<4>, dot4_f32, attend<float>, attend<uint16_t>, swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

@@ -140,6 +140,9 @@ float dot_f32(const float* row, const float* x, int64_t n) {
 void dotx4_f32(const float* row, const float* x, size_t x_stride, int64_t n, float* out) {
     for (int t = 0; t < 4; ++t) out[t] = dot_f32(row, x + t * x_stride, n);
 }
+void dot4_f32(const float* rows, size_t stride, const float* x, int64_t n, float* out) {
+    for (int r = 0; r < 4; ++r) out[r] = dot_f32(rows + r * stride, x, n);
+}
 float dot_f16(const void* row, const float* x, int64_t n) {
     return kernels::dot_row(format::dtype::f16, row, x, n);
 }
@@ -193,7 +196,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

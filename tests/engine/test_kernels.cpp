@@ -395,6 +395,10 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
         float out4[4];
         simd->dotx4_f32(w.data(), x4.data(), size_t(n + 3), n, out4);
         for (int k = 0; k < 4; ++k) CHECK(out4[k] == simd->dot_f32(w.data(), x4.data() + k * (n + 3), n));
+        // four rows (n + 5 apart) with one vector: each the bits of dot_f32 alone
+        const auto w4 = random_vec(size_t(4 * (n + 5)), 54 + n);
+        simd->dot4_f32(w4.data(), size_t(n + 5), x.data(), n, out4);
+        for (int k = 0; k < 4; ++k) CHECK(out4[k] == simd->dot_f32(w4.data() + k * (n + 5), x.data(), n));
         for (dtype t : {dtype::f16, dtype::bf16}) {
             auto q = quantize(t, w, 1, n);
             auto r = t == dtype::f16 ? ref.dot_f16 : ref.dot_bf16;
