@@ -201,7 +201,7 @@ struct q8_0x8_ops {
 // horizontal reduction. Ops supplies the two steps of its type: the block's weights
 // prepared once for every token, and the eight rows' exact integer sums with one
 // activation block; scaling and adding, block after block, is the same for every type.
-template <int G, int T, class Ops, bool OwnX>
+template <int G, int T, class Ops, bool OwnX, bool Once = false>
 void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G], size_t x_stride, int64_t n, float* out) {
     static_assert(G * T <= 4);
     using block = typename Ops::block;
@@ -210,7 +210,7 @@ void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G]
     for (int64_t ib = 0; ib < n / qk; ++ib) {
         for (int g = 0; g < G; ++g) {
             const block& b = w[g][ib];
-            prefetch_x8_block(b);
+            prefetch_x8_block<Once>(b);
             const typename Ops::weights v = Ops::load(b);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
             for (int t = 0; t < T; ++t) {
@@ -232,13 +232,14 @@ void x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_st
     x8_walk<G, T, Ops, false>(w, &x, x_stride, n, out);
 }
 
-// streams_q4_0x8 / streams_q8_0x8: four groups anywhere, each with its own activations.
+// streams_q4_0x8 / streams_q8_0x8: four groups anywhere, each with its own activations;
+// decode reads them once (non-temporal prefetches).
 template <class Ops>
 void x8_streams(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
     using block = typename Ops::block;
     const block* w[4];
     for (int g = 0; g < 4; ++g) w[g] = static_cast<const block*>(groups[g]);
-    x8_walk<4, 1, Ops, true>(w, x, 0, n, out);
+    x8_walk<4, 1, Ops, true, true>(w, x, 0, n, out);
 }
 
 // The interleaved tiles for every (groups, tokens) with groups * tokens <= 4, and their

@@ -207,7 +207,7 @@ inline __m512i x4_halves(const int8_t* a, const int8_t* b) {
 // Each row's arithmetic is the 256-bit tile's (exact integer sums, then scaled and added
 // block after block), so results are bit-identical. The outputs of token t and group g go
 // to out[(t * out_groups + g) * 8].
-template <class Ops, int P, int T, bool OwnX>
+template <class Ops, int P, int T, bool OwnX, bool Once = false>
 void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* const x[2 * P], size_t x_stride, int64_t n,
                    int out_groups, float* out) {
     static_assert(P * T <= 8);
@@ -220,8 +220,8 @@ void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* 
         for (int p = 0; p < P; ++p) {
             const block& a = w[2 * p][ib];
             const block& b = w[2 * p + 1][ib];
-            prefetch_x8_block(a);
-            prefetch_x8_block(b);
+            prefetch_x8_block<Once>(a);
+            prefetch_x8_block<Once>(b);
             Ops::load(a, b, v[p]);
             dw[p] = scales16(a.d, b.d);
         }
@@ -274,14 +274,14 @@ void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_s
 }
 
 // streams_q4_0x8 / streams_q8_0x8 with VNNI: four groups anywhere, each with its own
-// activations, as two pairs.
+// activations, as two pairs; decode reads them once (non-temporal prefetches).
 template <class Ops>
 void x8_pair_streams(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
     using block = typename Ops::block;
     const block* w[4];
     for (int g = 0; g < 4; ++g) w[g] = static_cast<const block*>(groups[g]);
-    if (x[0] == x[1] && x[0] == x[2] && x[0] == x[3]) x8_pairs_walk<Ops, 2, 1, false>(w, x, 0, n, 4, out); // one broadcast for all
-    else x8_pairs_walk<Ops, 2, 1, true>(w, x, 0, n, 4, out);
+    if (x[0] == x[1] && x[0] == x[2] && x[0] == x[3]) x8_pairs_walk<Ops, 2, 1, false, true>(w, x, 0, n, 4, out); // one broadcast for all
+    else x8_pairs_walk<Ops, 2, 1, true, true>(w, x, 0, n, 4, out);
 }
 
 // tile_q4_0x8 / tile_q8_0x8 with VNNI: groups two by two (one pair by up to eight tokens,

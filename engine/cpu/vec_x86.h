@@ -124,13 +124,18 @@ void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t 
 }
 
 // q4_0x8 and q8_0x8 groups are one sequential stream each, read further ahead: every
-// 64-byte line of their blocks gets its prefetch.
-constexpr int x8_prefetch_bytes = 1024;
-
-template <class Block>
+// 64-byte line of their blocks gets its prefetch. Decode's streams (Once) read each weight
+// once per token and ask for it as non-temporal, so that hundreds of megabytes of weights
+// do not push out of the caches what a step reads again (activations, norms, the router,
+// the KV cache); prefill's tiles read their blocks again from L2 for every chunk of tokens.
+template <bool Once, class Block>
 inline void prefetch_x8_block(const Block& b) {
+    constexpr int x8_prefetch_bytes = 1024;
     const char* ahead = reinterpret_cast<const char*>(&b) + x8_prefetch_bytes;
-    for (size_t line = 0; line * 64 < sizeof(Block); ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+    for (size_t line = 0; line * 64 < sizeof(Block); ++line) {
+        if constexpr (Once) _mm_prefetch(ahead + 64 * line, _MM_HINT_NTA);
+        else _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+    }
 }
 
 // Four activation bytes, x[i..i+3], in every int32 lane (a broadcast from memory).
