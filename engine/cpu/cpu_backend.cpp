@@ -839,9 +839,9 @@ private:
     std::vector<matmul_job> local_jobs_;
     std::vector<int64_t> row_begin_;  // [n_jobs + 1] first global row of each job
     std::vector<segment> segments_;
+    std::vector<matmul_job> ffn_products_; // ffn_many's products, stepwise
     // ffn_many's decode: each thread's first job (then n_jobs), the jobs' first groups of
     // gate and up and of down (then the totals), the first block of their down activations
-    std::vector<matmul_job> ffn_products_; // the stepwise path's products
     std::vector<int> ffn_first_;
     std::vector<std::pair<int64_t, int64_t>> ffn_at_;
     std::vector<size_t> ffn_xq_at_;
