@@ -230,6 +230,9 @@ int main(int argc, char** argv) {
             stats bandwidth, ceiling, machine_peak, used_peak; // bytes/s, tok/s, multiply-adds/s
             stats prefill_tps, decode_tps, ttft_ms;
             stats decode_fraction, prefill_fraction, prefill_used_fraction;
+            // every decode stretch of every repetition: the probe it is compared with
+            // (bytes/s) and the fraction of that ceiling it read
+            std::vector<std::pair<double, double>> stretches;
         };
         long model_rss_kib = 0;
         std::vector<result> results;
@@ -290,6 +293,7 @@ int main(int argc, char** argv) {
                     const double after = probe.measure(2);
                     bw.push_back(after);
                     stretch_frac.push_back(bytes * 1000.0 / ms / std::max(before, after));
+                    r.stretches.emplace_back(std::max(before, after), stretch_frac.back());
                     before = after;
                 }
                 pre.push_back(prompt_tokens * 1000.0 / t_first);
@@ -339,12 +343,16 @@ int main(int argc, char** argv) {
                             "\"decode_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"decode_fraction\":%.4f,\"decode_fraction_range\":%s,"
                             "\"prefill_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},\"ttft_ms\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f},"
                             "\"dot_peak_gmacs\":{\"machine_int8\":%.2f,\"used\":%.2f},\"prefill_fraction_of_int8_peak\":%.4f,"
-                            "\"prefill_fraction_of_int8_peak_range\":%s,\"prefill_fraction_of_used_peak\":%.4f}",
+                            "\"prefill_fraction_of_int8_peak_range\":%s,\"prefill_fraction_of_used_peak\":%.4f,\"decode_stretches\":[",
                             i ? "," : "", r.threads, r.bandwidth.median / 1e9, range(r.bandwidth, 1e-9).c_str(), r.ceiling.median,
                             r.decode_tps.median, r.decode_tps.min, r.decode_tps.max, r.decode_fraction.median,
                             range(r.decode_fraction, 1).c_str(), r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max,
                             r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max, r.machine_peak.median / 1e9, r.used_peak.median / 1e9,
                             r.prefill_fraction.median, range(r.prefill_fraction, 1).c_str(), r.prefill_used_fraction.median);
+                for (size_t k = 0; k < r.stretches.size(); ++k) {
+                    std::fprintf(f, "%s[%.3f,%.4f]", k ? "," : "", r.stretches[k].first / 1e9, r.stretches[k].second);
+                }
+                std::fprintf(f, "]}");
             }
             std::fprintf(f, "]}\n");
         };

@@ -72,5 +72,23 @@ check "tokenize --decode gives the text back" test "$("$bin/colibri" tokenize --
 "$bin/colibri" tokenize --model "$tmp/g.colibri" --decode 1,x >/dev/null 2>&1; rc=$?
 check "tokenize refuses a bad id" test $rc -eq 1
 
+# colibri-bench: a short run on the test model, its JSON (one decode stretch per 16 tokens
+# for each thread count, each with its probe and fraction), and its refusals
+"$bin/colibri-bench" --model "$model" --threads 1,2 --reps 1 --prompt-tokens 8 --batch 4 --gen-tokens 32 \
+  --bandwidth-mib 16 --json >"$tmp/bench" 2>"$tmp/err"; rc=$?
+check "colibri-bench exits 0" test $rc -eq 0
+check "colibri-bench reports both thread counts" test "$(grep -o '"threads":[0-9]*' "$tmp/bench" | tr '\n' ' ')" = '"threads":1 "threads":2 '
+stretch='\[[0-9]+\.[0-9]+,[0-9]+\.[0-9]+\]'
+check "two decode stretches per thread count, each a probe and a fraction" \
+  test "$(grep -oE "\"decode_stretches\":\[$stretch,$stretch\]" "$tmp/bench" | wc -l)" -eq 2
+check "no stretch read at zero" bash -c "! grep -qE '\[[0-9.]+,0\.0000\]|\[0\.000,' '$tmp/bench'"
+"$bin/colibri-bench" --model "$tmp/missing.colibri" --reps 1 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "colibri-bench: a missing model exits 1" test $rc -eq 1
+check "colibri-bench: the missing model is named" grep -q "missing.colibri" "$tmp/err"
+check "colibri-bench: nothing on stdout after an error" test ! -s "$tmp/out"
+"$bin/colibri-bench" --model "$model" --batch 0 >/dev/null 2>"$tmp/err"; rc=$?
+check "colibri-bench: --batch 0 refused" test $rc -ne 0
+check "colibri-bench: the refusal names --batch" grep -q -- "--batch" "$tmp/err"
+
 echo "$passed passed, $fail failed"
 [ $fail -eq 0 ]
