@@ -72,7 +72,6 @@ public:
         ffn_products_.reserve(512);
         for (auto* v : {&ffn_gate_up_, &ffn_down_}) v->reserve(512);
         ffn_first_.reserve(512);
-        ffn_at_.reserve(512);
         ffn_xq_at_.reserve(512);
     }
 
@@ -387,21 +386,18 @@ public:
         vk_.quantize_x(jobs[0].x, xq_.data(), cols);
         ffn_gate_up_.clear();
         ffn_down_.clear();
-        ffn_at_.clear();
         int64_t gu = 0, dn = 0;
-        for (int j = 0; j < n_jobs; ++j) {
-            ffn_at_.push_back({gu, dn});
+        for (int j = 0; j < n_jobs; ++j) { // job j: gate and up segments 2j and 2j + 1, down segment j
             add_segment(ffn_gate_up_, gu, *jobs[j].gate, xq_.data(), jobs[j].g);
             add_segment(ffn_gate_up_, gu, *jobs[j].up, xq_.data(), jobs[j].u);
             add_segment(ffn_down_, dn, *jobs[j].down, xq_.data() + ffn_xq_at_[size_t(j)], jobs[j].y);
         }
-        ffn_at_.push_back({gu, dn});
         end_segments(ffn_gate_up_, gu);
         end_segments(ffn_down_, dn);
         const auto run = [&](int p) {
             const int j0 = ffn_first_[size_t(p)], j1 = ffn_first_[size_t(p) + 1];
-            const auto [g0, d0] = ffn_at_[size_t(j0)];
-            const auto [g1, d1] = ffn_at_[size_t(j1)];
+            const int64_t g0 = ffn_gate_up_[size_t(2 * j0)].begin, g1 = ffn_gate_up_[size_t(2 * j1)].begin;
+            const int64_t d0 = ffn_down_[size_t(j0)].begin, d1 = ffn_down_[size_t(j1)].begin;
             run_steps(ffn_gate_up_, g0, g1, 0, (g1 - g0 + 3) / 4);
             for (int j = j0; j < j1; ++j) {
                 const ffn_job& f = jobs[j];
@@ -537,33 +533,18 @@ public:
             }
             for (int64_t r = r4; r < r1; ++r) single_row(r);
         } else if (format::is_quantized(w.type) && n == 1) {
-            // decode: the rows are walked as four streams a quarter apart, which keeps more
-            // hardware prefetch streams busy than one sequential walk
             auto dot4 = q8 ? vk_.dot4_q8_0_f32 : vk_.dot4_q4_0_f32;
             auto dot1 = q8 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
-            const int64_t q = (r1 - r0) / 4;
-            float out[4];
-            for (int64_t i = 0; i < q; ++i) {
-                dot4(w.data + (r0 + i) * rb, size_t(q) * rb, x, cols, out);
-                for (int k = 0; k < 4; ++k) y[r0 + i + k * q] = out[k];
-            }
-            for (int64_t r = r0 + 4 * q; r < r1; ++r) y[r] = dot1(w.data + r * rb, x, cols);
+            four_streams(r0, r1, y, [&](int64_t r, int64_t q, float* out) { dot4(w.data + r * rb, size_t(q) * rb, x, cols, out); },
+                         [&](int64_t r) { return dot1(w.data + r * rb, x, cols); });
+        } else if (w.type == format::dtype::f32 && n == 1) { // decode's router
+            const auto* wf = reinterpret_cast<const float*>(w.data);
+            four_streams(r0, r1, y, [&](int64_t r, int64_t q, float* out) { vk_.dot4_f32(wf + r * cols, size_t(q * cols), x, cols, out); },
+                         [&](int64_t r) { return vk_.dot_f32(wf + r * cols, x, cols); });
         } else if (format::is_quantized(w.type)) {
             // prefill: each row is converted once per block for four tokens at a time
             for (int64_t r = r0; r < r1; ++r) f32_row_tokens(q8, w.data + r * rb, jb, r);
         } else {
-            if (w.type == format::dtype::f32 && n == 1) {
-                // decode (the router): four streams a quarter of the range apart
-                const auto* wf = reinterpret_cast<const float*>(w.data);
-                const int64_t q = (r1 - r0) / 4;
-                float out[4];
-                for (int64_t i = 0; i < q; ++i) {
-                    vk_.dot4_f32(wf + (r0 + i) * cols, size_t(q * cols), x, cols, out);
-                    for (int k = 0; k < 4; ++k) y[r0 + i + k * q] = out[k];
-                }
-                for (int64_t r = r0 + 4 * q; r < r1; ++r) y[r] = vk_.dot_f32(wf + r * cols, x, cols);
-                return;
-            }
             int t0 = 0; // f32 rows (the router; an f32 model's every matrix): four tokens at a
                         // time, which stay in L1 while the rows pass
             if (w.type == format::dtype::f32) {
@@ -588,6 +569,20 @@ public:
                 }
             }
         }
+    }
+
+    // Decode's rows [r0, r1) of a product walked as four streams a quarter of the range
+    // apart, which keeps more hardware prefetch streams busy than one sequential walk:
+    // dot4(r, q, out) gives rows r, r + q, r + 2q and r + 3q; dot1(r) one of the rows left.
+    template <class Dot4, class Dot1>
+    static void four_streams(int64_t r0, int64_t r1, float* y, Dot4&& dot4, Dot1&& dot1) {
+        const int64_t q = (r1 - r0) / 4;
+        float out[4];
+        for (int64_t i = 0; i < q; ++i) {
+            dot4(r0 + i, q, out);
+            for (int k = 0; k < 4; ++k) y[r0 + i + k * q] = out[k];
+        }
+        for (int64_t r = r0 + 4 * q; r < r1; ++r) y[r] = dot1(r);
     }
 
     // Row r of a q8_0 or q4_0 product (its bytes at `row`) with every token's f32
@@ -840,10 +835,9 @@ private:
     std::vector<int64_t> row_begin_;  // [n_jobs + 1] first global row of each job
     std::vector<segment> segments_;
     std::vector<matmul_job> ffn_products_; // ffn_many's products, stepwise
-    // ffn_many's decode: each thread's first job (then n_jobs), the jobs' first groups of
-    // gate and up and of down (then the totals), the first block of their down activations
+    // ffn_many's decode: each thread's first job (then n_jobs), the first block of each
+    // job's down activations
     std::vector<int> ffn_first_;
-    std::vector<std::pair<int64_t, int64_t>> ffn_at_;
     std::vector<size_t> ffn_xq_at_;
     std::vector<segment> ffn_gate_up_, ffn_down_;
     std::vector<size_t> xq_begin_;    // [n_jobs] first block of each job in xq_
