@@ -14,7 +14,7 @@ struct sampling_params {
     int top_k = 40;           ///< 0: off
     float top_p = 0.95f;      ///< 1: off
     float min_p = 0.05f;      ///< 0: off; drops tokens below min_p * p(most likely)
-    float repeat_penalty = 1.0f; ///< 1: off; llama.cpp style (divide positive logits)
+    float repeat_penalty = 1.0f; ///< 1: off; as llama.cpp and Hugging Face: each recent token once, positive logits divided, negative multiplied
     int repeat_last_n = 64;   ///< how many recent tokens the penalty looks at
     uint64_t seed = 0;
 };
@@ -32,6 +32,10 @@ private:
     uint64_t state_ = 1;
 };
 
+/// The first position of the largest of n >= 1 values (NaNs are never the largest; all
+/// NaN: 0).
+int32_t argmax(const float* v, int n);
+
 class sampler {
 public:
     explicit sampler(int n_vocab);
@@ -42,12 +46,20 @@ public:
     int32_t sample(const float* logits, std::span<const int32_t> recent);
 
 private:
+    int top_k_candidates(const float* logits, int k);
+    int all_candidates(const float* logits);
+    int32_t draw_any();
+
     int n_vocab_;
     sampling_params p_;
     xorshift64s rng_;
     std::vector<float> work_;   // [n_vocab] adjusted logits
+    std::vector<int32_t> penalised_; // the recent tokens, each once
     std::vector<int32_t> idx_;  // [n_vocab] candidate ids
     std::vector<float> prob_;   // [n_vocab] candidate probabilities
+    std::vector<float> weight_; // [n_vocab] without top-k: every token's exp((logit - max) / T)
+    double sum_ = 0;            // and their sum
+    std::vector<uint64_t> keys_; // [n_vocab] the candidates to sort
 };
 
 } // namespace colibri

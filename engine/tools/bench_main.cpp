@@ -8,6 +8,7 @@
 #include "cpu/machine_limits.h"
 #include "cpu/vec.h"
 #include "model/session.h"
+#include "sampling/sampler.h"
 
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -52,6 +53,32 @@ stats summarise(std::vector<double> v) {
     s.max = v.back();
     s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
     return s;
+}
+
+// The sampler's pick between two decode steps, in microseconds: greedy, the default
+// parameters, and every token a candidate (top-k 0); the median of five timings.
+struct pick_times {
+    double greedy_us, defaults_us, all_us;
+};
+
+pick_times time_picks(const std::vector<float>& logits) {
+    const int n_vocab = static_cast<int>(logits.size());
+    sampler smp(n_vocab);
+    const auto time = [&](sampling_params p, int picks) {
+        smp.set_params(p);
+        std::vector<double> us;
+        for (int rep = 0; rep < 5; ++rep) {
+            const auto t0 = clock_type::now();
+            for (int i = 0; i < picks; ++i) smp.sample(logits.data(), {});
+            us.push_back(ms_since(t0) * 1000.0 / picks);
+        }
+        std::sort(us.begin(), us.end());
+        return us[2];
+    };
+    sampling_params greedy, all;
+    greedy.temperature = 0.0f;
+    all.top_k = 0;
+    return {time(greedy, 200), time(sampling_params{}, 200), time(all, 20)};
 }
 
 // Bytes of weights one decoded token reads: attention, router, the selected experts (their
@@ -236,6 +263,7 @@ int main(int argc, char** argv) {
         };
         long model_rss_kib = 0;
         std::vector<result> results;
+        std::vector<float> last_logits; // of the last decode step: the pick's timing
         route_counts routes;
         routes.n_expert = static_cast<int>(hp.n_expert);
         routes.counts.assign(size_t(hp.n_layer) * std::max<size_t>(hp.n_expert, 1), 0);
@@ -269,7 +297,7 @@ int main(int argc, char** argv) {
                 const auto t0 = clock_type::now();
                 for (int i = 0; i < prompt_tokens; i += n_batch) s.eval(prompt.data() + i, std::min(n_batch, prompt_tokens - i));
                 const float* l = s.logits();
-                int32_t id = static_cast<int32_t>(std::max_element(l, l + hp.n_vocab) - l);
+                int32_t id = argmax(l, static_cast<int>(hp.n_vocab)); // greedy, as the sampler picks
                 const double t_first = ms_since(t0);
                 if (rep == reps - 1 && vm.count("routing")) s.set_route_observer({route_counts::observe, &routes});
                 // Decode in stretches of decode_stretch tokens, each against the read bandwidth
@@ -286,7 +314,7 @@ int main(int argc, char** argv) {
                         bytes += w_bytes + double(kv_token_bytes) * (s.n_past() + 1); // the keys and values it reads
                         s.eval(&id, 1);
                         l = s.logits();
-                        id = static_cast<int32_t>(std::max_element(l, l + hp.n_vocab) - l);
+                        id = argmax(l, static_cast<int>(hp.n_vocab));
                     }
                     const double ms = ms_since(t1);
                     t_dec += ms;
@@ -296,6 +324,7 @@ int main(int argc, char** argv) {
                     r.stretches.emplace_back(std::max(before, after), stretch_frac.back());
                     before = after;
                 }
+                last_logits.assign(l, l + hp.n_vocab);
                 pre.push_back(prompt_tokens * 1000.0 / t_first);
                 dec.push_back(gen_tokens * 1000.0 / t_dec);
                 ttft.push_back(t_first);
@@ -319,18 +348,21 @@ int main(int argc, char** argv) {
             results.push_back(r);
         }
 
+        const pick_times pick = time_picks(last_logits);
+
         const std::string weight_type(format::dtype_name(static_cast<format::dtype>(hp.weight_type)));
         auto write_json = [&](FILE* f) {
             std::fprintf(f, "{\"model\":\"%s\",\"arch\":\"%s\",\"weight_type\":\"%s\",\"kernels\":\"%s\",\"int8_activations\":%s,"
                         "\"file_bytes\":%llu,\"params\":%llu,\"params_active\":%llu,\"bytes_per_token\":%.0f,"
                         "\"prompt_tokens\":%d,\"batch\":%d,\"gen_tokens\":%d,\"reps\":%d,\"load_ms\":%.2f,\"process_start_to_ready_ms\":%.2f,\"page_in_ms\":%.2f,"
-                        "\"peak_rss_kib\":%ld,\"runs\":[",
+                        "\"peak_rss_kib\":%ld,\"pick_us\":{\"greedy\":%.3f,\"defaults\":%.3f,\"top_k_0\":%.3f},\"runs\":[",
                         model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
                         vk.name, vm.count("f32-act") ? "false" : "true",
                         static_cast<unsigned long long>(rt->mdl->file().file_size()),
                         static_cast<unsigned long long>(rt->mdl->n_params()),
                         static_cast<unsigned long long>(rt->mdl->n_params_active()), bytes_per_token, prompt_tokens,
-                        n_batch, gen_tokens, reps, load_ms, ready_ms, page_in_ms, model_rss_kib);
+                        n_batch, gen_tokens, reps, load_ms, ready_ms, page_in_ms, model_rss_kib, pick.greedy_us,
+                        pick.defaults_us, pick.all_us);
             // medians, and [min, max] as "..._range"
             const auto range = [](const stats& v, double scale) {
                 char b[64];
@@ -391,6 +423,9 @@ int main(int argc, char** argv) {
                 std::printf("  time to first token %.1f ms [%.1f-%.1f]\n", r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max);
             }
             std::printf("peak RSS %.1f MiB (the model running, without the probes)\n", model_rss_kib / 1024.0);
+            std::printf("token pick on the last step's logits (%u tokens): greedy %.1f us, defaults (temperature 0.8, "
+                        "top-k 40, top-p 0.95, min-p 0.05) %.1f us, top-k 0 %.1f us\n",
+                        hp.n_vocab, pick.greedy_us, pick.defaults_us, pick.all_us);
             if (vm.count("routing") && hp.n_expert > 0) {
                 std::printf("expert selections per layer during decode (last repetition):\n");
                 for (uint32_t il = 0; il < hp.n_layer; ++il) {

@@ -82,6 +82,10 @@ stretch='\[[0-9]+\.[0-9]+,[0-9]+\.[0-9]+\]'
 check "two decode stretches per thread count, each a probe and a fraction" \
   test "$(grep -oE "\"decode_stretches\":\[$stretch,$stretch\]" "$tmp/bench" | wc -l)" -eq 2
 check "no stretch read at zero" bash -c "! grep -qE '\[[0-9.]+,0\.0000\]|\[0\.000,' '$tmp/bench'"
+pick='[0-9]+\.[0-9]{3}'
+check "colibri-bench times the token pick three ways" \
+  grep -qE "\"pick_us\":\{\"greedy\":$pick,\"defaults\":$pick,\"top_k_0\":$pick\}" "$tmp/bench"
+check "no pick timed at zero" bash -c "! grep -qE '\"(greedy|defaults|top_k_0)\":0\.000' '$tmp/bench'"
 "$bin/colibri-bench" --model "$tmp/missing.colibri" --reps 1 >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "colibri-bench: a missing model exits 1" test $rc -eq 1
 check "colibri-bench: the missing model is named" grep -q "missing.colibri" "$tmp/err"

@@ -40,7 +40,7 @@ TEST_CASE("decode steps and sampling allocate nothing") {
         sampler smp(512);
         sampling_params p;
         p.temperature = 0.9f;
-        p.top_k = 0; // full sort: the most work the sampler can do
+        p.top_k = 0; // every token a candidate: the most work the sampler can do
         p.repeat_penalty = 1.1f;
         smp.set_params(p);
         std::vector<int32_t> tokens = {1, 10, 20, 30, 40};

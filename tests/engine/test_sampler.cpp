@@ -1,9 +1,13 @@
 #include "core/error.h"
 #include "sampling/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <doctest/doctest.h>
+#include <limits>
 #include <map>
+#include <numeric>
+#include <random>
 #include <vector>
 
 using namespace colibri;
@@ -17,6 +21,37 @@ sampling_params params(float temp, int top_k = 0, float top_p = 1.0f, float min_
     p.min_p = min_p;
     p.seed = seed;
     return p;
+}
+// The sampler's definition, written the plain way: every token sorted by logit (then id),
+// softmax with temperature over the top-k (all: every token), top-p, min-p, a draw.
+int32_t reference_sample(const std::vector<float>& logits, const sampling_params& p, xorshift64s& rng) {
+    const int n_vocab = static_cast<int>(logits.size());
+    std::vector<int32_t> idx(logits.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    const int n = p.top_k > 0 ? std::min(p.top_k, n_vocab) : n_vocab;
+    std::vector<float> prob(static_cast<size_t>(n));
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) sum += prob[i] = std::exp((logits[idx[i]] - logits[idx[0]]) / p.temperature);
+    for (float& q : prob) q /= sum;
+    int kept = n;
+    float cum = 0.0f;
+    for (int i = 0; i < n && p.top_p < 1.0f; ++i) {
+        if ((cum += prob[i]) >= p.top_p) {
+            kept = i + 1;
+            break;
+        }
+    }
+    int keep = 1;
+    while (p.min_p > 0.0f && keep < kept && prob[keep] >= p.min_p * prob[0]) ++keep;
+    if (p.min_p > 0.0f) kept = keep;
+    float total = 0.0f;
+    for (int i = 0; i < kept; ++i) total += prob[i];
+    float r = rng.uniform() * total;
+    for (int i = 0; i < kept; ++i) {
+        if ((r -= prob[i]) < 0.0f) return idx[i];
+    }
+    return idx[kept - 1];
 }
 } // namespace
 
@@ -42,6 +77,68 @@ TEST_CASE("greedy picks the first maximum") {
     s.set_params(params(0.0f));
     const float logits[5] = {0.1f, 2.0f, -1.0f, 2.0f, 1.9f};
     CHECK(s.sample(logits, {}) == 1);
+}
+
+TEST_CASE("argmax finds the first maximum across chunks and passes over NaNs") {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    for (int n : {1, 15, 16, 17, 1023, 1024, 1025, 5000}) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) v[i] = std::sin(i * 0.37f);
+        const int32_t plain = static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+        CHECK(argmax(v.data(), n) == plain);
+        v[n - 1] = 3.0f; // the last position, in the last partial vector
+        CHECK(argmax(v.data(), n) == n - 1);
+        v[n / 2] = 3.0f; // an equal value earlier: the first wins
+        CHECK(argmax(v.data(), n) == n / 2);
+        v[0] = nan; // never the largest
+        CHECK(argmax(v.data(), n) == (n == 1 ? 0 : n / 2));
+    }
+    std::vector<float> v(3000, -inf);
+    CHECK(argmax(v.data(), 3000) == 0);
+    v[2999] = -1e30f;
+    CHECK(argmax(v.data(), 3000) == 2999);
+    v[2500] = inf;
+    CHECK(argmax(v.data(), 3000) == 2500);
+    std::fill(v.begin(), v.end(), nan);
+    CHECK(argmax(v.data(), 3000) == 0);
+}
+
+TEST_CASE("sampling gives the tokens of the sort-every-token definition") {
+    // 5,000 logits with ties (rounded to quarters) and a few -inf; every path: top-k by a
+    // heap (1, 40, 4,999), every token (top-k 0 or the whole vocabulary) cut by top-p,
+    // min-p or both, and with the repetition penalty
+    const int n_vocab = 5000;
+    std::vector<float> logits(n_vocab);
+    std::mt19937 gen(11);
+    std::normal_distribution<float> normal(0.0f, 2.5f);
+    for (float& l : logits) l = std::round(normal(gen) * 4.0f) / 4.0f;
+    for (int i = 0; i < n_vocab; i += 997) logits[i] = -std::numeric_limits<float>::infinity();
+    const std::vector<int32_t> recent = {3, 17, 17, 4242, int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    struct variant { float temp; int top_k; float top_p, min_p, penalty; };
+    const variant variants[] = {{0.8f, 40, 0.95f, 0.05f, 1.0f}, {1.0f, 1, 1.0f, 0.0f, 1.0f},   {1.5f, 4999, 1.0f, 0.0f, 1.0f},
+                                {0.7f, 0, 0.9f, 0.0f, 1.0f},    {1.2f, 0, 1.0f, 0.02f, 1.0f},  {0.5f, 0, 0.5f, 0.1f, 1.0f},
+                                {1.0f, 5000, 0.95f, 0.0f, 1.0f}, {0.9f, 40, 0.95f, 0.05f, 1.3f}, {0.9f, 0, 0.8f, 0.0f, 1.3f}};
+    for (const variant& v : variants) {
+        CAPTURE(v.temp);
+        CAPTURE(v.top_k);
+        CAPTURE(v.top_p);
+        CAPTURE(v.min_p);
+        CAPTURE(v.penalty);
+        sampling_params p = params(v.temp, v.top_k, v.top_p, v.min_p, 99);
+        p.repeat_penalty = v.penalty;
+        sampler s(n_vocab);
+        s.set_params(p);
+        std::vector<float> penalised = logits;
+        for (int32_t id : {3, 17, 4242, recent.back()}) { // each once
+            float& l = penalised[id];
+            l = l > 0 ? l / v.penalty : l * v.penalty;
+        }
+        xorshift64s rng;
+        rng.reseed(99);
+        int same = 0, draws = 300;
+        for (int i = 0; i < draws; ++i) same += s.sample(logits.data(), recent) == reference_sample(penalised, p, rng);
+        CHECK(same == draws);
+    }
 }
 
 TEST_CASE("the same seed gives the same tokens and another seed others") {
@@ -95,6 +192,17 @@ TEST_CASE("top-k and top-p and min-p keep only the allowed tokens") {
     CHECK(seen.count(3) == 0);
 }
 
+TEST_CASE("top-k breaks ties at its edge by the lower id") {
+    const float logits[7] = {1.0f, 3.0f, 2.0f, 2.0f, 2.0f, 0.0f, 2.0f};
+    sampler s(7);
+    s.set_params(params(1.0f, 2));
+    std::map<int, int> seen;
+    for (int i = 0; i < 2000; ++i) ++seen[s.sample(logits, {})];
+    CHECK(seen.size() == 2);
+    CHECK(seen.count(1) == 1);
+    CHECK(seen.count(2) == 1);
+}
+
 TEST_CASE("repetition penalty demotes recent tokens") {
     sampler s(3);
     auto p = params(0.0f);
@@ -104,6 +212,11 @@ TEST_CASE("repetition penalty demotes recent tokens") {
     const int32_t recent[] = {0};
     CHECK(s.sample(logits, {}) == 0);
     CHECK(s.sample(logits, recent) == 1); // 2.0 / 2 = 1.0 < 1.5
+    const float close[3] = {2.0f, 1.5f, 0.9f};
+    const int32_t twice[] = {0, 1, 0};
+    CHECK(s.sample(close, twice) == 0); // each once: 1.0 > 0.75, 0.9 (counted twice, 0.5 < 0.9)
+    const int32_t outside[] = {-1, 3, 0}; // ids outside the vocabulary are passed over
+    CHECK(s.sample(close, outside) == 1);
 }
 
 TEST_CASE("bad sampling parameters are refused") {
