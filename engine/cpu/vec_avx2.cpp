@@ -448,7 +448,7 @@ void attention_scores(const float* q, const T* k, int n, int nv, float scale, fl
 template <int H, int NV, class T>
 void attention_values(const float* s, const T* v, int n, int nv, float* out) {
     if constexpr (NV > 0) nv = NV;
-    const int hd = 8 * nv, half = attention_half(n);
+    const int hd = 8 * nv, half = attention_half(n), ahead = attention_ahead<T>(hd);
     constexpr int chunk = 32;
     for (int i = 0; i < H * hd; ++i) out[i] = 0.0f;
     // keys [j0, j1) of the first half with their partners half further, or [j0, j1) alone
@@ -465,9 +465,9 @@ void attention_values(const float* s, const T* v, int n, int nv, float* out) {
                 for (int h = 0; h < H; ++h) pa[h] = _mm256_set1_ps(s[h * n + j]);
                 if (partner > 0) {
                     const T* vb = va + partner * hd;
-                    if (i0 == 0 && j + attention_prefetch_rows < partner) { // on the first pass over the chunk
-                        prefetch_rows(v + (j + attention_prefetch_rows) * hd, 1, hd);
-                        prefetch_rows(v + (j + partner + attention_prefetch_rows) * hd, 1, hd);
+                    if (i0 == 0 && j + ahead < partner) { // on the first pass over the chunk
+                        prefetch_rows(v + (j + ahead) * hd, 1, hd);
+                        prefetch_rows(v + (j + partner + ahead) * hd, 1, hd);
                     }
                     __m256 pb[H];
                     for (int h = 0; h < H; ++h) pb[h] = _mm256_set1_ps(s[h * n + j + partner]);

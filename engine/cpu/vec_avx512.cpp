@@ -372,7 +372,7 @@ void attention_scores512(const float* q, const T* k, int n, float scale, float* 
 template <int H, int NV, class T>
 void attention_values512(const float* s, const T* v, int n, float* out) {
     constexpr int hd = 16 * NV;
-    const int half = attention_half(n);
+    const int half = attention_half(n), ahead = attention_ahead<T>(hd);
     __m512 acc[H][NV];
     for (int h = 0; h < H; ++h) {
         for (int i = 0; i < NV; ++i) acc[h][i] = _mm512_setzero_ps();
@@ -380,9 +380,9 @@ void attention_values512(const float* s, const T* v, int n, float* out) {
     for (int j = 0; j < half; ++j) {
         const T* va = v + j * hd;
         const T* vb = va + half * hd;
-        if (j + attention_prefetch_rows < half) {
-            prefetch_rows(va + attention_prefetch_rows * hd, 1, hd);
-            prefetch_rows(vb + attention_prefetch_rows * hd, 1, hd);
+        if (j + ahead < half) {
+            prefetch_rows(va + ahead * hd, 1, hd);
+            prefetch_rows(vb + ahead * hd, 1, hd);
         }
         __m512 pa[H], pb[H];
         for (int h = 0; h < H; ++h) {
