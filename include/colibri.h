@@ -71,7 +71,7 @@ colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_
 
 typedef struct colibri_session_params {
     int n_ctx;   /**< 0: the model's context length, at most 4096 */
-    int n_batch; /**< most prompt tokens evaluated at once, 1..4096 (0: 128); a prompt can be cancelled between batches */
+    int n_batch; /**< most prompt tokens evaluated at once, 1..4096 (0: 128); a prompt can be cancelled between a batch's layers */
 } colibri_session_params;
 
 void colibri_session_params_init(colibri_session_params* params);
@@ -101,8 +101,9 @@ typedef struct colibri_generate_params {
     /** FIM template: NULL or "auto" detects it from the vocabulary; "starcoder", "qwen",
      *  "deepseek", "codellama" force one; "none" ignores the suffix. */
     const char* fim;
-    /** Polled between prompt chunks and between tokens (NULL: never); nonzero cancels
-     *  (finish reason CANCELLED), also while the prompt is still being processed. */
+    /** Polled between prompt batches, between the layers of a batch and between tokens
+     *  (NULL: never); nonzero cancels (finish reason CANCELLED), also while the prompt is
+     *  still being processed. */
     int (*cancel)(void* cancel_user);
     void* cancel_user;
     /** Ends the completion before the newline that would start line max_lines + 1 (the

@@ -160,13 +160,12 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     res.n_cached_tokens = static_cast<int>(common);
     auto cancelled = [&] { return req.cancelled && req.cancelled(); };
     for (size_t i = common; i < tokens.size(); i += static_cast<size_t>(s.n_batch())) {
-        if (cancelled()) {
+        const int n = static_cast<int>(std::min(tokens.size() - i, static_cast<size_t>(s.n_batch())));
+        if (cancelled() || !s.eval(tokens.data() + i, n, req.cancelled)) { // also between a batch's layers
             res.reason = finish_reason::cancelled;
             res.prompt_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
             return res;
         }
-        const int n = static_cast<int>(std::min(tokens.size() - i, static_cast<size_t>(s.n_batch())));
-        s.eval(tokens.data() + i, n);
     }
     const auto t1 = clock::now();
     res.prompt_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();

@@ -91,7 +91,9 @@ size_t session::token_bytes() const {
     return 2 * size_t(hp.n_layer) * size_t(hp.n_head_kv) * hp.head_dim * kv_elem_bytes();
 }
 
-void session::eval(const int32_t* tokens, int n) {
+void session::eval(const int32_t* tokens, int n) { eval(tokens, n, nullptr); }
+
+bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& stop) {
     const hparams& hp = model_.hp();
     if (n <= 0 || n > n_batch_) {
         throw error(errc::invalid_argument, "batch of " + std::to_string(n) + " tokens, expected 1.." + std::to_string(n_batch_));
@@ -108,13 +110,17 @@ void session::eval(const int32_t* tokens, int n) {
     }
 
     const int n_embd = static_cast<int>(hp.n_embd);
+    // the batch's cache rows hold memory from its first layer on, finished or not
+    high_water_ = std::max(high_water_, n_past + n);
     be_.embed(model_.token_embd(), tokens, n, hp.embedding_scale, x_->data()); // [n, n_embd]
     for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
+        // a batch of several tokens may be abandoned between layers: nothing is appended,
+        // and the next batch at these positions overwrites what this one stored
+        if (n > 1 && il > 0 && stop && stop()) return false;
         attention_block(il, n);
         ffn_block(il, n);
     }
     history_.insert(history_.end(), tokens, tokens + n); // within the reserved capacity
-    high_water_ = std::max(high_water_, this->n_past());
 
     // LM head on the rows the caller wants
     const int first = all_logits_ ? 0 : n - 1;
@@ -126,6 +132,7 @@ void session::eval(const int32_t* tokens, int n) {
         float* l = logits_->data();
         for (int64_t i = 0; i < int64_t(rows) * hp.n_vocab; ++i) l[i] *= hp.logit_scale;
     }
+    return true;
 }
 
 void session::attention_block(int il, int n) {

@@ -157,6 +157,66 @@ TEST_CASE("a prompt that extends the last one reuses the cache and completes ide
     }
 }
 
+TEST_CASE("a prompt batch abandoned between layers leaves the session as it was") {
+    test::temp_dir dir;
+    const std::string path = dir.file("qwen2.colibri");
+    convert_checkpoint(test::fixture("qwen2_moe"), path, format::dtype::q8_0, {});
+    auto rt = load_runtime(path, "cpu", 2);
+    REQUIRE(rt->mdl->hp().n_layer >= 2);
+    const size_t n_vocab = rt->mdl->hp().n_vocab;
+    const std::vector<int32_t> a = {11, 12, 13, 14, 15, 16}, b = {21, 22, 23, 24, 25};
+    session s(*rt->mdl, *rt->be, 64, 8);
+    s.eval(a.data(), int(a.size()));
+    const std::vector<float> after_a(s.logits(), s.logits() + n_vocab);
+    int asked = 0;
+    const std::function<bool()> stop_now = [&] { return ++asked >= 1; };
+    CHECK_FALSE(s.eval(b.data(), int(b.size()), stop_now));
+    CHECK(asked == 1); // after the first layer
+    CHECK(s.n_past() == int(a.size()));
+    CHECK(std::vector<int32_t>(s.history().begin(), s.history().end()) == a);
+    CHECK(std::equal(after_a.begin(), after_a.end(), s.logits()));
+    // the batch again, to the end: the bits of a session that never abandoned it
+    int asked_later = 0;
+    CHECK(s.eval(b.data(), int(b.size()), [&] { return ++asked_later > 1000; }));
+    CHECK(asked_later == int(rt->mdl->hp().n_layer) - 1);
+    session fresh(*rt->mdl, *rt->be, 64, 8);
+    fresh.eval(a.data(), int(a.size()));
+    fresh.eval(b.data(), int(b.size()));
+    CHECK(std::equal(fresh.logits(), fresh.logits() + n_vocab, s.logits()));
+    // a single token is never stopped midway (decode checks between tokens)
+    int asked_one = 0;
+    CHECK(s.eval(b.data(), 1, [&] { return ++asked_one > 0; }));
+    CHECK(asked_one == 0);
+}
+
+TEST_CASE("a cancel during a prompt batch ends the completion before the batch does") {
+    test::temp_dir dir;
+    const std::string path = dir.file("qwen2.colibri");
+    convert_checkpoint(test::fixture("qwen2_moe"), path, format::dtype::q8_0, {});
+    auto rt = load_runtime(path, "cpu", 2);
+    session s(*rt->mdl, *rt->be, 256, 64);
+    sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
+    generate_request req;
+    req.prompt = "def route(x):\n    return softmax(x)";
+    req.max_tokens = 4;
+    req.sampling.temperature = 0.0f;
+    int polls = 0;
+    req.cancelled = [&] { return ++polls >= 2; }; // before the batch: no; after its first layer: yes
+    int pieces = 0;
+    const generate_result r = generate(s, *rt->tok, smp, req, [&](std::string_view) { return ++pieces > 0; });
+    CHECK(r.reason == finish_reason::cancelled);
+    CHECK(polls == 2);
+    CHECK(r.n_generated_tokens == 0);
+    CHECK(pieces == 0);
+    CHECK(s.n_past() == 0); // the one batch was the whole prompt: nothing cached
+    // the same prompt completes as on a fresh session
+    session fresh(*rt->mdl, *rt->be, 256, 64);
+    generate_result r1, r2;
+    const std::string prompt(req.prompt);
+    CHECK(complete(s, *rt, prompt, &r1) == complete(fresh, *rt, prompt, &r2));
+    CHECK(r1.n_cached_tokens == 0);
+}
+
 #include "generate/fim.h"
 
 #include <map>
