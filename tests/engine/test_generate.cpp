@@ -124,6 +124,13 @@ std::string complete(session& s, const runtime& rt, const std::string& prompt, g
     return text;
 }
 
+// The qwen2_moe fixture converted to q8_0 in dir, on two threads.
+std::unique_ptr<runtime> qwen2_moe_q8(const test::temp_dir& dir) {
+    const std::string path = dir.file("qwen2.colibri");
+    convert_checkpoint(test::fixture("qwen2_moe"), path, format::dtype::q8_0, {});
+    return load_runtime(path, "cpu", 2);
+}
+
 } // namespace
 
 TEST_CASE("a prompt that extends the last one reuses the cache and completes identically") {
@@ -159,9 +166,7 @@ TEST_CASE("a prompt that extends the last one reuses the cache and completes ide
 
 TEST_CASE("a prompt batch abandoned between layers leaves the session as it was") {
     test::temp_dir dir;
-    const std::string path = dir.file("qwen2.colibri");
-    convert_checkpoint(test::fixture("qwen2_moe"), path, format::dtype::q8_0, {});
-    auto rt = load_runtime(path, "cpu", 2);
+    auto rt = qwen2_moe_q8(dir);
     REQUIRE(rt->mdl->hp().n_layer >= 2);
     const size_t n_vocab = rt->mdl->hp().n_vocab;
     const std::vector<int32_t> a = {11, 12, 13, 14, 15, 16}, b = {21, 22, 23, 24, 25};
@@ -191,9 +196,7 @@ TEST_CASE("a prompt batch abandoned between layers leaves the session as it was"
 
 TEST_CASE("a cancel during a prompt batch ends the completion before the batch does") {
     test::temp_dir dir;
-    const std::string path = dir.file("qwen2.colibri");
-    convert_checkpoint(test::fixture("qwen2_moe"), path, format::dtype::q8_0, {});
-    auto rt = load_runtime(path, "cpu", 2);
+    auto rt = qwen2_moe_q8(dir);
     session s(*rt->mdl, *rt->be, 256, 64);
     sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
     generate_request req;
