@@ -200,7 +200,10 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
             res.reason = finish_reason::context;
             break;
         }
-        s.eval(&id, 1);
+        if (!s.eval(&id, 1, req.cancelled)) { // between its layers
+            res.reason = finish_reason::cancelled;
+            break;
+        }
     }
     if (res.reason != finish_reason::cancelled && res.reason != finish_reason::stop) {
         std::string tail = lines.push(stops.push(stream.flush()));

@@ -39,8 +39,8 @@ struct generate_request {
     /// Completion text ends before a line indented less than the prompt's last line (the
     /// cursor's line); blank lines never end it. Whitespace characters count one column each.
     bool stop_on_dedent = false;
-    /// Polled between prompt batches, between the layers of a batch and between tokens;
-    /// true ends generation (cancelled).
+    /// Polled between prompt batches and tokens, and between the layers of each; true ends
+    /// generation (cancelled).
     std::function<bool()> cancelled;
 };
 

@@ -114,9 +114,9 @@ bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& st
     high_water_ = std::max(high_water_, n_past + n);
     be_.embed(model_.token_embd(), tokens, n, hp.embedding_scale, x_->data()); // [n, n_embd]
     for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
-        // a batch of several tokens may be abandoned between layers: nothing is appended,
-        // and the next batch at these positions overwrites what this one stored
-        if (n > 1 && il > 0 && stop && stop()) return false;
+        // abandoned between layers: nothing is appended, and the next batch at these
+        // positions overwrites what this one stored
+        if (il > 0 && stop && stop()) return false;
         attention_block(il, n);
         ffn_block(il, n);
     }

@@ -188,10 +188,35 @@ TEST_CASE("a prompt batch abandoned between layers leaves the session as it was"
     fresh.eval(a.data(), int(a.size()));
     fresh.eval(b.data(), int(b.size()));
     CHECK(std::equal(fresh.logits(), fresh.logits() + n_vocab, s.logits()));
-    // a single token is never stopped midway (decode checks between tokens)
+    // a decode step stops the same way
+    const std::vector<float> after_b(s.logits(), s.logits() + n_vocab);
     int asked_one = 0;
-    CHECK(s.eval(b.data(), 1, [&] { return ++asked_one > 0; }));
-    CHECK(asked_one == 0);
+    CHECK_FALSE(s.eval(b.data(), 1, [&] { return ++asked_one > 0; }));
+    CHECK(asked_one == 1);
+    CHECK(s.n_past() == int(a.size() + b.size()));
+    CHECK(std::equal(after_b.begin(), after_b.end(), s.logits()));
+}
+
+TEST_CASE("a cancel during a decode step ends the completion with the token emitted and uncached") {
+    test::temp_dir dir;
+    auto rt = qwen2_moe_q8(dir);
+    session s(*rt->mdl, *rt->be, 256, 64);
+    sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
+    generate_request req;
+    req.prompt = "def route(x):\n    return softmax(x)";
+    req.max_tokens = 8;
+    req.sampling.temperature = 0.0f;
+    const int layers = static_cast<int>(rt->mdl->hp().n_layer);
+    int polls = 0;
+    // the prompt (one batch: a poll before it and one per layer after the first), then the
+    // first token's check before its pick, then its step's first poll between layers
+    const int stop_at = 1 + (layers - 1) + 1 + 1;
+    req.cancelled = [&] { return ++polls >= stop_at; };
+    const generate_result r = generate(s, *rt->tok, smp, req, [](std::string_view) { return true; });
+    CHECK(r.reason == finish_reason::cancelled);
+    CHECK(polls == stop_at);
+    CHECK(r.n_generated_tokens == 1);
+    CHECK(s.n_past() == r.n_prompt_tokens); // the emitted token's step was abandoned
 }
 
 TEST_CASE("a cancel during a prompt batch ends the completion before the batch does") {
