@@ -101,9 +101,9 @@ typedef struct colibri_generate_params {
     /** FIM template: NULL or "auto" detects it from the vocabulary; "starcoder", "qwen",
      *  "deepseek", "codellama" force one; "none" ignores the suffix. */
     const char* fim;
-    /** Polled between prompt batches, between the layers of a batch and between tokens
-     *  (NULL: never); nonzero cancels (finish reason CANCELLED), also while the prompt is
-     *  still being processed. */
+    /** Polled between prompt batches and tokens, and between the layers of each (NULL:
+     *  never); nonzero cancels (finish reason CANCELLED), also while the prompt is still
+     *  being processed. */
     int (*cancel)(void* cancel_user);
     void* cancel_user;
     /** Ends the completion before the newline that would start line max_lines + 1 (the
