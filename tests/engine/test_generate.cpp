@@ -197,51 +197,55 @@ TEST_CASE("a prompt batch abandoned between layers leaves the session as it was"
     CHECK(std::equal(after_b.begin(), after_b.end(), s.logits()));
 }
 
+// A greedy completion of a short prompt on the qwen2_moe fixture whose cancel check
+// answers true from its stop_at-th poll on.
+struct cancelled_run {
+    std::unique_ptr<runtime> rt;
+    std::unique_ptr<session> s;
+    generate_request req;
+    generate_result r;
+    int polls = 0, pieces = 0;
+};
+
+void run_cancelled(cancelled_run& c, const test::temp_dir& dir, int stop_at) {
+    c.rt = qwen2_moe_q8(dir);
+    c.s = std::make_unique<session>(*c.rt->mdl, *c.rt->be, 256, 64);
+    sampler smp(static_cast<int>(c.rt->mdl->hp().n_vocab));
+    c.req.prompt = "def route(x):\n    return softmax(x)";
+    c.req.max_tokens = 8;
+    c.req.sampling.temperature = 0.0f;
+    c.req.cancelled = [&c, stop_at] { return ++c.polls >= stop_at; };
+    c.r = generate(*c.s, *c.rt->tok, smp, c.req, [&c](std::string_view) { return ++c.pieces > 0; });
+}
+
 TEST_CASE("a cancel during a decode step ends the completion with the token emitted and uncached") {
     test::temp_dir dir;
-    auto rt = qwen2_moe_q8(dir);
-    session s(*rt->mdl, *rt->be, 256, 64);
-    sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
-    generate_request req;
-    req.prompt = "def route(x):\n    return softmax(x)";
-    req.max_tokens = 8;
-    req.sampling.temperature = 0.0f;
-    const int layers = static_cast<int>(rt->mdl->hp().n_layer);
-    int polls = 0;
+    cancelled_run c;
+    const int layers = static_cast<int>(qwen2_moe_q8(dir)->mdl->hp().n_layer);
     // the prompt (one batch: a poll before it and one per layer after the first), then the
     // first token's check before its pick, then its step's first poll between layers
     const int stop_at = 1 + (layers - 1) + 1 + 1;
-    req.cancelled = [&] { return ++polls >= stop_at; };
-    const generate_result r = generate(s, *rt->tok, smp, req, [](std::string_view) { return true; });
-    CHECK(r.reason == finish_reason::cancelled);
-    CHECK(polls == stop_at);
-    CHECK(r.n_generated_tokens == 1);
-    CHECK(s.n_past() == r.n_prompt_tokens); // the emitted token's step was abandoned
+    run_cancelled(c, dir, stop_at);
+    CHECK(c.r.reason == finish_reason::cancelled);
+    CHECK(c.polls == stop_at);
+    CHECK(c.r.n_generated_tokens == 1);
+    CHECK(c.s->n_past() == c.r.n_prompt_tokens); // the emitted token's step was abandoned
 }
 
 TEST_CASE("a cancel during a prompt batch ends the completion before the batch does") {
     test::temp_dir dir;
-    auto rt = qwen2_moe_q8(dir);
-    session s(*rt->mdl, *rt->be, 256, 64);
-    sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
-    generate_request req;
-    req.prompt = "def route(x):\n    return softmax(x)";
-    req.max_tokens = 4;
-    req.sampling.temperature = 0.0f;
-    int polls = 0;
-    req.cancelled = [&] { return ++polls >= 2; }; // before the batch: no; after its first layer: yes
-    int pieces = 0;
-    const generate_result r = generate(s, *rt->tok, smp, req, [&](std::string_view) { return ++pieces > 0; });
-    CHECK(r.reason == finish_reason::cancelled);
-    CHECK(polls == 2);
-    CHECK(r.n_generated_tokens == 0);
-    CHECK(pieces == 0);
-    CHECK(s.n_past() == 0); // the one batch was the whole prompt: nothing cached
+    cancelled_run c;
+    run_cancelled(c, dir, 2); // before the batch: no; after its first layer: yes
+    CHECK(c.r.reason == finish_reason::cancelled);
+    CHECK(c.polls == 2);
+    CHECK(c.r.n_generated_tokens == 0);
+    CHECK(c.pieces == 0);
+    CHECK(c.s->n_past() == 0); // the one batch was the whole prompt: nothing cached
     // the same prompt completes as on a fresh session
-    session fresh(*rt->mdl, *rt->be, 256, 64);
+    session fresh(*c.rt->mdl, *c.rt->be, 256, 64);
     generate_result r1, r2;
-    const std::string prompt(req.prompt);
-    CHECK(complete(s, *rt, prompt, &r1) == complete(fresh, *rt, prompt, &r2));
+    const std::string prompt(c.req.prompt);
+    CHECK(complete(*c.s, *c.rt, prompt, &r1) == complete(fresh, *c.rt, prompt, &r2));
     CHECK(r1.n_cached_tokens == 0);
 }
 
