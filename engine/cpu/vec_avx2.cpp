@@ -412,11 +412,11 @@ inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(
 template <int H, int NV, class T>
 void attention_scores(const float* q, const T* k, int n, int nv, float scale, float* s) {
     if constexpr (NV > 0) nv = NV;
-    const int hd = 8 * nv, half = attention_half(n);
+    const int hd = 8 * nv, half = attention_half(n), ahead = attention_ahead<T>(hd);
     const __m128 sc = _mm_set1_ps(scale);
     for (int j = 0; j < half; j += 2) {
         const T* key[4];
-        score_keys(k, j, half, hd, key);
+        score_keys(k, j, half, hd, ahead, key);
         __m256 acc[H][4];
         for (int h = 0; h < H; ++h) {
             for (int u = 0; u < 4; ++u) acc[h][u] = _mm256_setzero_ps();

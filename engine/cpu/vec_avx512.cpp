@@ -335,7 +335,7 @@ inline __m256 fold(__m512 v) {
 template <int H, int NV, class T>
 void attention_scores512(const float* q, const T* k, int n, float scale, float* s) {
     constexpr int hd = 16 * NV;
-    const int half = attention_half(n);
+    const int half = attention_half(n), ahead = attention_ahead<T>(hd);
     const __m128 sc = _mm_set1_ps(scale);
     __m512 qv[H][NV];
     for (int h = 0; h < H; ++h) {
@@ -343,7 +343,7 @@ void attention_scores512(const float* q, const T* k, int n, float scale, float* 
     }
     for (int j = 0; j < half; j += 2) {
         const T* key[4];
-        score_keys(k, j, half, hd, key);
+        score_keys(k, j, half, hd, ahead, key);
         __m256 acc[H][4];
         for (int u = 0; u < 4; ++u) {
             __m512 a[H];

@@ -234,15 +234,14 @@ inline void prefetch_rows(const T* row, int rows, int hd) {
     for (int b = 0; b < rows * hd * int(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
 }
 
-// The four keys of a step of the scores, j and j + 1 of each half, with the rows ahead of
-// them asked for.
+// The four keys of a step of the scores, j and j + 1 of each half, with the rows `ahead`
+// of them asked for.
 template <class T>
-inline void score_keys(const T* k, int j, int half, int hd, const T* key[4]) {
+inline void score_keys(const T* k, int j, int half, int hd, int ahead, const T* key[4]) {
     key[0] = k + j * hd;
     key[1] = key[0] + hd;
     key[2] = k + (half + j) * hd;
     key[3] = key[2] + hd;
-    const int ahead = attention_ahead<T>(hd);
     if (j + ahead < half) {
         prefetch_rows(key[0] + ahead * hd, 2, hd);
         prefetch_rows(key[2] + ahead * hd, 2, hd);

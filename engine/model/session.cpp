@@ -91,8 +91,6 @@ size_t session::token_bytes() const {
     return 2 * size_t(hp.n_layer) * size_t(hp.n_head_kv) * hp.head_dim * kv_elem_bytes();
 }
 
-void session::eval(const int32_t* tokens, int n) { eval(tokens, n, nullptr); }
-
 bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& stop) {
     const hparams& hp = model_.hp();
     if (n <= 0 || n > n_batch_) {

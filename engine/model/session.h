@@ -37,13 +37,11 @@ public:
 
     /// Runs tokens [0, n) at positions n_past() .. n_past()+n-1 and appends them to the cache.
     /// Throws colibri::error before computing anything when n exceeds the batch size, the
-    /// context would overflow, or a token id is outside the vocabulary.
-    void eval(const int32_t* tokens, int n);
-    /// The same, asking `stop` (when set) between layers: when it returns true the batch is
-    /// abandoned and false returned, the history and logits as before the call (a 128-token
-    /// batch takes about 0.1 s and a layer of it a few milliseconds; a decode step's layer
-    /// a fraction of one).
-    bool eval(const int32_t* tokens, int n, const std::function<bool()>& stop);
+    /// context would overflow, or a token id is outside the vocabulary. `stop`, when set, is
+    /// asked between layers: when it returns true the batch is abandoned and false returned,
+    /// the history and logits as before the call (a 128-token batch takes about 0.1 s and a
+    /// layer of it a few milliseconds; a decode step's layer a fraction of one).
+    bool eval(const int32_t* tokens, int n, const std::function<bool()>& stop = {});
 
     /// Logits of the last evaluated token [n_vocab], or of every token of the last batch
     /// [n][n_vocab] with all_logits.
