@@ -770,6 +770,12 @@ public:
         split(n, n, 4096, [&](int64_t b, int64_t e) { add_scaled_row(x + b, y + b, e - b, s); });
     }
 
+    void scale(float* x, int64_t n, float s) override {
+        split(n, n, 4096, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) x[i] *= s;
+        });
+    }
+
     void weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
                            int dim) override {
         split(n, int64_t(n) * k * dim, 4, [&](int64_t t0, int64_t t1) {

@@ -42,6 +42,7 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     shared_gate_ = be.alloc(B);
     scratch_ = be.alloc(size_t(be.n_threads()) * (hp.n_head / std::max<uint32_t>(hp.n_head_kv, 1)) * size_t(n_ctx_));
     logits_ = be.alloc((all_logits ? B : 1) * size_t(hp.n_vocab));
+    logits_host_ = be.to_host(logits_->data(), size_t(hp.n_vocab), logits_staging_);
     // f16 keys and values for models with quantised weights (half the memory and the reads
     // of f32, whose rounding is far below the weights'); f32 otherwise
     kv_f16_ = !m.layers().empty() && format::is_quantized(m.layers()[0].wq->type);
@@ -126,10 +127,8 @@ bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& st
     float* x_last = x_->data() + static_cast<int64_t>(first) * n_embd;
     be_.rmsnorm(x_last, model_.output_norm(), rows, n_embd, hp.norm_eps, xn_->data());
     be_.matmul(model_.output(), xn_->data(), rows, logits_->data());
-    if (hp.logit_scale != 1.0f) {
-        float* l = logits_->data();
-        for (int64_t i = 0; i < int64_t(rows) * hp.n_vocab; ++i) l[i] *= hp.logit_scale;
-    }
+    if (hp.logit_scale != 1.0f) be_.scale(logits_->data(), int64_t(rows) * hp.n_vocab, hp.logit_scale);
+    logits_host_ = be_.to_host(logits_->data(), size_t(rows) * hp.n_vocab, logits_staging_);
     return true;
 }
 
@@ -224,8 +223,9 @@ void session::moe(const layer_weights& l, int n) {
     const matmul_job route[2] = {{l.router, xn_->data(), n, router_->data()},             // [n, n_expert]
                                  {l.shared_gate, xn_->data(), n, shared_gate_->data()}}; // [n, 1]
     be_.matmul_many(route, l.shared_gate != nullptr ? 2 : 1);
+    const float* router = be_.to_host(router_->data(), size_t(n) * n_expert, router_staging_);
     for (int t = 0; t < n; ++t) {
-        std::copy_n(router_->data() + size_t(t) * n_expert, n_expert, probs_.data());
+        std::copy_n(router + size_t(t) * n_expert, n_expert, probs_.data());
         kernels::softmax(probs_.data(), n_expert);
         int32_t* ids = &sel_[size_t(t) * k];
         float* w = &sel_w_[size_t(t) * k];
@@ -292,9 +292,10 @@ void session::moe(const layer_weights& l, int n) {
         terms_w_[size_t(at)] = sel_w_[size_t(pair)];
     }
     if (shared) {
+        const float* gate = l.shared_gate != nullptr ? be_.to_host(shared_gate_->data(), size_t(n), gate_staging_) : nullptr;
         for (int t = 0; t < n; ++t) {
             rows_[size_t(t * terms + k)] = static_cast<int32_t>(n_pairs) + t;
-            terms_w_[size_t(t * terms + k)] = l.shared_gate != nullptr ? 1.0f / (1.0f + std::exp(-shared_gate_->data()[t])) : 1.0f;
+            terms_w_[size_t(t * terms + k)] = gate != nullptr ? 1.0f / (1.0f + std::exp(-gate[t])) : 1.0f;
         }
     }
     be_.weighted_sum_rows(ffn_out_->data(), yo, rows_.data(), terms_w_.data(), n, terms, n_embd);

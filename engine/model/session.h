@@ -45,7 +45,7 @@ public:
 
     /// Logits of the last evaluated token [n_vocab], or of every token of the last batch
     /// [n][n_vocab] with all_logits.
-    const float* logits() const { return logits_->data(); }
+    const float* logits() const { return logits_host_; }
 
     int n_past() const { return static_cast<int>(history_.size()); }
     /// The tokens whose keys and values are in the cache, in order.
@@ -94,6 +94,10 @@ private:
     std::vector<int32_t> terms_n_;      // moe: [n_batch] each token's terms so far
     std::vector<float> probs_;          // [n_expert]
     std::vector<ffn_job> ffn_jobs_;     // the feed-forwards run together, capacity n_expert+1
+    // Where the host reads the logits and the router's outputs (the buffers themselves on
+    // a host backend, copies on a device's)
+    const float* logits_host_ = nullptr;
+    std::vector<float> logits_staging_, router_staging_, gate_staging_;
 };
 
 } // namespace colibri

@@ -1,13 +1,17 @@
 #pragma once
 // The operations the forward pass is written in. A backend implements them for one kind
 // of device; model code never sees SIMD intrinsics or device calls. Activation pointers
-// are buffers the backend allocated (host memory for the CPU backend).
+// are buffers the backend allocated (host memory for the CPU backend, device memory for a
+// GPU's), which the caller reads only through to_host. Index, position and weight arrays
+// (ids, pos, x_rows, index, weight) are host memory; weights are tensor_views of the
+// mapped model file.
 
 #include "format/model_file.h"
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace colibri {
 
@@ -73,6 +77,14 @@ public:
 
     /// Zero-initialised buffer of n floats.
     virtual std::unique_ptr<device_buffer> alloc(size_t n) = 0;
+    /// The n floats at p (in one of this backend's buffers) where the host can read them,
+    /// once every operation before has finished: p itself when buffers are host memory,
+    /// else a copy in `staging` (resized as needed).
+    virtual const float* to_host(const float* p, size_t n, std::vector<float>& staging) {
+        (void)n;
+        (void)staging;
+        return p;
+    }
 
     /// out[t] = table[ids[t]] * scale; out [n, cols]
     virtual void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) = 0;
@@ -97,6 +109,8 @@ public:
     virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
     /// x += s * y, n elements
     virtual void add_scaled(float* x, const float* y, int64_t n, float s) = 0;
+    /// x *= s, n elements
+    virtual void scale(float* x, int64_t n, float s) = 0;
     /// out[t] = sum over i < k of weight[t * k + i] * rows[index[t * k + i]], for n rows of
     /// dim floats: each term added onto the sum before it (from zero) in the order of i,
     /// element by element as add_scaled adds.
