@@ -2,6 +2,7 @@
 
 #include "core/cpu_count.h"
 #include "core/error.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/device_query.h"
 
 #include <algorithm>
@@ -34,13 +35,16 @@ std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string
                                                (count == 0 ? "no CUDA GPU is present" + (why.empty() ? "" : " (" + why + ")")
                                                            : "only " + std::to_string(count) + " CUDA device(s) present"));
         }
-        throw error(errc::unsupported, "device " + device +
-                                           ": a GPU is present, but this version runs models on the CPU only; use --device cpu");
     }
     if (n_threads < 0) throw error(errc::invalid_argument, "thread count must be >= 0");
     auto rt = std::make_unique<runtime>();
     rt->mdl = std::make_unique<model>(path);
     rt->tok = make_tokenizer(rt->mdl->file());
+    if (d.type == device_spec::kind::cuda) {
+        rt->be = make_cuda_backend(cuda_options{d.index});
+        rt->device = "cuda:" + std::to_string(d.index);
+        return rt;
+    }
     const auto& hp = rt->mdl->hp();
     const int64_t max_cols = std::max({hp.n_embd, hp.n_head * hp.head_dim, hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
     cpu_options co;

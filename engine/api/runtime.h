@@ -28,7 +28,8 @@ struct runtime {
 /// Loads and validates `path` for `device` with n_threads (0: the CPUs this process may use).
 /// f32_activations keeps activations in f32 for q8_0/q4_0 weights (slower, see cpu_options).
 /// Throws colibri::error; a CUDA device is refused with the reason (no CUDA in this build,
-/// no GPU present, or no CUDA backend for this operation yet).
+/// no GPU present). On a CUDA device n_threads and f32_activations do not apply (the
+/// device computes with f32 activations).
 std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string& device, int n_threads,
                                       bool f32_activations = false);
 

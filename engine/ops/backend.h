@@ -9,6 +9,7 @@
 #include "format/model_file.h"
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,8 @@ public:
         (void)staging;
         return p;
     }
+    /// Copies n floats of host memory into dst, one of this backend's buffers.
+    virtual void from_host(const float* src, size_t n, float* dst) { std::memcpy(dst, src, n * sizeof(float)); }
 
     /// out[t] = table[ids[t]] * scale; out [n, cols]
     virtual void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) = 0;

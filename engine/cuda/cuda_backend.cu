@@ -1,0 +1,630 @@
+// The backend operations as CUDA kernels on one stream. Weights are repacked on the host
+// (device_weights.h) and copied to the device when an operation first uses them.
+//
+// The kernels are the straightforward ones, each checked against the CPU backend by the
+// `gpu` tests (tests/engine/test_cuda_backend.cpp):
+// - matrix products: one warp per output row, each lane a block of 32 weights at a time
+//   (16-byte loads, dequantised in registers), up to eight tokens per pass over the row;
+// - attention: one thread block per token and query head, its scores in device scratch;
+// - the rest element by element, RMSNorm one block per row.
+// Host arrays an operation takes (positions, token rows, expert weights) are copied to
+// the device with it, in stream order.
+
+#include "cuda/cuda_backend.h"
+
+#include "core/error.h"
+#include "cpu/kernels.h"
+#include "cuda/device_weights.h"
+#include "format/format.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace colibri {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    throw error(e == cudaErrorMemoryAllocation ? errc::out_of_memory : errc::internal,
+                std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+#define COLIBRI_CUDA(call) check((call), #call)
+// after every kernel launch: a bad configuration is reported here, not by a later call
+#define COLIBRI_LAUNCHED(kernel) check(cudaGetLastError(), kernel)
+
+// Device memory that frees itself.
+class device_memory {
+public:
+    device_memory() = default;
+    explicit device_memory(size_t bytes) : bytes_(bytes) {
+        if (bytes > 0) COLIBRI_CUDA(cudaMalloc(&p_, bytes));
+    }
+    ~device_memory() { release(); }
+    device_memory(device_memory&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    device_memory& operator=(device_memory&& o) noexcept {
+        if (this != &o) {
+            release();
+            p_ = std::exchange(o.p_, nullptr);
+            bytes_ = std::exchange(o.bytes_, 0);
+        }
+        return *this;
+    }
+    device_memory(const device_memory&) = delete;
+    device_memory& operator=(const device_memory&) = delete;
+
+    void* get() const { return p_; }
+    size_t bytes() const { return bytes_; }
+    /// At least `bytes`; the contents are not kept when it grows.
+    void reserve(size_t bytes) {
+        if (bytes > bytes_) *this = device_memory(std::max(bytes, bytes_ * 2));
+    }
+
+private:
+    void release() noexcept {
+        if (p_ != nullptr) cudaFree(p_); // frees after the work queued before it
+        p_ = nullptr;
+    }
+    void* p_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+class cuda_buffer final : public device_buffer {
+public:
+    cuda_buffer(size_t n, cudaStream_t stream) : n_(n), mem_(std::max<size_t>(n, 1) * sizeof(float)) {
+        COLIBRI_CUDA(cudaMemsetAsync(mem_.get(), 0, mem_.bytes(), stream));
+        COLIBRI_CUDA(cudaStreamSynchronize(stream));
+    }
+    float* data() override { return static_cast<float*>(mem_.get()); }
+    size_t size() const override { return n_; }
+
+private:
+    size_t n_;
+    device_memory mem_;
+};
+
+// A weight tensor on the device.
+struct device_weights {
+    device_kind kind;
+    int64_t rows, cols, row_bytes;
+    device_memory values, scales;
+    const uint8_t* v() const { return static_cast<const uint8_t*>(values.get()); }
+    const float* s() const { return static_cast<const float*>(scales.get()); }
+    const float* f32() const { return static_cast<const float*>(values.get()); }
+};
+
+// ---- reductions ----
+
+__device__ inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ inline float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// The sum (or maximum) over the thread block, returned to every thread. blockDim.x a
+// multiple of 32, at most 1024; `shared` 32 floats.
+template <bool Max>
+__device__ float block_reduce(float v, float* shared) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = Max ? warp_max(v) : warp_sum(v);
+    __syncthreads(); // `shared` may still be read by a previous reduction
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < warps ? shared[lane] : (Max ? -INFINITY : 0.0f);
+    return Max ? warp_max(v) : warp_sum(v);
+}
+
+// ---- matrix products ----
+
+constexpr int mm_rows = 8; // rows per thread block, one warp each
+constexpr int mm_tokens = 8;
+
+// Block b (32 elements) of a row in f32.
+template <device_kind K>
+__device__ inline void load_block(const uint8_t* row, const float* scales, int64_t b, float w[32]) {
+    if constexpr (K == device_kind::q8) {
+        const int4* p = reinterpret_cast<const int4*>(row + b * 32);
+        const int4 v[2] = {p[0], p[1]};
+        const int8_t* q = reinterpret_cast<const int8_t*>(v);
+        const float d = scales[b];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) w[i] = d * float(q[i]);
+    } else if constexpr (K == device_kind::q4) {
+        const int4 v = *reinterpret_cast<const int4*>(row + b * 16);
+        const uint8_t* q = reinterpret_cast<const uint8_t*>(&v);
+        const float d = scales[b];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            w[j] = d * float(int(q[j] & 15) - 8);
+            w[j + 16] = d * float(int(q[j] >> 4) - 8);
+        }
+    } else if constexpr (K == device_kind::f16 || K == device_kind::bf16) {
+        const int4* p = reinterpret_cast<const int4*>(row + b * 64);
+        const int4 v[4] = {p[0], p[1], p[2], p[3]};
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(v);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            w[i] = K == device_kind::f16 ? __half2float(__ushort_as_half(h[i])) : __uint_as_float(uint32_t(h[i]) << 16);
+        }
+    } else {
+        const float4* p = reinterpret_cast<const float4*>(row + b * 128);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float4 v = p[i];
+            w[4 * i] = v.x;
+            w[4 * i + 1] = v.y;
+            w[4 * i + 2] = v.z;
+            w[4 * i + 3] = v.w;
+        }
+    }
+}
+
+// y[t, r] = x[t] . w[r] for rows r of the matrix and up to T tokens from blockIdx.y * T:
+// a warp per row, its lanes taking blocks of 32 columns in turn. Token t's activations are
+// row x_rows[t] of x when x_rows is set. cols a multiple of 32, x rows 16-byte aligned.
+template <device_kind K, int T>
+__global__ void matmul_kernel(const uint8_t* values, const float* scales, int64_t rows, int64_t cols, int64_t row_bytes,
+                              const float* x, const int32_t* x_rows, int n, float* y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * mm_rows + (threadIdx.x >> 5);
+    if (r >= rows) return; // no block-wide synchronisation below
+    const int t0 = blockIdx.y * T, nt = min(T, n - t0);
+    const float* xs[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) xs[t] = t < nt ? x + int64_t(x_rows != nullptr ? x_rows[t0 + t] : t0 + t) * cols : x;
+    const uint8_t* row = values + r * row_bytes;
+    const float* sc = scales != nullptr ? scales + r * (cols / 32) : nullptr;
+    float acc[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) acc[t] = 0.0f;
+    for (int64_t b = lane; b < cols / 32; b += 32) {
+        float w[32];
+        load_block<K>(row, sc, b, w);
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            if (t >= nt) break;
+            const float4* xv = reinterpret_cast<const float4*>(xs[t] + b * 32);
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float4 v = xv[i];
+                s += w[4 * i] * v.x + w[4 * i + 1] * v.y + w[4 * i + 2] * v.z + w[4 * i + 3] * v.w;
+            }
+            acc[t] += s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0 && t < nt) y[int64_t(t0 + t) * rows + r] = s;
+    }
+}
+
+// The same for float rows whose length is not a multiple of 32 (small test models): a
+// warp per row and token, element by element.
+template <device_kind K>
+__global__ void matmul_any_kernel(const uint8_t* values, int64_t rows, int64_t cols, int64_t row_bytes, const float* x,
+                                  const int32_t* x_rows, int n, float* y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * mm_rows + (threadIdx.x >> 5);
+    const int t = blockIdx.y;
+    if (r >= rows || t >= n) return;
+    const float* xt = x + int64_t(x_rows != nullptr ? x_rows[t] : t) * cols;
+    const uint8_t* row = values + r * row_bytes;
+    float acc = 0.0f;
+    for (int64_t c = lane; c < cols; c += 32) {
+        float w;
+        if constexpr (K == device_kind::f32) {
+            w = reinterpret_cast<const float*>(row)[c];
+        } else {
+            const uint16_t h = reinterpret_cast<const uint16_t*>(row)[c];
+            w = K == device_kind::f16 ? __half2float(__ushort_as_half(h)) : __uint_as_float(uint32_t(h) << 16);
+        }
+        acc += w * xt[c];
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[int64_t(t) * rows + r] = acc;
+}
+
+// ---- element-wise and row operations ----
+
+__global__ void rmsnorm_kernel(const float* x, const float* w, int dim, float eps, float* out) {
+    __shared__ float shared[32];
+    const float* xr = x + int64_t(blockIdx.x) * dim;
+    float* o = out + int64_t(blockIdx.x) * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_reduce<false>(ss, shared);
+    const float inv = 1.0f / sqrtf(ss / float(dim) + eps);
+    // each thread writes only the elements it read: out may alias x
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+}
+
+__global__ void add_bias_kernel(float* y, const float* b, int64_t total, int dim) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < total) y[i] += b[i % dim];
+}
+
+// Pairs (i, i + head_dim / 2) of each head rotated by pos * theta^(-2i / head_dim), the
+// angle in double as on the CPU.
+__global__ void rope_kernel(float* x, int64_t pairs, int n_heads, int head_dim, const int32_t* pos, float theta) {
+    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= pairs) return;
+    const int half = head_dim / 2;
+    const int i = int(idx % half);
+    const int64_t head = idx / half; // token * n_heads + h
+    const int t = int(head / n_heads);
+    const double angle = double(pos[t]) * pow(double(theta), -2.0 * i / head_dim);
+    const float c = float(cos(angle)), s = float(sin(angle));
+    float* v = x + head * head_dim;
+    const float a = v[i], b = v[i + half];
+    v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
+__global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float g = gate[i];
+    gate[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+}
+
+__global__ void add_scaled_kernel(float* x, const float* y, int64_t n, float s) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fadd_rn(x[i], __fmul_rn(s, y[i]));
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fmul_rn(x[i], s);
+}
+
+// out[t, d] = sum over i < k of weight[t * k + i] * rows[index[t * k + i], d], in order of i.
+__global__ void weighted_sum_kernel(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
+                                    int dim) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= int64_t(n) * dim) return;
+    const int64_t t = i / dim, d = i % dim;
+    float o = 0.0f;
+    for (int j = 0; j < k; ++j) o = __fadd_rn(o, __fmul_rn(weight[t * k + j], rows[int64_t(index[t * k + j]) * dim + d]));
+    out[i] = o;
+}
+
+// ---- attention ----
+
+// The batch's keys and values into each head's rows at pos[t].
+__global__ void kv_store_kernel(const float* k_new, const float* v_new, void* k_cache, void* v_cache, bool f16,
+                                const int32_t* pos, int n, int n_head_kv, int head_dim, int n_ctx) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t kv_dim = int64_t(n_head_kv) * head_dim;
+    if (i >= int64_t(n) * kv_dim) return;
+    const int64_t t = i / kv_dim, h = (i % kv_dim) / head_dim, d = i % head_dim;
+    const int64_t to = (h * n_ctx + pos[t]) * head_dim + d;
+    if (f16) {
+        static_cast<__half*>(k_cache)[to] = __float2half_rn(k_new[i]);
+        static_cast<__half*>(v_cache)[to] = __float2half_rn(v_new[i]);
+    } else {
+        static_cast<float*>(k_cache)[to] = k_new[i];
+        static_cast<float*>(v_cache)[to] = v_new[i];
+    }
+}
+
+template <bool F16>
+__device__ inline float cache_at(const void* cache, int64_t i) {
+    if constexpr (F16) return __half2float(static_cast<const __half*>(cache)[i]);
+    else return static_cast<const float*>(cache)[i];
+}
+
+// Token t = blockIdx.x / n_head, query head h = blockIdx.x % n_head, over cache rows
+// 0..pos[t] of its KV head: scores into `scores` (n_ctx floats per block), softmax, then the
+// weighted values. Dynamic shared memory: head_dim floats (the query).
+template <bool F16>
+__global__ void attention_kernel(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, int n_head,
+                                 int n_head_kv, int head_dim, int n_ctx, float scale, float* scores, float* out) {
+    extern __shared__ float q_s[];
+    __shared__ float shared[32];
+    const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
+    const int kvh = h / (n_head / n_head_kv);
+    const int len = pos[t] + 1;
+    const float* qh = q + (int64_t(t) * n_head + h) * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q_s[d] = qh[d];
+    __syncthreads();
+    const int64_t base = int64_t(kvh) * n_ctx * head_dim;
+    float* s = scores + int64_t(blockIdx.x) * n_ctx;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < len; j += blockDim.x) {
+        const int64_t row = base + int64_t(j) * head_dim;
+        float dot = 0.0f;
+        for (int d = 0; d < head_dim; ++d) dot += q_s[d] * cache_at<F16>(k_cache, row + d);
+        dot *= scale;
+        s[j] = dot;
+        m = fmaxf(m, dot);
+    }
+    m = block_reduce<true>(m, shared);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < len; j += blockDim.x) {
+        const float e = expf(s[j] - m);
+        s[j] = e;
+        sum += e;
+    }
+    sum = block_reduce<false>(sum, shared); // also orders the writes to s before the reads below
+    const float inv = 1.0f / sum;
+    float* o = out + (int64_t(t) * n_head + h) * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < len; ++j) acc += s[j] * inv * cache_at<F16>(v_cache, base + int64_t(j) * head_dim + d);
+        o[d] = acc;
+    }
+}
+
+int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
+
+class cuda_backend final : public backend {
+public:
+    explicit cuda_backend(const cuda_options& o) : device_(o.device) {
+        COLIBRI_CUDA(cudaSetDevice(device_));
+        cudaDeviceProp prop{};
+        COLIBRI_CUDA(cudaGetDeviceProperties(&prop, device_));
+        name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+        COLIBRI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    }
+    ~cuda_backend() override {
+        cudaStreamSynchronize(stream_);
+        weights_.clear();
+        for (auto& s : scratch_) s = device_memory();
+        scores_ = device_memory();
+        cudaStreamDestroy(stream_);
+    }
+
+    std::string name() const override { return name_; }
+    int n_threads() const override { return 1; }
+
+    std::unique_ptr<device_buffer> alloc(size_t n) override {
+        select();
+        return std::make_unique<cuda_buffer>(n, stream_);
+    }
+
+    const float* to_host(const float* p, size_t n, std::vector<float>& staging) override {
+        select();
+        if (staging.size() < n) staging.resize(n);
+        COLIBRI_CUDA(cudaMemcpyAsync(staging.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        COLIBRI_CUDA(cudaStreamSynchronize(stream_));
+        return staging.data();
+    }
+
+    void from_host(const float* src, size_t n, float* dst) override {
+        select();
+        COLIBRI_CUDA(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+        COLIBRI_CUDA(cudaStreamSynchronize(stream_));
+    }
+
+    void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) override {
+        select();
+        // the rows on the host, from the mapped table, then one copy
+        const int64_t cols = static_cast<int64_t>(table.cols());
+        const uint64_t rb = format::row_bytes(table.type, table.cols());
+        const bool x8 = format::is_interleaved(table.type);
+        std::vector<uint8_t> row(x8 ? rb : 0);
+        embed_rows_.resize(size_t(n) * size_t(cols));
+        for (int t = 0; t < n; ++t) {
+            float* o = embed_rows_.data() + int64_t(t) * cols;
+            const uint8_t* src = table.data + uint64_t(ids[t]) * rb;
+            if (x8) {
+                format::x8_row(table.type, table.data, table.cols(), uint64_t(ids[t]), row.data());
+                src = row.data();
+            }
+            kernels::to_f32_row(format::row_type(table.type), src, o, cols);
+            if (scale != 1.0f) {
+                for (int64_t i = 0; i < cols; ++i) o[i] *= scale;
+            }
+        }
+        COLIBRI_CUDA(cudaMemcpyAsync(out, embed_rows_.data(), embed_rows_.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+        COLIBRI_CUDA(cudaStreamSynchronize(stream_)); // embed_rows_ is reused by the next call
+    }
+
+    void matmul(const tensor_view& w, const float* x, int n, float* y) override {
+        select();
+        product(w, x, nullptr, n, y);
+    }
+
+    void matmul_many(const matmul_job* jobs, int n_jobs) override {
+        select();
+        for (int j = 0; j < n_jobs; ++j) {
+            const int32_t* rows = jobs[j].x_rows != nullptr ? upload(jobs[j].x_rows, size_t(jobs[j].n), 0) : nullptr;
+            product(*jobs[j].w, jobs[j].x, rows, jobs[j].n, jobs[j].y);
+        }
+    }
+
+    void ffn_many(const ffn_job* jobs, int n_jobs) override {
+        select();
+        for (int j = 0; j < n_jobs; ++j) {
+            const ffn_job& f = jobs[j];
+            const int32_t* rows = f.x_rows != nullptr ? upload(f.x_rows, size_t(f.n), 0) : nullptr;
+            product(*f.gate, f.x, rows, f.n, f.g);
+            product(*f.up, f.x, rows, f.n, f.u);
+            swiglu(f.g, f.u, int64_t(f.n) * int64_t(f.gate->rows()));
+            product(*f.down, f.g, nullptr, f.n, f.y);
+        }
+    }
+
+    void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override {
+        select();
+        const device_weights& d = weights(w);
+        rmsnorm_kernel<<<n, 256, 0, stream_>>>(x, d.f32(), dim, eps, out);
+        COLIBRI_LAUNCHED("rmsnorm");
+    }
+
+    void add_bias(float* y, const tensor_view& b, int n, int dim) override {
+        select();
+        const device_weights& d = weights(b);
+        const int64_t total = int64_t(n) * dim;
+        add_bias_kernel<<<blocks_for(total, 256), 256, 0, stream_>>>(y, d.f32(), total, dim);
+        COLIBRI_LAUNCHED("add_bias");
+    }
+
+    void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) override {
+        select();
+        const int32_t* p = upload(pos, size_t(n), 1);
+        const int64_t pairs = int64_t(n) * n_heads * (head_dim / 2);
+        rope_kernel<<<blocks_for(pairs, 256), 256, 0, stream_>>>(x, pairs, n_heads, head_dim, p, theta);
+        COLIBRI_LAUNCHED("rope");
+    }
+
+    void attention(const attention_args& a) override {
+        select();
+        const int32_t* p = upload(a.pos, size_t(a.n), 1);
+        const int64_t stored = int64_t(a.n) * a.n_head_kv * a.head_dim;
+        kv_store_kernel<<<blocks_for(stored, 256), 256, 0, stream_>>>(a.k_new, a.v_new, a.k_cache, a.v_cache, a.kv_f16, p, a.n,
+                                                                     a.n_head_kv, a.head_dim, a.n_ctx);
+        COLIBRI_LAUNCHED("kv_store");
+        const int heads = a.n * a.n_head;
+        grow(scores_, size_t(heads) * size_t(a.n_ctx) * sizeof(float));
+        float* scores = static_cast<float*>(scores_.get());
+        const size_t shared = size_t(a.head_dim) * sizeof(float);
+        if (a.kv_f16) {
+            attention_kernel<true><<<heads, 128, shared, stream_>>>(a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv,
+                                                                    a.head_dim, a.n_ctx, a.scale, scores, a.out);
+        } else {
+            attention_kernel<false><<<heads, 128, shared, stream_>>>(a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv,
+                                                                     a.head_dim, a.n_ctx, a.scale, scores, a.out);
+        }
+        COLIBRI_LAUNCHED("attention");
+    }
+
+    void swiglu(float* gate, const float* up, int64_t n) override {
+        select();
+        swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream_>>>(gate, up, n);
+        COLIBRI_LAUNCHED("swiglu");
+    }
+
+    void add_scaled(float* x, const float* y, int64_t n, float s) override {
+        select();
+        add_scaled_kernel<<<blocks_for(n, 256), 256, 0, stream_>>>(x, y, n, s);
+        COLIBRI_LAUNCHED("add_scaled");
+    }
+
+    void scale(float* x, int64_t n, float s) override {
+        select();
+        scale_kernel<<<blocks_for(n, 256), 256, 0, stream_>>>(x, n, s);
+        COLIBRI_LAUNCHED("scale");
+    }
+
+    void weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
+                           int dim) override {
+        select();
+        const int32_t* idx = upload(index, size_t(n) * size_t(k), 2);
+        const float* wt = upload(weight, size_t(n) * size_t(k), 3);
+        const int64_t total = int64_t(n) * dim;
+        weighted_sum_kernel<<<blocks_for(total, 256), 256, 0, stream_>>>(out, rows, idx, wt, n, k, dim);
+        COLIBRI_LAUNCHED("weighted_sum_rows");
+    }
+
+private:
+    void select() const { COLIBRI_CUDA(cudaSetDevice(device_)); }
+
+    // m holds at least `bytes`, once the operations queued with its old memory are done.
+    void grow(device_memory& m, size_t bytes) {
+        if (bytes <= m.bytes()) return;
+        COLIBRI_CUDA(cudaStreamSynchronize(stream_));
+        m.reserve(bytes);
+    }
+
+    // n host values into scratch slot `slot`, copied in stream order (a slot is not reused
+    // before the operations queued with it have read it).
+    template <class T>
+    const T* upload(const T* host, size_t n, int slot) {
+        device_memory& m = scratch_[size_t(slot)];
+        grow(m, std::max<size_t>(n, 1) * sizeof(T));
+        COLIBRI_CUDA(cudaMemcpyAsync(m.get(), host, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
+        return static_cast<const T*>(m.get());
+    }
+
+    // w on the device, copied there the first time.
+    const device_weights& weights(const tensor_view& w) {
+        auto it = weights_.find(w.data);
+        if (it != weights_.end()) return it->second;
+        const packed_weights p = pack_for_device(w);
+        device_weights d{p.kind, p.rows, p.cols, p.row_value_bytes(), device_memory(p.values.size()),
+                         device_memory(p.scales.size() * sizeof(float))};
+        COLIBRI_CUDA(cudaMemcpyAsync(d.values.get(), p.values.data(), p.values.size(), cudaMemcpyHostToDevice, stream_));
+        if (!p.scales.empty()) {
+            COLIBRI_CUDA(cudaMemcpyAsync(d.scales.get(), p.scales.data(), p.scales.size() * sizeof(float),
+                                         cudaMemcpyHostToDevice, stream_));
+        }
+        COLIBRI_CUDA(cudaStreamSynchronize(stream_)); // before p's host memory goes
+        return weights_.emplace(w.data, std::move(d)).first->second;
+    }
+
+    template <device_kind K>
+    void launch_product(const device_weights& d, const float* x, const int32_t* x_rows, int n, float* y) {
+        const unsigned row_blocks = unsigned((d.rows + mm_rows - 1) / mm_rows);
+        const bool aligned = d.cols % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+        if constexpr (K == device_kind::q8 || K == device_kind::q4) {
+            COLIBRI_ASSERT(aligned); // quantised rows are whole blocks; activations are buffers' rows
+        } else if (!aligned) {
+            matmul_any_kernel<K><<<dim3(row_blocks, unsigned(n)), 32 * mm_rows, 0, stream_>>>(d.v(), d.rows, d.cols, d.row_bytes, x,
+                                                                                          x_rows, n, y);
+            COLIBRI_LAUNCHED("matmul_any");
+            return;
+        }
+        if (n == 1) {
+            matmul_kernel<K, 1><<<dim3(row_blocks, 1), 32 * mm_rows, 0, stream_>>>(d.v(), d.s(), d.rows, d.cols, d.row_bytes, x,
+                                                                                 x_rows, n, y);
+        } else {
+            const unsigned token_blocks = unsigned((n + mm_tokens - 1) / mm_tokens);
+            matmul_kernel<K, mm_tokens><<<dim3(row_blocks, token_blocks), 32 * mm_rows, 0, stream_>>>(
+                d.v(), d.s(), d.rows, d.cols, d.row_bytes, x, x_rows, n, y);
+        }
+        COLIBRI_LAUNCHED("matmul");
+    }
+
+    // y[n, rows] = x[n, cols] . w^T, token t's activations at row x_rows[t] of x (device
+    // memory) when set.
+    void product(const tensor_view& w, const float* x, const int32_t* x_rows, int n, float* y) {
+        if (n <= 0) return;
+        const device_weights& d = weights(w);
+        switch (d.kind) {
+        case device_kind::f32: launch_product<device_kind::f32>(d, x, x_rows, n, y); break;
+        case device_kind::f16: launch_product<device_kind::f16>(d, x, x_rows, n, y); break;
+        case device_kind::bf16: launch_product<device_kind::bf16>(d, x, x_rows, n, y); break;
+        case device_kind::q8: launch_product<device_kind::q8>(d, x, x_rows, n, y); break;
+        case device_kind::q4: launch_product<device_kind::q4>(d, x, x_rows, n, y); break;
+        }
+    }
+
+    int device_;
+    std::string name_;
+    cudaStream_t stream_ = nullptr;
+    std::unordered_map<const uint8_t*, device_weights> weights_;
+    device_memory scratch_[4]; // upload slots: token rows, positions, expert indices, expert weights
+    device_memory scores_;     // attention: [n * n_head, n_ctx]
+    std::vector<float> embed_rows_;
+};
+
+} // namespace
+
+std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        throw error(errc::unsupported, "device cuda:" + std::to_string(options.device) + ": " + cudaGetErrorString(e));
+    }
+    if (options.device < 0 || options.device >= count) {
+        throw error(errc::unsupported, "device cuda:" + std::to_string(options.device) + ": " +
+                                           (count == 0 ? std::string("no CUDA GPU is present")
+                                                       : "only " + std::to_string(count) + " CUDA device(s) present"));
+    }
+    return std::make_unique<cuda_backend>(options);
+}
+
+} // namespace colibri

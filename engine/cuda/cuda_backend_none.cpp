@@ -1,0 +1,13 @@
+// Builds without CUDA: the factory says so.
+
+#include "cuda/cuda_backend.h"
+
+#include "core/error.h"
+
+namespace colibri {
+
+std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
+    throw error(errc::unsupported, "device cuda:" + std::to_string(options.device) + ": this build has no CUDA support");
+}
+
+} // namespace colibri

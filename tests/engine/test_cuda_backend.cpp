@@ -1,0 +1,347 @@
+// The CUDA backend against the CPU backend (label gpu): every operation on random inputs,
+// then whole models of every family and weight type. The CPU reference keeps its
+// activations in f32, as the device does, so the two differ only by the order of their
+// sums. Where no GPU is present each test says so and passes.
+
+#include "api/runtime.h"
+#include "core/error.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/device_query.h"
+#include "device_test_util.h"
+#include "model/session.h"
+#include "test_util.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace colibri;
+
+namespace {
+
+bool gpu_present() {
+    std::string why;
+    const int n = cuda_device_count(why);
+    if (n <= 0) {
+        MESSAGE("skipped: no CUDA GPU here (" << (n < 0 ? "this build has no CUDA" : why.empty() ? "no device" : why) << ")");
+    }
+    return n > 0;
+}
+
+std::unique_ptr<backend> cpu_reference() {
+    cpu_options o;
+    o.n_threads = 2;
+    o.int8_activations = false;
+    return make_cpu_backend(o, 16384);
+}
+
+// Buffers of one backend, filled from and read back to the host.
+class buffers {
+public:
+    explicit buffers(backend& be) : be_(be) {}
+    float* put(const std::vector<float>& v) {
+        held_.push_back(be_.alloc(v.size()));
+        be_.from_host(v.data(), v.size(), held_.back()->data());
+        return held_.back()->data();
+    }
+    float* zeros(size_t n) {
+        held_.push_back(be_.alloc(n));
+        return held_.back()->data();
+    }
+    std::vector<float> get(const float* p, size_t n) {
+        std::vector<float> staging;
+        const float* h = be_.to_host(p, n, staging);
+        return {h, h + n};
+    }
+
+private:
+    backend& be_;
+    std::vector<std::unique_ptr<device_buffer>> held_;
+};
+
+// The largest difference, within tol of the reference's largest magnitude (plus one).
+void check_close(const std::vector<float>& got, const std::vector<float>& want, float tol) {
+    REQUIRE(got.size() == want.size());
+    float scale = 0.0f, worst = 0.0f;
+    size_t at = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, std::abs(want[i]));
+        const float d = std::abs(got[i] - want[i]);
+        if (!(d <= worst)) { // NaN included
+            worst = d;
+            at = i;
+        }
+    }
+    CAPTURE(at);
+    CAPTURE(got[at]);
+    CAPTURE(want[at]);
+    CAPTURE(scale);
+    CHECK(worst <= tol * (1.0f + scale));
+}
+
+// f(backend, its buffers) on the CPU reference and on the device; the two results close.
+void compare(const std::function<std::vector<float>(backend&, buffers&)>& f, float tol = 1e-4f) {
+    auto cpu = cpu_reference();
+    auto gpu = make_cuda_backend(cuda_options{});
+    buffers bc(*cpu), bg(*gpu);
+    const std::vector<float> want = f(*cpu, bc);
+    const std::vector<float> got = f(*gpu, bg);
+    check_close(got, want, tol);
+}
+
+} // namespace
+
+TEST_CASE("without a usable GPU the CUDA backend is refused with the reason") {
+    std::string why;
+    if (cuda_device_count(why) > 0) {
+        try {
+            make_cuda_backend(cuda_options{99});
+            FAIL("device 99 accepted");
+        } catch (const error& e) {
+            CHECK(e.code() == errc::unsupported);
+            CHECK(std::string(e.what()).find("cuda:99") != std::string::npos);
+        }
+        return;
+    }
+    try {
+        make_cuda_backend(cuda_options{});
+        FAIL("accepted without a GPU");
+    } catch (const error& e) {
+        CHECK(e.code() == errc::unsupported);
+        CHECK(std::string(e.what()).find("cuda:0") != std::string::npos);
+    }
+}
+
+TEST_CASE("matrix products of every weight type match the CPU's on the device") {
+    if (!gpu_present()) return;
+    struct shape {
+        int64_t rows, cols;
+    };
+    for (format::dtype type : test::device_test_types) {
+        for (const shape s : {shape{8, 32}, shape{24, 96}, shape{72, 1024}, shape{1024, 2816}}) {
+            const test::test_matrix w = test::make_matrix(type, s.rows, s.cols, uint64_t(s.rows + s.cols));
+            for (int n : {1, 3, 9, 20}) {
+                CAPTURE(format::dtype_name(type));
+                CAPTURE(s.rows);
+                CAPTURE(s.cols);
+                CAPTURE(n);
+                const std::vector<float> x = test::random_floats(size_t(n) * size_t(s.cols), 11);
+                compare([&](backend& be, buffers& b) {
+                    float* y = b.zeros(size_t(n) * size_t(s.rows));
+                    be.matmul(w.view, b.put(x), n, y);
+                    return b.get(y, size_t(n) * size_t(s.rows));
+                });
+                // the tokens taken by index from a larger activation buffer
+                const std::vector<float> pool = test::random_floats(size_t(n + 5) * size_t(s.cols), 12);
+                std::vector<int32_t> rows(static_cast<size_t>(n));
+                for (int t = 0; t < n; ++t) rows[size_t(t)] = (t * 7 + 3) % (n + 5);
+                compare([&](backend& be, buffers& b) {
+                    float* y = b.zeros(size_t(n) * size_t(s.rows));
+                    const matmul_job job{&w.view, b.put(pool), n, y, rows.data()};
+                    be.matmul_many(&job, 1);
+                    return b.get(y, size_t(n) * size_t(s.rows));
+                });
+            }
+        }
+    }
+    // float rows of a length that is not a multiple of 32
+    for (format::dtype type : {format::dtype::f32, format::dtype::f16, format::dtype::bf16}) {
+        CAPTURE(format::dtype_name(type));
+        const test::test_matrix w = test::make_matrix(type, 5, 37, 3);
+        const int64_t cols = 37;
+        for (int n : {1, 4}) {
+            const std::vector<float> x = test::random_floats(size_t(n) * cols, 13);
+            compare([&](backend& be, buffers& b) {
+                float* y = b.zeros(size_t(n) * 5);
+                be.matmul(w.view, b.put(x), n, y);
+                return b.get(y, size_t(n) * 5);
+            });
+        }
+    }
+}
+
+TEST_CASE("RMSNorm, RoPE, biases, SwiGLU and the element-wise operations match the CPU's on the device") {
+    if (!gpu_present()) return;
+    const int n = 5, dim = 96, heads = 6, hd = 16;
+    const std::vector<float> x = test::random_floats(size_t(n) * dim, 1, 3.0f);
+    const std::vector<float> y = test::random_floats(size_t(n) * dim, 2);
+    const test::test_matrix norm = test::make_vector(dim, 3, 1.0f);
+    const std::vector<int32_t> pos = {0, 1, 7, 300, 4095};
+    SUBCASE("rmsnorm, separate and in place") {
+        compare([&](backend& be, buffers& b) {
+            float* out = b.zeros(x.size());
+            be.rmsnorm(b.put(x), norm.view, n, dim, 1e-6f, out);
+            return b.get(out, x.size());
+        });
+        compare([&](backend& be, buffers& b) {
+            float* in = b.put(x);
+            be.rmsnorm(in, norm.view, n * heads, hd, 1e-5f, in); // per head, as Qwen3's q/k norms
+            return b.get(in, x.size());
+        });
+    }
+    SUBCASE("rope") {
+        compare([&](backend& be, buffers& b) {
+            float* in = b.put(x);
+            be.rope(in, n, heads, hd, pos.data(), 10000.0f);
+            return b.get(in, x.size());
+        });
+        compare([&](backend& be, buffers& b) {
+            float* in = b.put(x);
+            be.rope(in, n, 3, 32, pos.data(), 1e6f);
+            return b.get(in, x.size());
+        });
+    }
+    SUBCASE("bias, swiglu, add_scaled, scale") {
+        compare([&](backend& be, buffers& b) {
+            float* in = b.put(x);
+            be.add_bias(in, norm.view, n, dim);
+            return b.get(in, x.size());
+        });
+        compare([&](backend& be, buffers& b) {
+            float* g = b.put(x);
+            be.swiglu(g, b.put(y), int64_t(x.size()));
+            return b.get(g, x.size());
+        });
+        compare([&](backend& be, buffers& b) {
+            float* in = b.put(x);
+            be.add_scaled(in, b.put(y), int64_t(x.size()), 0.7f);
+            be.scale(in, int64_t(x.size()), -1.5f);
+            return b.get(in, x.size());
+        });
+    }
+    SUBCASE("weighted sums of rows") {
+        const int k = 3;
+        const std::vector<float> rows = test::random_floats(size_t(8) * dim, 4);
+        const std::vector<int32_t> index = {0, 3, 7, 1, 2, 6, 5, 5, 4, 7, 0, 2, 6, 3, 1};
+        const std::vector<float> weight = test::random_floats(size_t(n) * k, 5);
+        compare([&](backend& be, buffers& b) {
+            float* out = b.zeros(size_t(n) * dim);
+            be.weighted_sum_rows(out, b.put(rows), index.data(), weight.data(), n, k, dim);
+            return b.get(out, size_t(n) * dim);
+        });
+    }
+}
+
+TEST_CASE("token embeddings of every table type match the CPU's on the device") {
+    if (!gpu_present()) return;
+    const std::vector<int32_t> ids = {5, 0, 31, 17, 5};
+    for (format::dtype type : test::device_test_types) {
+        CAPTURE(format::dtype_name(type));
+        const test::test_matrix table = test::make_matrix(type, 32, 64, 9);
+        for (float scale : {1.0f, 8.0f}) {
+            compare([&](backend& be, buffers& b) {
+                float* out = b.zeros(ids.size() * 64);
+                be.embed(table.view, ids.data(), int(ids.size()), scale, out);
+                return b.get(out, ids.size() * 64);
+            });
+        }
+    }
+}
+
+TEST_CASE("attention over f16 and f32 caches matches the CPU's on the device") {
+    if (!gpu_present()) return;
+    for (bool f16 : {true, false}) {
+        for (int hd : {64, 128, 16}) {
+            CAPTURE(f16);
+            CAPTURE(hd);
+            const int n_head = 8, n_head_kv = 2, n_ctx = 300, first = 37;
+            const size_t q_dim = size_t(n_head) * hd, kv_dim = size_t(n_head_kv) * hd;
+            const size_t cache_floats = (size_t(n_head_kv) * n_ctx * hd * (f16 ? 2 : 4) + 3) / 4;
+            const std::vector<float> keys = test::random_floats((first + 9) * kv_dim, 21);
+            const std::vector<float> values = test::random_floats((first + 9) * kv_dim, 22);
+            const std::vector<float> queries = test::random_floats((first + 9) * q_dim, 23);
+            compare([&](backend& be, buffers& b) {
+                float* k_cache = b.zeros(cache_floats);
+                float* v_cache = b.zeros(cache_floats);
+                std::vector<float> outs;
+                // a batch of `first` positions, then one, then a batch of eight more
+                int at = 0;
+                for (int len : {first, 1, 8}) {
+                    std::vector<int32_t> pos(static_cast<size_t>(len));
+                    for (int t = 0; t < len; ++t) pos[size_t(t)] = at + t;
+                    const auto rows = [&](const std::vector<float>& v, size_t width) {
+                        return std::vector<float>(v.begin() + ptrdiff_t(at * width), v.begin() + ptrdiff_t((at + len) * width));
+                    };
+                    attention_args a{};
+                    a.q = b.put(rows(queries, q_dim));
+                    a.k_new = b.put(rows(keys, kv_dim));
+                    a.v_new = b.put(rows(values, kv_dim));
+                    a.k_cache = k_cache;
+                    a.v_cache = v_cache;
+                    a.kv_f16 = f16;
+                    a.pos = pos.data();
+                    a.out = b.zeros(size_t(len) * q_dim);
+                    a.scratch = b.zeros(size_t(be.n_threads()) * (n_head / n_head_kv) * n_ctx);
+                    a.n = len;
+                    a.n_ctx = n_ctx;
+                    a.n_head = n_head;
+                    a.n_head_kv = n_head_kv;
+                    a.head_dim = hd;
+                    a.scale = 1.0f / std::sqrt(float(hd));
+                    be.attention(a);
+                    const std::vector<float> o = b.get(a.out, size_t(len) * q_dim);
+                    outs.insert(outs.end(), o.begin(), o.end());
+                    at += len;
+                }
+                return outs;
+            });
+        }
+    }
+}
+
+TEST_CASE("feed-forwards with token rows taken by index match the CPU's on the device") {
+    if (!gpu_present()) return;
+    for (format::dtype type : {format::dtype::q8_0x8, format::dtype::q4_0x8, format::dtype::f16}) {
+        CAPTURE(format::dtype_name(type));
+        const int dim = 128, n_ff = 96, n = 6;
+        std::vector<test::test_matrix> w;
+        for (int i = 0; i < 6; ++i) w.push_back(test::make_matrix(type, i % 3 == 2 ? dim : n_ff, i % 3 == 2 ? n_ff : dim, uint64_t(40 + i)));
+        const std::vector<float> x = test::random_floats(size_t(n) * dim, 31);
+        const std::vector<int32_t> rows_a = {0, 2, 5}, rows_b = {1, 2, 3, 4};
+        compare([&](backend& be, buffers& b) {
+            const float* xs = b.put(x);
+            float* g = b.zeros(size_t(7) * n_ff);
+            float* u = b.zeros(size_t(7) * n_ff);
+            float* y = b.zeros(size_t(7) * dim);
+            const ffn_job jobs[2] = {{&w[0].view, &w[1].view, &w[2].view, xs, 3, rows_a.data(), g, u, y},
+                                     {&w[3].view, &w[4].view, &w[5].view, xs, 4, rows_b.data(), g + 3 * n_ff, u + 3 * n_ff, y + 3 * dim}};
+            be.ffn_many(jobs, 2);
+            return b.get(y, size_t(7) * dim);
+        });
+    }
+}
+
+TEST_CASE("whole models of every family give the CPU's logits on the device") {
+    if (!gpu_present()) return;
+    test::temp_dir dir;
+    const std::vector<int32_t> prompt = {1, 15, 27, 3, 99, 4, 250};
+    for (const char* family : {"llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe"}) {
+        for (format::dtype quant : {format::dtype::f32, format::dtype::q8_0, format::dtype::q4_0}) {
+            CAPTURE(family);
+            CAPTURE(format::dtype_name(quant));
+            const std::string path = dir.file(std::string(family) + ".colibri");
+            convert_checkpoint(test::fixture(family), path, quant, {});
+            auto cpu = load_runtime(path, "cpu", 2, true);
+            auto gpu = load_runtime(path, "cuda:0", 0);
+            const int vocab = static_cast<int>(cpu->mdl->hp().n_vocab);
+            session sc(*cpu->mdl, *cpu->be, 64), sg(*gpu->mdl, *gpu->be, 64);
+            const auto step = [&](const int32_t* tokens, int n) {
+                sc.eval(tokens, n);
+                sg.eval(tokens, n);
+                check_close(std::vector<float>(sg.logits(), sg.logits() + vocab), std::vector<float>(sc.logits(), sc.logits() + vocab),
+                            1e-3f);
+            };
+            step(prompt.data(), int(prompt.size()));
+            for (int32_t t : {7, 8, 9}) step(&t, 1);
+            // a cache cut back and extended again
+            sc.truncate(4);
+            sg.truncate(4);
+            step(prompt.data() + 4, 3);
+        }
+    }
+}
