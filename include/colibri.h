@@ -25,7 +25,9 @@ typedef enum colibri_status {
     COLIBRI_ERR_OUT_OF_MEMORY = 5,
     COLIBRI_ERR_CONTEXT_FULL = 6, /**< prompt + generation does not fit the context */
     COLIBRI_ERR_CANCELLED = 7,    /**< the callback asked to stop (not an error for callers) */
-    COLIBRI_ERR_INTERNAL = 8
+    COLIBRI_ERR_INTERNAL = 8,
+    COLIBRI_ERR_DEVICE = 9 /**< the device failed (a GPU error): the model and its sessions cannot be used again;
+                              free them (a long-running process should restart) */
 } colibri_status;
 
 typedef struct colibri_model colibri_model;

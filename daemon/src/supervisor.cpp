@@ -244,7 +244,9 @@ void supervisor::handle_line(std::string_view line) {
                 job_ = 0;
                 progress_timer_.cancel();
                 if constexpr (std::is_same_v<T, w::done_msg>) consecutive_failures_ = 0;
-                if (state_ == worker_state::busy) set_state(worker_state::ready);
+                // a worker that said it is going (fatal) takes no more work: the queue waits
+                // for its successor
+                if (state_ == worker_state::busy && fatal_message_.empty()) set_state(worker_state::ready);
                 if constexpr (std::is_same_v<T, w::done_msg>) {
                     if (!m.cache.is_null()) cache_stats_ = m.cache;
                     if (h_.on_done) h_.on_done(m);
@@ -258,7 +260,8 @@ void supervisor::handle_line(std::string_view line) {
                 if (m.job == job_ && job_ != 0) arm_progress();
             } else {
                 fatal_message_ = m.message;
-                logger()->error("worker cannot start: {}", m.message);
+                if (state_ == worker_state::starting) logger()->error("worker cannot start: {}", m.message);
+                else logger()->error("worker is going: {}", m.message);
             }
         },
         msg);

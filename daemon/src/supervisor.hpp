@@ -136,7 +136,7 @@ private:
 
     std::string kill_reason_; ///< set when the supervisor itself killed the worker
     protocol::error_code kill_code_ = protocol::error_code::worker_crashed;
-    std::string fatal_message_; ///< from a worker that could not start
+    std::string fatal_message_; ///< from a worker that could not start, or that is going (its device failed)
 
     int restarts_ = 0;
     int consecutive_failures_ = 0;

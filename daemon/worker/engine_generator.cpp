@@ -126,6 +126,7 @@ public:
         }
         if (status == COLIBRI_ERR_INVALID_ARGUMENT || status == COLIBRI_ERR_CONTEXT_FULL)
             throw generate_error(p::error_code::invalid_request, last_error(status));
+        if (status == COLIBRI_ERR_DEVICE) throw device_failure(last_error(status));
         if (status != COLIBRI_OK) throw generate_error(p::error_code::internal, last_error(status));
 
         result out;

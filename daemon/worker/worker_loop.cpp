@@ -129,6 +129,10 @@ public:
         : ch_(ch), st_(st), job_(job.job), fault_(faults ? job.req.fault : p::fault_spec{}) {}
 
     bool piece(std::string_view text) override {
+        if (fault_.kind == p::fault_kind::device_error && emitted_ >= fault_.after_tokens) {
+            device_fault_ = true; // the generation stops here, as an engine call that failed
+            return false;
+        }
         if (fault_.kind != p::fault_kind::none && fault_.kind != p::fault_kind::slow &&
             emitted_ >= fault_.after_tokens)
             trigger_fault(fault_.kind);
@@ -157,7 +161,9 @@ public:
     /// too), so a cancel sent after its last piece still finds it running.
     void at_end() {
         if (fault_.kind == p::fault_kind::slow) slow_down();
+        else if (fault_.kind == p::fault_kind::device_error) device_fault_ = true;
         else if (fault_.kind != p::fault_kind::none) trigger_fault(fault_.kind);
+        if (device_fault_) throw device_failure("injected device error");
     }
 
     bool cancelled() const override { return st_.cancelled.load() == job_ || st_.stopping.load(); }
@@ -174,6 +180,7 @@ private:
     std::uint64_t job_;
     p::fault_spec fault_;
     int emitted_ = 0;
+    bool device_fault_ = false;
     std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
 };
 
@@ -247,6 +254,7 @@ int run_worker(const worker_options& opts, const generator_factory& make) {
         }
         forwarding_sink sink(ch, st, job, opts.fault_injection);
         w::from_worker reply;
+        bool device_failed = false;
         try {
             const generator::result r = gen->generate(job, sink);
             sink.at_end();
@@ -258,6 +266,12 @@ int run_worker(const worker_options& opts, const generator_factory& make) {
             d.decode_ms = r.decode_ms;
             d.cache = gen->cache_stats();
             reply = d;
+        } catch (const device_failure& e) {
+            // the supervisor hears why first, so that it sends nothing more to this worker
+            const std::string why = std::string("the device failed: ") + e.what();
+            ch.send(w::fatal_msg{why});
+            reply = w::error_msg{job.job, p::error_code::worker_crashed, why + "; the worker restarts"};
+            device_failed = true;
         } catch (const generate_error& e) {
             reply = w::error_msg{job.job, e.code(), e.what()};
         } catch (const std::exception& e) {
@@ -265,6 +279,7 @@ int run_worker(const worker_options& opts, const generator_factory& make) {
         }
         st.current = 0;
         if (!ch.send(reply)) break;
+        if (device_failed) return exit_device_failure;
     }
     return 0;
 }

@@ -34,6 +34,15 @@ protected:
 };
 
 /// A job failed but the worker remains usable (bad argument, prompt too long, ...).
+/// The engine's device failed (a CUDA error): its state is lost. The worker answers the
+/// request with the error, tells the supervisor why it is going, and exits with
+/// exit_device_failure; the supervisor starts a fresh worker.
+class device_failure : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+inline constexpr int exit_device_failure = 4;
+
 class generate_error : public std::runtime_error {
 public:
     generate_error(protocol::error_code code, const std::string& message)

@@ -61,6 +61,7 @@ const char* colibri_status_name(colibri_status status) {
     case COLIBRI_ERR_CONTEXT_FULL: return "context_full";
     case COLIBRI_ERR_CANCELLED: return "cancelled";
     case COLIBRI_ERR_INTERNAL: return "internal";
+    case COLIBRI_ERR_DEVICE: return "device";
     }
     return "unknown";
 }

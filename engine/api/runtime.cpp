@@ -23,19 +23,24 @@ device_spec parse_device(const std::string& text) {
     throw error(errc::invalid_argument, "unknown device '" + text + "' (expected cpu or cuda:N)");
 }
 
-std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string& device, int n_threads,
-                                      bool f32_activations) {
-    const device_spec d = parse_device(device);
+device_spec usable_device(const std::string& text) {
+    const device_spec d = parse_device(text);
     if (d.type == device_spec::kind::cuda) {
         std::string why;
         const int count = cuda_device_count(why);
-        if (count < 0) throw error(errc::unsupported, "device " + device + ": " + why);
+        if (count < 0) throw error(errc::unsupported, "device " + text + ": " + why);
         if (d.index >= count) {
-            throw error(errc::unsupported, "device " + device + ": " +
+            throw error(errc::unsupported, "device " + text + ": " +
                                                (count == 0 ? "no CUDA GPU is present" + (why.empty() ? "" : " (" + why + ")")
                                                            : "only " + std::to_string(count) + " CUDA device(s) present"));
         }
     }
+    return d;
+}
+
+std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string& device, int n_threads,
+                                      bool f32_activations) {
+    const device_spec d = usable_device(device);
     if (n_threads < 0) throw error(errc::invalid_argument, "thread count must be >= 0");
     auto rt = std::make_unique<runtime>();
     rt->mdl = std::make_unique<model>(path);

@@ -18,6 +18,10 @@ struct device_spec {
 /// Parses "cpu" or "cuda:N"; throws colibri::error (invalid_argument) otherwise.
 device_spec parse_device(const std::string& text);
 
+/// parse_device, then for a CUDA device whether it can be used: throws colibri::error
+/// (unsupported) with the reason (no CUDA in this build, no GPU, no such device).
+device_spec usable_device(const std::string& text);
+
 struct runtime {
     std::unique_ptr<model> mdl;
     std::unique_ptr<backend> be;

@@ -15,6 +15,7 @@ enum class errc {
     out_of_memory = 5,
     context_full = 6,
     internal = 8,
+    device = 9, ///< the device failed (a GPU error): its state is lost, the process should start afresh
 };
 
 /// Thrown by loading, conversion and configuration code; carries the context in its message.

@@ -30,9 +30,11 @@
 namespace colibri {
 namespace {
 
+// A failed allocation is out_of_memory; any other CUDA error leaves the device's state in
+// doubt (most are sticky: every later call fails too), so it is a device error.
 void check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return;
-    throw error(e == cudaErrorMemoryAllocation ? errc::out_of_memory : errc::internal,
+    throw error(e == cudaErrorMemoryAllocation ? errc::out_of_memory : errc::device,
                 std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
 }
 #define COLIBRI_CUDA(call) check((call), #call)
@@ -367,6 +369,19 @@ __global__ void attention_kernel(const float* q, const void* k_cache, const void
     }
 }
 
+// ---- the bandwidth probe ----
+
+// Reads n 16-byte words, grid-stride; a word's XOR lands in *sink only when it is zero
+// (never, for the probe's non-zero fill), so the reads cannot be dropped.
+__global__ void read_kernel(const int4* p, int64_t n, int* sink) {
+    int acc = 0;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x7fffffff) *sink = acc;
+}
+
 int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
 
 class cuda_backend final : public backend {
@@ -611,20 +626,50 @@ private:
     std::vector<float> embed_rows_;
 };
 
-} // namespace
-
-std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
+// Throws unless `device` names a usable CUDA device.
+void require_device(int device) {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-        throw error(errc::unsupported, "device cuda:" + std::to_string(options.device) + ": " + cudaGetErrorString(e));
-    }
-    if (options.device < 0 || options.device >= count) {
-        throw error(errc::unsupported, "device cuda:" + std::to_string(options.device) + ": " +
+    if (e != cudaSuccess) throw error(errc::unsupported, "device cuda:" + std::to_string(device) + ": " + cudaGetErrorString(e));
+    if (device < 0 || device >= count) {
+        throw error(errc::unsupported, "device cuda:" + std::to_string(device) + ": " +
                                            (count == 0 ? std::string("no CUDA GPU is present")
                                                        : "only " + std::to_string(count) + " CUDA device(s) present"));
     }
+}
+
+} // namespace
+
+std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
+    require_device(options.device);
     return std::make_unique<cuda_backend>(options);
+}
+
+double measure_device_read_bandwidth(int device, size_t bytes, int passes) {
+    require_device(device);
+    COLIBRI_CUDA(cudaSetDevice(device));
+    bytes = bytes / 16 * 16;
+    device_memory buf(bytes), sink(sizeof(int));
+    COLIBRI_CUDA(cudaMemset(buf.get(), 0x5a, bytes));
+    int sms = 0;
+    COLIBRI_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    cudaEvent_t start, stop;
+    COLIBRI_CUDA(cudaEventCreate(&start));
+    COLIBRI_CUDA(cudaEventCreate(&stop));
+    float best_ms = 0.0f;
+    for (int pass = 0; pass < std::max(passes, 1) + 1; ++pass) { // the first pass warms up
+        COLIBRI_CUDA(cudaEventRecord(start));
+        read_kernel<<<sms * 8, 256>>>(static_cast<const int4*>(buf.get()), int64_t(bytes / 16), static_cast<int*>(sink.get()));
+        COLIBRI_LAUNCHED("read");
+        COLIBRI_CUDA(cudaEventRecord(stop));
+        COLIBRI_CUDA(cudaEventSynchronize(stop));
+        float ms = 0.0f;
+        COLIBRI_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        if (pass > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return double(bytes) / (double(best_ms) * 1e-3);
 }
 
 } // namespace colibri

@@ -17,4 +17,9 @@ struct cuda_options {
 /// used (the reason in the message).
 std::unique_ptr<backend> make_cuda_backend(const cuda_options& options);
 
+/// The device's memory read bandwidth in bytes/s: every thread of a full grid reads 16 bytes
+/// at a time through a buffer of `bytes` in device memory, best of `passes` (colibri-bench's
+/// ceiling for decode on the device). Throws colibri::error as make_cuda_backend does.
+double measure_device_read_bandwidth(int device, size_t bytes, int passes);
+
 } // namespace colibri

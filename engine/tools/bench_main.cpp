@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "cpu/machine_limits.h"
 #include "cpu/vec.h"
+#include "cuda/cuda_backend.h"
 #include "model/session.h"
 #include "sampling/sampler.h"
 
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -125,13 +127,108 @@ void reset_peak_rss() {
     std::ofstream("/proc/self/clear_refs") << "5"; // 5: the high-water mark back to the current RSS
 }
 
+// --device cuda:N: prefill and decode on the GPU against its measured read bandwidth. The
+// GPU's bandwidth does not move with other tenants' load: one probe per repetition.
+int run_on_device(const std::string& model_path, const std::string& device, int prompt_tokens, int gen_tokens, int reps,
+                  int batch, size_t probe_bytes, bool json, const std::string& json_file, clock_type::time_point process_start) {
+    const device_spec d = parse_device(device);
+    const auto t_load = clock_type::now();
+    auto rt = load_runtime(model_path, device, 0);
+    const auto& hp = rt->mdl->hp();
+    const int n_ctx = prompt_tokens + gen_tokens + 1;
+    const int n_batch = std::min(prompt_tokens, batch);
+    size_t kv_token_bytes = 0;
+    {
+        session warm(*rt->mdl, *rt->be, n_ctx, n_batch);
+        kv_token_bytes = warm.token_bytes();
+    }
+    const double load_ms = ms_since(t_load);
+    const double ready_ms = ms_since(process_start);
+    const double w_bytes = weight_bytes_per_token(*rt->mdl);
+    std::vector<double> bw, ceilings, pre, dec, ttft, frac;
+    double upload_ms = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+        session s(*rt->mdl, *rt->be, n_ctx, n_batch);
+        std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
+        uint64_t st = 0x9E3779B97F4A7C15ull + uint64_t(rep);
+        for (auto& id : prompt) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            id = static_cast<int32_t>(3 + (st >> 33) % (hp.n_vocab - 3));
+        }
+        if (rep == 0) { // the weights go to the device the first time each is used
+            const auto t = clock_type::now();
+            s.eval(prompt.data(), std::min(n_batch, prompt_tokens));
+            upload_ms = ms_since(t);
+            s.truncate(0);
+        }
+        const auto t0 = clock_type::now();
+        for (int i = 0; i < prompt_tokens; i += n_batch) s.eval(prompt.data() + i, std::min(n_batch, prompt_tokens - i));
+        int32_t id = argmax(s.logits(), static_cast<int>(hp.n_vocab)); // each step's logits come back to the host
+        const double t_first = ms_since(t0);
+        const double band = measure_device_read_bandwidth(d.index, probe_bytes, 5);
+        double bytes = 0;
+        const auto t1 = clock_type::now();
+        for (int k = 0; k < gen_tokens; ++k) {
+            bytes += w_bytes + double(kv_token_bytes) * (s.n_past() + 1);
+            s.eval(&id, 1);
+            id = argmax(s.logits(), static_cast<int>(hp.n_vocab));
+        }
+        const double t_dec = ms_since(t1);
+        bw.push_back(band);
+        const double bytes_per_token = bytes / gen_tokens;
+        ceilings.push_back(band / bytes_per_token);
+        pre.push_back(prompt_tokens * 1000.0 / t_first);
+        dec.push_back(gen_tokens * 1000.0 / t_dec);
+        ttft.push_back(t_first);
+        frac.push_back(bytes * 1000.0 / t_dec / band);
+    }
+    const stats b = summarise(bw), c = summarise(ceilings), p = summarise(pre), dt = summarise(dec), f = summarise(frac),
+                tt = summarise(ttft);
+    const std::string weight_type(format::dtype_name(static_cast<format::dtype>(hp.weight_type)));
+    auto write_json = [&](FILE* out) {
+        std::fprintf(out, "{\"model\":\"%s\",\"arch\":\"%s\",\"weight_type\":\"%s\",\"device\":\"%s\",\"backend\":\"%s\","
+                          "\"prompt_tokens\":%d,\"batch\":%d,\"gen_tokens\":%d,\"reps\":%d,\"load_ms\":%.2f,"
+                          "\"process_start_to_ready_ms\":%.2f,\"weights_upload_ms\":%.2f,\"read_bandwidth_gbs\":%.3f,"
+                          "\"decode_ceiling_tps\":%.3f,\"decode_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},"
+                          "\"decode_fraction\":%.4f,\"prefill_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},"
+                          "\"ttft_ms\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f}}\n",
+                     model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
+                     device.c_str(), rt->be->name().c_str(), prompt_tokens, n_batch, gen_tokens, reps, load_ms, ready_ms, upload_ms,
+                     b.median / 1e9, c.median, dt.median, dt.min, dt.max, f.median, p.median, p.min, p.max, tt.median, tt.min,
+                     tt.max);
+    };
+    if (!json_file.empty()) {
+        FILE* out = std::fopen(json_file.c_str(), "a");
+        if (out == nullptr) throw error(errc::io, json_file + ": cannot open");
+        write_json(out);
+        std::fclose(out);
+    }
+    if (json) {
+        write_json(stdout);
+        return 0;
+    }
+    std::printf("model %s: %s, %s weights, on %s\n", model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(),
+                weight_type.c_str(), rt->be->name().c_str());
+    std::printf("load to ready %.1f ms (process start to ready %.1f ms); weights copied to the device during the first "
+                "batch: %.1f ms\n", load_ms, ready_ms, upload_ms);
+    std::printf("prompt %d tokens (batches of %d), %d decoded, %d repetitions: median [min-max]\n", prompt_tokens, n_batch,
+                gen_tokens, reps);
+    std::printf("device read bandwidth %.1f GB/s [%.1f-%.1f] -> decode ceiling %.1f tok/s\n", b.median / 1e9, b.min / 1e9,
+                b.max / 1e9, c.median);
+    std::printf("  decode  %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the ceiling [%.1f-%.1f]\n", dt.median, dt.min, dt.max,
+                100.0 * f.median, 100.0 * f.min, 100.0 * f.max);
+    std::printf("  prefill %8.2f tok/s [%.2f-%.2f]\n", p.median, p.min, p.max);
+    std::printf("  time to first token %.1f ms [%.1f-%.1f]\n", tt.median, tt.min, tt.max);
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
     auto process_start = clock_type::now();
-    std::string model_path, shape, quant = "q8_0", threads_list, cache_dir, json_file;
+    std::string model_path, shape, quant = "q8_0", threads_list, cache_dir, json_file, device = "cpu";
     int prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 1024, batch = session::default_batch;
-    po::options_description opts("colibri-bench: measure a model on the CPU against this machine's limits\n\n"
+    po::options_description opts("colibri-bench: measure a model on the CPU (or a GPU: --device) against the machine's limits\n\n"
                                  "  colibri-bench --model FILE [options]\n"
                                  "  colibri-bench --shape mixtral-like|fine-grained [--quant q8_0|q4_0|...] [options]\n\n"
                                  "Options");
@@ -143,6 +240,7 @@ int main(int argc, char** argv) {
                                       "32 experts top-8, FFN 512); vocabulary 32000")
         ("quant", po::value(&quant), "weight type of the random model (default q8_0)")
         ("cache-dir", po::value(&cache_dir), "where random models are kept between runs (default: the temp directory)")
+        ("device", po::value(&device), "cpu (default) or cuda:N: on a GPU, decode against its measured read bandwidth")
         ("threads,t", po::value(&threads_list), "comma-separated thread counts (default: the CPUs this process may use)")
         ("prompt-tokens", po::value(&prompt_tokens), "prefill length (default 512)")
         ("batch", po::value(&batch), "most prompt tokens evaluated at once (default 128, as in colibrid)")
@@ -175,6 +273,7 @@ int main(int argc, char** argv) {
     }
     const bool json = vm.count("json") > 0;
     try {
+        usable_device(device); // before a random model is written for nothing
         if (!shape.empty()) {
             random_model_options o;
             o.n_embd = 1024;
@@ -205,13 +304,19 @@ int main(int argc, char** argv) {
             model_path = (dir / ("colibri-bench-" + shape + "-" + stored + ".colibri")).string();
             if (!std::filesystem::exists(model_path)) {
                 // the tokenizer only labels the ids; any sentencepiece model that fits will do
+                // (next to the build tree, the source tree, or COLIBRI_FIXTURES_DIR)
                 const auto exe_dir = std::filesystem::canonical("/proc/self/exe").parent_path();
                 o.tokenizer_model = (exe_dir / "../../tests/fixtures/tokenizer/tokenizer.model").string();
                 if (!std::filesystem::exists(o.tokenizer_model)) o.tokenizer_model = COLIBRI_SOURCE_DIR "/tests/fixtures/tokenizer/tokenizer.model";
+                if (const char* dir = std::getenv("COLIBRI_FIXTURES_DIR")) o.tokenizer_model = std::string(dir) + "/tokenizer/tokenizer.model";
                 if (!json) std::fprintf(stderr, "writing %s ...\n", model_path.c_str());
                 write_random_model(o, model_path, q, {});
                 process_start = clock_type::now(); // start-up is measured without the writing
             }
+        }
+        if (parse_device(device).type != device_spec::kind::cpu) {
+            return run_on_device(model_path, device, prompt_tokens, gen_tokens, reps, batch, size_t(bandwidth_mib) << 20, json,
+                                 json_file, process_start);
         }
         const vec_kernels& vk = best_vec_kernels();
         const std::vector<int> threads = threads_list.empty() ? std::vector<int>{usable_cpu_count()} : parse_list(threads_list);

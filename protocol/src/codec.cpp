@@ -64,7 +64,7 @@ constexpr std::array<std::pair<finish_reason, std::string_view>, 5> k_finish_nam
     {finish_reason::error, "error"},
 }};
 
-constexpr std::array<std::pair<fault_kind, std::string_view>, 7> k_fault_names{{
+constexpr std::array<std::pair<fault_kind, std::string_view>, 8> k_fault_names{{
     {fault_kind::none, "none"},
     {fault_kind::crash, "crash"},
     {fault_kind::abort, "abort"},
@@ -72,6 +72,7 @@ constexpr std::array<std::pair<fault_kind, std::string_view>, 7> k_fault_names{{
     {fault_kind::exit, "exit"},
     {fault_kind::hang, "hang"},
     {fault_kind::slow, "slow"},
+    {fault_kind::device_error, "device_error"},
 }};
 
 [[noreturn]] void bad(const std::string& message) {

@@ -92,6 +92,29 @@ TEST_CASE("abort and exit faults are reported with their cause") {
     CHECK(status["worker"]["restarts"] == 2);
 }
 
+TEST_CASE("a device failure ends the request with its reason and restarts the worker - queued requests wait for it") {
+    daemon_process d;
+    client c(d.socket_path());
+    client waiter(d.socket_path());
+    c.send(faulty("g", "device_error", 2));
+    waiter.send(complete_request("q", "queued", 5, 1));
+    auto events = c.until_final("g", std::chrono::seconds(5));
+    REQUIRE(events.size() == 3); // two pieces, then the error
+    CHECK(events[1]["event"] == "piece");
+    CHECK(events.back()["event"] == "error");
+    CHECK(events.back()["code"] == "worker_crashed");
+    CHECK(events.back()["message"].get<std::string>().find("the device failed: injected device error") != std::string::npos);
+    auto q = waiter.until_final("q", std::chrono::seconds(5));
+    CHECK(q.back()["event"] == "done");
+    CHECK(concat_pieces(q) == fake_text("queued", 5, 1));
+    auto status = c.call({{"id", "s"}, {"op", "status"}});
+    CHECK(status["worker"]["restarts"] == 1);
+    const std::string reason = status["worker"]["last_crash_reason"].get<std::string>();
+    CHECK(reason.find("the device failed") != std::string::npos);
+    CHECK(reason.find("exited with status 4") != std::string::npos);
+    CHECK(status["requests"]["failed"] == 1);
+}
+
 TEST_CASE("queued requests continue on the restarted worker") {
     daemon_process d;
     client crasher(d.socket_path());

@@ -4,6 +4,7 @@
 #include "convert/convert.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,8 +14,12 @@
 
 namespace colibri::test {
 
-/// Where the committed reference fixtures live.
-inline std::string fixtures_dir() { return COLIBRI_FIXTURES_DIR; }
+/// Where the committed reference fixtures live: the source tree's, or COLIBRI_FIXTURES_DIR
+/// when set (test binaries carried to another machine).
+inline std::string fixtures_dir() {
+    const char* dir = std::getenv("COLIBRI_FIXTURES_DIR");
+    return dir != nullptr ? dir : COLIBRI_FIXTURES_DIR;
+}
 inline std::string fixture(const std::string& rel) { return fixtures_dir() + "/" + rel; }
 
 /// A fresh directory removed with its contents at scope exit.

@@ -30,7 +30,8 @@ enum class fault_kind {
     kill,  ///< SIGKILL to itself
     exit,  ///< _exit(3)
     hang,  ///< stop making progress (sleep forever) but keep answering pings
-    slow   ///< sleep `delay_ms` before every piece
+    slow,  ///< sleep `delay_ms` before every piece
+    device_error ///< the engine's device fails (as on a CUDA error): the worker reports it and restarts
 };
 
 std::string_view to_string(fault_kind kind);
