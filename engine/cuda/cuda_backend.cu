@@ -17,8 +17,19 @@
 #include "cuda/device_weights.h"
 #include "format/format.h"
 
+#if defined(COLIBRI_CUDA_EMULATED) // the tests' CPU emulation (tests/engine/cuda_emulation.h)
+#include "cuda_emulation.h"
+#define COLIBRI_LAUNCH(kernel, grid, block, shared, stream) ::colibri::emulation::launch(kernel, grid, block, shared)
+#define COLIBRI_DYNAMIC_SHARED(T, name) T* name = ::colibri::emulation::dynamic_shared<T>()
+#define COLIBRI_UNROLL
+#else
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+// kernel<<<...>>>, spelt so that the tests' emulation can run the same launch
+#define COLIBRI_LAUNCH(kernel, grid, block, shared, stream) kernel<<<grid, block, shared, stream>>>
+#define COLIBRI_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#define COLIBRI_UNROLL _Pragma("unroll")
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -139,13 +150,13 @@ __device__ inline void load_block(const uint8_t* row, const float* scales, int64
         const int4 v[2] = {p[0], p[1]};
         const int8_t* q = reinterpret_cast<const int8_t*>(v);
         const float d = scales[b];
-#pragma unroll
+COLIBRI_UNROLL
         for (int i = 0; i < 32; ++i) w[i] = d * float(q[i]);
     } else if constexpr (K == device_kind::q4) {
         const int4 v = *reinterpret_cast<const int4*>(row + b * 16);
         const uint8_t* q = reinterpret_cast<const uint8_t*>(&v);
         const float d = scales[b];
-#pragma unroll
+COLIBRI_UNROLL
         for (int j = 0; j < 16; ++j) {
             w[j] = d * float(int(q[j] & 15) - 8);
             w[j + 16] = d * float(int(q[j] >> 4) - 8);
@@ -153,14 +164,15 @@ __device__ inline void load_block(const uint8_t* row, const float* scales, int64
     } else if constexpr (K == device_kind::f16 || K == device_kind::bf16) {
         const int4* p = reinterpret_cast<const int4*>(row + b * 64);
         const int4 v[4] = {p[0], p[1], p[2], p[3]};
-        const uint16_t* h = reinterpret_cast<const uint16_t*>(v);
-#pragma unroll
+        uint16_t h[32];
+        memcpy(h, v, sizeof h);
+COLIBRI_UNROLL
         for (int i = 0; i < 32; ++i) {
             w[i] = K == device_kind::f16 ? __half2float(__ushort_as_half(h[i])) : __uint_as_float(uint32_t(h[i]) << 16);
         }
     } else {
         const float4* p = reinterpret_cast<const float4*>(row + b * 128);
-#pragma unroll
+COLIBRI_UNROLL
         for (int i = 0; i < 8; ++i) {
             const float4 v = p[i];
             w[4 * i] = v.x;
@@ -182,22 +194,22 @@ __global__ void matmul_kernel(const uint8_t* values, const float* scales, int64_
     if (r >= rows) return; // no block-wide synchronisation below
     const int t0 = blockIdx.y * T, nt = min(T, n - t0);
     const float* xs[T];
-#pragma unroll
+COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) xs[t] = t < nt ? x + int64_t(x_rows != nullptr ? x_rows[t0 + t] : t0 + t) * cols : x;
     const uint8_t* row = values + r * row_bytes;
     const float* sc = scales != nullptr ? scales + r * (cols / 32) : nullptr;
     float acc[T];
-#pragma unroll
+COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = 0.0f;
     for (int64_t b = lane; b < cols / 32; b += 32) {
         float w[32];
         load_block<K>(row, sc, b, w);
-#pragma unroll
+COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             if (t >= nt) break;
             const float4* xv = reinterpret_cast<const float4*>(xs[t] + b * 32);
             float s = 0.0f;
-#pragma unroll
+COLIBRI_UNROLL
             for (int i = 0; i < 8; ++i) {
                 const float4 v = xv[i];
                 s += w[4 * i] * v.x + w[4 * i + 1] * v.y + w[4 * i + 2] * v.z + w[4 * i + 3] * v.w;
@@ -205,7 +217,7 @@ __global__ void matmul_kernel(const uint8_t* values, const float* scales, int64_
             acc[t] += s;
         }
     }
-#pragma unroll
+COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         const float s = warp_sum(acc[t]);
         if (lane == 0 && t < nt) y[int64_t(t0 + t) * rows + r] = s;
@@ -333,7 +345,7 @@ __device__ inline float cache_at(const void* cache, int64_t i) {
 template <bool F16>
 __global__ void attention_kernel(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, int n_head,
                                  int n_head_kv, int head_dim, int n_ctx, float scale, float* scores, float* out) {
-    extern __shared__ float q_s[];
+    COLIBRI_DYNAMIC_SHARED(float, q_s);
     __shared__ float shared[32];
     const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_head_kv);
@@ -475,7 +487,7 @@ public:
     void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override {
         select();
         const device_weights& d = weights(w);
-        rmsnorm_kernel<<<n, 256, 0, stream_>>>(x, d.f32(), dim, eps, out);
+        COLIBRI_LAUNCH(rmsnorm_kernel, n, 256, 0, stream_)(x, d.f32(), dim, eps, out);
         COLIBRI_LAUNCHED("rmsnorm");
     }
 
@@ -483,7 +495,7 @@ public:
         select();
         const device_weights& d = weights(b);
         const int64_t total = int64_t(n) * dim;
-        add_bias_kernel<<<blocks_for(total, 256), 256, 0, stream_>>>(y, d.f32(), total, dim);
+        COLIBRI_LAUNCH(add_bias_kernel, blocks_for(total, 256), 256, 0, stream_)(y, d.f32(), total, dim);
         COLIBRI_LAUNCHED("add_bias");
     }
 
@@ -491,7 +503,7 @@ public:
         select();
         const int32_t* p = upload(pos, size_t(n), 1);
         const int64_t pairs = int64_t(n) * n_heads * (head_dim / 2);
-        rope_kernel<<<blocks_for(pairs, 256), 256, 0, stream_>>>(x, pairs, n_heads, head_dim, p, theta);
+        COLIBRI_LAUNCH(rope_kernel, blocks_for(pairs, 256), 256, 0, stream_)(x, pairs, n_heads, head_dim, p, theta);
         COLIBRI_LAUNCHED("rope");
     }
 
@@ -499,38 +511,34 @@ public:
         select();
         const int32_t* p = upload(a.pos, size_t(a.n), 1);
         const int64_t stored = int64_t(a.n) * a.n_head_kv * a.head_dim;
-        kv_store_kernel<<<blocks_for(stored, 256), 256, 0, stream_>>>(a.k_new, a.v_new, a.k_cache, a.v_cache, a.kv_f16, p, a.n,
+        COLIBRI_LAUNCH(kv_store_kernel, blocks_for(stored, 256), 256, 0, stream_)(a.k_new, a.v_new, a.k_cache, a.v_cache, a.kv_f16, p, a.n,
                                                                      a.n_head_kv, a.head_dim, a.n_ctx);
         COLIBRI_LAUNCHED("kv_store");
         const int heads = a.n * a.n_head;
         grow(scores_, size_t(heads) * size_t(a.n_ctx) * sizeof(float));
         float* scores = static_cast<float*>(scores_.get());
         const size_t shared = size_t(a.head_dim) * sizeof(float);
-        if (a.kv_f16) {
-            attention_kernel<true><<<heads, 128, shared, stream_>>>(a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv,
-                                                                    a.head_dim, a.n_ctx, a.scale, scores, a.out);
-        } else {
-            attention_kernel<false><<<heads, 128, shared, stream_>>>(a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv,
-                                                                     a.head_dim, a.n_ctx, a.scale, scores, a.out);
-        }
+        const auto kernel = a.kv_f16 ? attention_kernel<true> : attention_kernel<false>;
+        COLIBRI_LAUNCH(kernel, heads, 128, shared, stream_)(a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim,
+                                                             a.n_ctx, a.scale, scores, a.out);
         COLIBRI_LAUNCHED("attention");
     }
 
     void swiglu(float* gate, const float* up, int64_t n) override {
         select();
-        swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream_>>>(gate, up, n);
+        COLIBRI_LAUNCH(swiglu_kernel, blocks_for(n, 256), 256, 0, stream_)(gate, up, n);
         COLIBRI_LAUNCHED("swiglu");
     }
 
     void add_scaled(float* x, const float* y, int64_t n, float s) override {
         select();
-        add_scaled_kernel<<<blocks_for(n, 256), 256, 0, stream_>>>(x, y, n, s);
+        COLIBRI_LAUNCH(add_scaled_kernel, blocks_for(n, 256), 256, 0, stream_)(x, y, n, s);
         COLIBRI_LAUNCHED("add_scaled");
     }
 
     void scale(float* x, int64_t n, float s) override {
         select();
-        scale_kernel<<<blocks_for(n, 256), 256, 0, stream_>>>(x, n, s);
+        COLIBRI_LAUNCH(scale_kernel, blocks_for(n, 256), 256, 0, stream_)(x, n, s);
         COLIBRI_LAUNCHED("scale");
     }
 
@@ -540,7 +548,7 @@ public:
         const int32_t* idx = upload(index, size_t(n) * size_t(k), 2);
         const float* wt = upload(weight, size_t(n) * size_t(k), 3);
         const int64_t total = int64_t(n) * dim;
-        weighted_sum_kernel<<<blocks_for(total, 256), 256, 0, stream_>>>(out, rows, idx, wt, n, k, dim);
+        COLIBRI_LAUNCH(weighted_sum_kernel, blocks_for(total, 256), 256, 0, stream_)(out, rows, idx, wt, n, k, dim);
         COLIBRI_LAUNCHED("weighted_sum_rows");
     }
 
@@ -587,19 +595,16 @@ private:
         if constexpr (K == device_kind::q8 || K == device_kind::q4) {
             COLIBRI_ASSERT(aligned); // quantised rows are whole blocks; activations are buffers' rows
         } else if (!aligned) {
-            matmul_any_kernel<K><<<dim3(row_blocks, unsigned(n)), 32 * mm_rows, 0, stream_>>>(d.v(), d.rows, d.cols, d.row_bytes, x,
+            const auto kernel = matmul_any_kernel<K>;
+            COLIBRI_LAUNCH(kernel, dim3(row_blocks, unsigned(n)), 32 * mm_rows, 0, stream_)(d.v(), d.rows, d.cols, d.row_bytes, x,
                                                                                           x_rows, n, y);
             COLIBRI_LAUNCHED("matmul_any");
             return;
         }
-        if (n == 1) {
-            matmul_kernel<K, 1><<<dim3(row_blocks, 1), 32 * mm_rows, 0, stream_>>>(d.v(), d.s(), d.rows, d.cols, d.row_bytes, x,
-                                                                                 x_rows, n, y);
-        } else {
-            const unsigned token_blocks = unsigned((n + mm_tokens - 1) / mm_tokens);
-            matmul_kernel<K, mm_tokens><<<dim3(row_blocks, token_blocks), 32 * mm_rows, 0, stream_>>>(
-                d.v(), d.s(), d.rows, d.cols, d.row_bytes, x, x_rows, n, y);
-        }
+        const auto kernel = n == 1 ? matmul_kernel<K, 1> : matmul_kernel<K, mm_tokens>;
+        const unsigned token_blocks = n == 1 ? 1u : unsigned((n + mm_tokens - 1) / mm_tokens);
+        COLIBRI_LAUNCH(kernel, dim3(row_blocks, token_blocks), 32 * mm_rows, 0, stream_)(d.v(), d.s(), d.rows, d.cols,
+                                                                                        d.row_bytes, x, x_rows, n, y);
         COLIBRI_LAUNCHED("matmul");
     }
 
@@ -659,7 +664,8 @@ double measure_device_read_bandwidth(int device, size_t bytes, int passes) {
     float best_ms = 0.0f;
     for (int pass = 0; pass < std::max(passes, 1) + 1; ++pass) { // the first pass warms up
         COLIBRI_CUDA(cudaEventRecord(start));
-        read_kernel<<<sms * 8, 256>>>(static_cast<const int4*>(buf.get()), int64_t(bytes / 16), static_cast<int*>(sink.get()));
+        COLIBRI_LAUNCH(read_kernel, sms * 8, 256, 0, nullptr)(static_cast<const int4*>(buf.get()), int64_t(bytes / 16),
+                                                           static_cast<int*>(sink.get()));
         COLIBRI_LAUNCHED("read");
         COLIBRI_CUDA(cudaEventRecord(stop));
         COLIBRI_CUDA(cudaEventSynchronize(stop));

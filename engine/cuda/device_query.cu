@@ -1,6 +1,10 @@
 #include "cuda/device_query.h"
 
+#if defined(COLIBRI_CUDA_EMULATED) // the tests' CPU emulation (tests/engine/cuda_emulation.h)
+#include "cuda_emulation.h"
+#else
 #include <cuda_runtime.h>
+#endif
 
 namespace colibri {
 

@@ -1,0 +1,297 @@
+#pragma once
+// Enough of CUDA, on the CPU, to build engine/cuda/cuda_backend.cu as plain C++ and run
+// its kernels: the tests then check the kernels and the code that launches them on any
+// machine (test_cuda_backend.cpp, built a second time as engine_cuda_emulated_tests).
+//
+// A launch runs its thread blocks one after another. The threads of a block are fibers
+// (ucontext) on the calling thread, each running until it finishes or reaches a
+// synchronisation point: __syncthreads() releases the block once every live thread has
+// reached it, __shfl_xor_sync() a warp once all its live lanes have. Device memory is host
+// memory; streams, events and devices are bookkeeping. Only what the backend uses is here.
+
+#include "core/half.h"
+
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+
+// ---- types ----
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct __half {
+    uint16_t bits;
+};
+
+inline float __half2float(__half h) { return colibri::f16_to_f32(h.bits); }
+inline __half __float2half_rn(float f) { return __half{colibri::f32_to_f16(f)}; }
+inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
+inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+using std::min;
+
+// ---- the launch model ----
+
+namespace colibri::emulation {
+
+inline dim3 grid_dim, block_dim, block_idx, thread_idx;
+
+struct fiber {
+    ucontext_t ctx;  // its first start
+    jmp_buf env;     // where it yielded
+    bool started = false;
+    enum state_t { ready, at_barrier, at_shuffle, done } state = ready;
+    float shuffle_value = 0.0f, shuffle_result = 0.0f;
+    int shuffle_mask = 0;
+};
+
+// Stacks outlive the blocks: a launch runs many blocks of the same threads.
+inline std::vector<std::unique_ptr<char[]>>& stacks() {
+    static std::vector<std::unique_ptr<char[]>> s;
+    return s;
+}
+
+struct block_run {
+    std::vector<fiber> fibers;
+    ucontext_t scheduler;
+    jmp_buf scheduler_env;
+    int current = 0;
+    std::function<void()> body;
+    std::vector<unsigned char> dynamic_shared;
+};
+inline block_run* run = nullptr;
+
+constexpr size_t fiber_stack = 64 << 10;
+
+// Switches after a fiber's first start are _setjmp/_longjmp, which keep the signal mask
+// as it is (swapcontext asks the kernel for it every time: most of the time a launch took).
+inline void fiber_entry() {
+    run->body();
+    run->fibers[size_t(run->current)].state = fiber::done;
+    _longjmp(run->scheduler_env, 1);
+}
+
+// Back to the scheduler from the current fiber.
+[[gnu::noinline]] inline void yield(fiber::state_t why) {
+    fiber& f = run->fibers[size_t(run->current)];
+    f.state = why;
+    if (_setjmp(f.env) == 0) _longjmp(run->scheduler_env, 1);
+}
+
+// A fiber that starts at fiber_entry on `stack` and returns to `back`. (The functions that
+// save contexts are kept apart: what they hold in registers may be restored stale.)
+[[gnu::noinline]] inline void prepare(fiber& f, char* stack, ucontext_t* back) {
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = stack;
+    f.ctx.uc_stack.ss_size = fiber_stack;
+    f.ctx.uc_link = back;
+    makecontext(&f.ctx, fiber_entry, 0);
+}
+
+// Runs fiber i until it yields or finishes.
+[[gnu::noinline]] inline void resume(block_run& b, unsigned i) {
+    b.current = int(i);
+    thread_idx = dim3(i);
+    fiber& f = b.fibers[i];
+    if (_setjmp(b.scheduler_env) != 0) return; // the fiber yielded or finished
+    if (f.started) _longjmp(f.env, 1);
+    f.started = true;
+    swapcontext(&b.scheduler, &f.ctx);
+}
+
+// One block: its threads as fibers until every one is done.
+inline void run_block(const std::function<void()>& body, unsigned threads, size_t shared_bytes) {
+    block_run b;
+    b.body = body;
+    b.dynamic_shared.assign(std::max<size_t>(shared_bytes, 16), 0);
+    b.fibers.resize(threads);
+    run = &b;
+    while (stacks().size() < threads) stacks().emplace_back(new char[fiber_stack]);
+    for (unsigned i = 0; i < threads; ++i) prepare(b.fibers[i], stacks()[i].get(), &b.scheduler);
+    for (;;) {
+        bool any_ran = false, all_done = true;
+        for (unsigned i = 0; i < threads; ++i) {
+            if (b.fibers[i].state != fiber::ready) continue;
+            any_ran = true;
+            resume(b, i);
+        }
+        for (const fiber& f : b.fibers) all_done = all_done && f.state == fiber::done;
+        if (all_done) break;
+        bool released = false;
+        // __syncthreads: every thread not done waits there
+        bool all_at_barrier = true;
+        for (const fiber& f : b.fibers) all_at_barrier = all_at_barrier && (f.state == fiber::done || f.state == fiber::at_barrier);
+        if (all_at_barrier) {
+            for (fiber& f : b.fibers) {
+                if (f.state == fiber::at_barrier) f.state = fiber::ready;
+            }
+            released = true;
+        }
+        // __shfl_xor_sync: a warp whose live lanes have all arrived exchanges its values
+        for (unsigned w = 0; w * 32 < threads; ++w) {
+            const unsigned first = w * 32, last = std::min(threads, first + 32);
+            bool arrived = true, any = false;
+            for (unsigned i = first; i < last; ++i) {
+                arrived = arrived && (b.fibers[i].state == fiber::done || b.fibers[i].state == fiber::at_shuffle);
+                any = any || b.fibers[i].state == fiber::at_shuffle;
+            }
+            if (!arrived || !any) continue;
+            for (unsigned i = first; i < last; ++i) {
+                fiber& f = b.fibers[i];
+                if (f.state != fiber::at_shuffle) continue;
+                const unsigned partner = first + ((i - first) ^ unsigned(f.shuffle_mask));
+                if (partner >= last || b.fibers[partner].state != fiber::at_shuffle) {
+                    std::fprintf(stderr, "cuda emulation: lane %u shuffles with a lane that is not there\n", i);
+                    std::abort();
+                }
+                f.shuffle_result = b.fibers[partner].shuffle_value;
+            }
+            for (unsigned i = first; i < last; ++i) {
+                if (b.fibers[i].state == fiber::at_shuffle) b.fibers[i].state = fiber::ready;
+            }
+            released = true;
+        }
+        if (!any_ran && !released) {
+            std::fprintf(stderr, "cuda emulation: the block's threads wait on one another for ever\n");
+            std::abort();
+        }
+    }
+    run = nullptr;
+}
+
+// kernel<<<grid, block, shared>>>(args...): every block in turn.
+template <class... P>
+struct launcher {
+    void (*kernel)(P...);
+    dim3 grid, block;
+    size_t shared;
+    template <class... A>
+    void operator()(A&&... args) const {
+        grid_dim = grid;
+        block_dim = block;
+        const std::function<void()> body = [&] { kernel(static_cast<P>(args)...); };
+        for (unsigned y = 0; y < grid.y; ++y) {
+            for (unsigned x = 0; x < grid.x; ++x) {
+                block_idx = dim3(x, y);
+                run_block(body, block.x, shared);
+            }
+        }
+    }
+};
+
+template <class... P>
+launcher<P...> launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared) {
+    return {kernel, grid, block, shared};
+}
+
+template <class T>
+T* dynamic_shared() {
+    return reinterpret_cast<T*>(run->dynamic_shared.data());
+}
+
+} // namespace colibri::emulation
+
+#define threadIdx (::colibri::emulation::thread_idx)
+#define blockIdx (::colibri::emulation::block_idx)
+#define blockDim (::colibri::emulation::block_dim)
+#define gridDim (::colibri::emulation::grid_dim)
+
+inline void __syncthreads() { colibri::emulation::yield(colibri::emulation::fiber::at_barrier); }
+
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+    using namespace colibri::emulation;
+    fiber& f = run->fibers[size_t(run->current)];
+    f.shuffle_value = v;
+    f.shuffle_mask = lane_mask;
+    yield(fiber::at_shuffle);
+    return run->fibers[size_t(run->current)].shuffle_result;
+}
+
+// ---- the runtime API ----
+
+enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1 };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
+using cudaStream_t = struct emulated_stream*;
+using cudaEvent_t = struct emulated_event*;
+constexpr unsigned cudaStreamNonBlocking = 1;
+struct cudaDeviceProp {
+    char name[256];
+};
+
+inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) {
+    *n = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+    std::snprintf(p->name, sizeof p->name, "CUDA emulated on the CPU");
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) {
+    *v = 2;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+    *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFree(void* p) {
+    std::free(p);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+    std::memset(p, v, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
+    std::memcpy(d, s, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+    *s = nullptr;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+    *e = nullptr;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+    *ms = 1.0f;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
