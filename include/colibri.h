@@ -42,9 +42,11 @@ const char* colibri_status_name(colibri_status status);
 typedef struct colibri_model_params {
     const char* device; /**< "cpu" (default when NULL) or "cuda:N" */
     int n_threads;      /**< 0: the CPUs this process may use */
+    int gpu_memory_mib; /**< on a GPU: device memory for the weights, MiB (0: no limit); the routed experts
+                             that do not fit are copied in when a token needs them */
 } colibri_model_params;
 
-/** Fills defaults: device "cpu", n_threads 0. */
+/** Fills defaults: device "cpu", n_threads 0, gpu_memory_mib 0. */
 void colibri_model_params_init(colibri_model_params* params);
 
 /** Maps and validates the file. On failure *out is NULL. */
@@ -70,6 +72,16 @@ typedef struct colibri_model_info {
 
 /** Strings in *info stay valid while the model lives. */
 colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_info* info);
+
+/** What a GPU's expert cache did (gpu_memory_mib): all zero without one. */
+typedef struct colibri_expert_cache_stats {
+    int slots_per_layer; /**< experts each MoE layer keeps on the device; 0: every expert stays once used */
+    uint64_t hits;       /**< experts a token needed that were on the device */
+    uint64_t misses;     /**< experts copied in */
+    uint64_t bytes_copied;
+} colibri_expert_cache_stats;
+
+colibri_status colibri_model_expert_cache(const colibri_model* model, colibri_expert_cache_stats* stats);
 
 typedef struct colibri_session_params {
     int n_ctx;   /**< 0: the model's context length, at most 4096 */

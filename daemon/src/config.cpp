@@ -43,6 +43,8 @@ command_line parse_command_line(int argc, const char* const* argv) {
                                          "or /tmp/colibri-$UID/colibri.sock when XDG_RUNTIME_DIR is unset)")
         ("socket-group", po::value(&c.socket_group), "group (name or gid) allowed to connect; the socket becomes 0660")
         ("device", po::value(&c.device)->default_value(c.device), "cpu or cuda:N")
+        ("gpu-memory", po::value(&c.gpu_memory_mib)->default_value(c.gpu_memory_mib),
+         "on a GPU: MiB of device memory for the weights; 0: no limit (routed experts that do not fit are copied in when used)")
         ("threads", po::value(&c.threads)->default_value(c.threads), "engine threads; 0: the CPUs this process may use")
         ("log-level", po::value(&c.log_level)->default_value(c.log_level), "trace, debug, info, warn, error, off");
 
@@ -132,6 +134,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
     require_range("crash-loop-retry-ms", w.crash_loop_retry_ms, 0, 86400000);
     if (c.fim_order != "auto" && c.fim_order != "psm" && c.fim_order != "spm")
         throw config_error("--fim-order must be 'auto', 'psm' or 'spm' (got '" + c.fim_order + "')");
+    if (c.gpu_memory_mib < 0) throw config_error("--gpu-memory must not be negative");
     if (c.device != "cpu" && c.device.rfind("cuda:", 0) != 0)
         throw config_error("--device must be 'cpu' or 'cuda:N' (got '" + c.device + "')");
     return out;

@@ -29,6 +29,7 @@ struct daemon_config {
     std::string socket;       ///< empty: default_socket_path()
     std::string socket_group; ///< name or numeric gid; empty: owner only
     std::string device = "cpu";
+    int gpu_memory_mib = 0; ///< on a GPU: device memory for the weights (0: no limit)
     int threads = 0;
     std::string log_level = "info";
 

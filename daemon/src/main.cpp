@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
         std::cerr << "colibrid: worker executable '" << launch.exe << "' is missing or not executable\n";
         return 1;
     }
-    launch.args = {"--model", cfg.model, "--device", cfg.device, "--threads", std::to_string(cfg.threads),
+    launch.args = {"--model", cfg.model, "--device", cfg.device, "--gpu-memory", std::to_string(cfg.gpu_memory_mib),
+                   "--threads", std::to_string(cfg.threads),
                    "--slots", std::to_string(cfg.cache_slots), "--cache-mb", std::to_string(cfg.cache_memory_mb),
                    "--fim-order", cfg.fim_order, "--batch", std::to_string(cfg.prompt_batch)};
     if (cfg.enable_fault_injection) launch.args.push_back("--enable-fault-injection");

@@ -44,6 +44,7 @@ public:
         colibri_model_params mp;
         colibri_model_params_init(&mp);
         mp.device = opts.device.c_str();
+        mp.gpu_memory_mib = opts.gpu_memory_mib;
         mp.n_threads = opts.threads;
         if (auto s = colibri_model_load(opts.model.c_str(), &mp, &model_); s != COLIBRI_OK)
             throw std::runtime_error("cannot load model '" + opts.model + "': " + last_error(s));
@@ -148,7 +149,14 @@ public:
             tokens += n;
             per_slot.push_back(n);
         }
+        colibri_expert_cache_stats ec{};
+        colibri_model_expert_cache(model_, &ec);
+        nlohmann::json experts = nullptr; // only with a GPU weight budget
+        if (ec.slots_per_layer > 0)
+            experts = {{"slots_per_layer", ec.slots_per_layer}, {"hits", ec.hits}, {"misses", ec.misses},
+                       {"bytes_copied", ec.bytes_copied}};
         return {{"slots", slots_.size()},
+                {"experts", experts},
                 {"slots_used", used},
                 {"slot_tokens", per_slot},
                 {"memory_bytes", tokens * token_bytes_},

@@ -208,6 +208,7 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
         if (a == "--fd") o.fd = parse_int(a, value());
         else if (a == "--model") o.model = value();
         else if (a == "--device") o.device = value();
+        else if (a == "--gpu-memory") o.gpu_memory_mib = parse_int(a, value());
         else if (a == "--threads") o.threads = parse_int(a, value());
         else if (a == "--slots") o.slots = parse_int(a, value());
         else if (a == "--cache-mb") o.cache_mb = parse_int(a, value());
@@ -222,6 +223,7 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
     }
     if (o.fd < 0) throw std::invalid_argument("--fd is required (the worker is started by colibrid)");
     if (o.slots < 1) throw std::invalid_argument("--slots must be at least 1");
+    if (o.gpu_memory_mib < 0) throw std::invalid_argument("--gpu-memory must not be negative");
     if (o.cache_mb < 1) throw std::invalid_argument("--cache-mb must be at least 1");
     if (o.batch < 0 || o.batch > 4096) throw std::invalid_argument("--batch must be 1..4096 (0: the engine's default)");
     return o;

@@ -76,6 +76,7 @@ struct worker_options {
     int fd = -1;
     std::string model;
     std::string device = "cpu";
+    int gpu_memory_mib = 0;       ///< on a GPU: device memory for the weights (0: no limit)
     int threads = 0;
     int slots = 4;                ///< KV-cache slots
     std::int64_t cache_mb = 2048; ///< cap on the memory of all slots' cached tokens
@@ -84,7 +85,7 @@ struct worker_options {
     bool fault_injection = false;
 };
 
-/// Parses `--fd N --model FILE [--device D] [--threads N] [--slots N] [--cache-mb N]
+/// Parses `--fd N --model FILE [--device D] [--gpu-memory MIB] [--threads N] [--slots N] [--cache-mb N]
 /// [--fim-order psm|spm] [--batch N] [--enable-fault-injection]`.
 /// Throws std::invalid_argument.
 worker_options parse_worker_args(int argc, const char* const* argv);

@@ -3,6 +3,7 @@
 #include "colibri.h"
 
 #include "api/runtime.h"
+#include "cuda/cuda_backend.h"
 #include "core/error.h"
 #include "generate/generate.h"
 
@@ -70,6 +71,7 @@ void colibri_model_params_init(colibri_model_params* params) {
     if (params == nullptr) return;
     params->device = "cpu";
     params->n_threads = 0;
+    params->gpu_memory_mib = 0;
 }
 
 colibri_status colibri_model_load(const char* path, const colibri_model_params* params, colibri_model** out) {
@@ -80,7 +82,9 @@ colibri_status colibri_model_load(const char* path, const colibri_model_params* 
         colibri_model_params_init(&p);
         if (params != nullptr) p = *params;
         auto m = std::make_unique<colibri_model>();
-        m->rt = colibri::load_runtime(path, p.device != nullptr ? p.device : "cpu", p.n_threads);
+        if (p.gpu_memory_mib < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "gpu_memory_mib must not be negative");
+        m->rt = colibri::load_runtime(path, p.device != nullptr ? p.device : "cpu", p.n_threads, false,
+                                      size_t(p.gpu_memory_mib) << 20);
         m->quant = std::string(colibri::format::dtype_name(
             static_cast<colibri::format::dtype>(m->rt->mdl->hp().weight_type)));
         *out = m.release();
@@ -113,6 +117,16 @@ colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_
     info->file_size = model->rt->mdl->file().file_size();
     info->fim = colibri::fim_kind_name(colibri::detect_fim(*model->rt->tok).kind).data();
     info->fim_spm = model->rt->tok->fim_suffix_first() ? 1 : 0;
+    return COLIBRI_OK;
+}
+
+colibri_status colibri_model_expert_cache(const colibri_model* model, colibri_expert_cache_stats* stats) {
+    if (model == nullptr || stats == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and stats must not be NULL");
+    const colibri::expert_cache_stats s = colibri::cuda_expert_cache_stats(*model->rt->be);
+    stats->slots_per_layer = s.slots_per_layer;
+    stats->hits = s.hits;
+    stats->misses = s.misses;
+    stats->bytes_copied = s.bytes_copied;
     return COLIBRI_OK;
 }
 

@@ -39,14 +39,25 @@ device_spec usable_device(const std::string& text) {
 }
 
 std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string& device, int n_threads,
-                                      bool f32_activations) {
+                                      bool f32_activations, size_t device_weight_budget) {
     const device_spec d = usable_device(device);
     if (n_threads < 0) throw error(errc::invalid_argument, "thread count must be >= 0");
     auto rt = std::make_unique<runtime>();
     rt->mdl = std::make_unique<model>(path);
     rt->tok = make_tokenizer(rt->mdl->file());
     if (d.type == device_spec::kind::cuda) {
-        rt->be = make_cuda_backend(cuda_options{d.index});
+        cuda_options co;
+        co.device = d.index;
+        co.weight_budget = device_weight_budget;
+        for (const tensor_view& t : rt->mdl->file().tensors()) co.tensors.push_back(&t);
+        const auto& layers = rt->mdl->layers();
+        for (size_t l = 0; l < layers.size(); ++l) {
+            for (size_t e = 0; e < layers[l].experts.size(); ++e) {
+                const expert_weights& x = layers[l].experts[e];
+                co.experts.push_back({int(l), int(e), x.gate, x.up, x.down});
+            }
+        }
+        rt->be = make_cuda_backend(co);
         rt->device = "cuda:" + std::to_string(d.index);
         return rt;
     }

@@ -33,8 +33,10 @@ struct runtime {
 /// f32_activations keeps activations in f32 for q8_0/q4_0 weights (slower, see cpu_options).
 /// Throws colibri::error; a CUDA device is refused with the reason (no CUDA in this build,
 /// no GPU present). On a CUDA device n_threads and f32_activations do not apply (the
-/// device computes with f32 activations).
+/// device computes with f32 activations), and device_weight_budget (bytes, 0: no limit)
+/// bounds the device memory its weights take: the routed experts that do not fit are
+/// copied in when used (cuda_options::weight_budget).
 std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string& device, int n_threads,
-                                      bool f32_activations = false);
+                                      bool f32_activations = false, size_t device_weight_budget = 0);
 
 } // namespace colibri

@@ -104,8 +104,8 @@ private:
 
 // A weight tensor on the device.
 struct device_weights {
-    device_kind kind;
-    int64_t rows, cols, row_bytes;
+    device_kind kind = device_kind::f32;
+    int64_t rows = 0, cols = 0, row_bytes = 0;
     device_memory values, scales;
     const uint8_t* v() const { return static_cast<const uint8_t*>(values.get()); }
     const float* s() const { return static_cast<const float*>(scales.get()); }
@@ -404,7 +404,10 @@ public:
         COLIBRI_CUDA(cudaGetDeviceProperties(&prop, device_));
         name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
         COLIBRI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        if (o.weight_budget > 0) plan_expert_cache(o);
     }
+
+    const expert_cache_stats& cache_stats() const { return stats_; }
     ~cuda_backend() override {
         cudaStreamSynchronize(stream_);
         weights_.clear();
@@ -572,8 +575,12 @@ private:
         return static_cast<const T*>(m.get());
     }
 
-    // w on the device, copied there the first time.
+    // w on the device: copied there the first time, or, for a routed expert under a budget,
+    // in its layer's expert cache.
     const device_weights& weights(const tensor_view& w) {
+        if (!expert_of_.empty()) {
+            if (auto e = expert_of_.find(w.data); e != expert_of_.end()) return cached_expert(e->second);
+        }
         auto it = weights_.find(w.data);
         if (it != weights_.end()) return it->second;
         const packed_weights p = pack_for_device(w);
@@ -622,6 +629,114 @@ private:
         }
     }
 
+    // ---- the expert cache (with a weight budget) ----
+
+    struct expert_slot {
+        const expert_tensors* holds = nullptr;
+        uint64_t last_use = 0;
+        device_weights m[3]; // gate, up, down
+    };
+    struct expert_ref {
+        const expert_tensors* e;
+        int which; // 0 gate, 1 up, 2 down
+    };
+
+    static const tensor_view* matrix(const expert_tensors& e, int which) { return which == 0 ? e.gate : which == 1 ? e.up : e.down; }
+
+    // Everything but the routed experts stays; the rest of the budget is shared out evenly
+    // as slots per MoE layer, each slot the size of one of its experts.
+    void plan_expert_cache(const cuda_options& o) {
+        experts_ = o.experts;
+        if (experts_.empty()) return;
+        std::unordered_map<const uint8_t*, int> expert_data;
+        int layers = 0;
+        std::vector<uint64_t> expert_bytes; // by layer
+        std::vector<int> per_layer;         // experts by layer
+        for (const expert_tensors& e : experts_) {
+            layers = std::max(layers, e.layer + 1);
+            if (expert_bytes.size() < size_t(layers)) {
+                expert_bytes.resize(size_t(layers), 0);
+                per_layer.resize(size_t(layers), 0);
+            }
+            uint64_t b = 0;
+            for (int m = 0; m < 3; ++m) {
+                b += packed_bytes(*matrix(e, m));
+                expert_data[matrix(e, m)->data] = 1;
+            }
+            expert_bytes[size_t(e.layer)] = std::max(expert_bytes[size_t(e.layer)], b);
+            ++per_layer[size_t(e.layer)];
+        }
+        uint64_t dense = 0, one_of_each = 0;
+        for (const tensor_view* t : o.tensors) {
+            if (!expert_data.count(t->data)) dense += packed_bytes(*t);
+        }
+        for (uint64_t b : expert_bytes) one_of_each += b;
+        const auto mib = [](uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20) + " MiB"; };
+        if (dense + one_of_each > o.weight_budget) {
+            throw error(errc::out_of_memory, "device weight budget of " + mib(o.weight_budget) + ": the weights other than the routed experts take " +
+                                                 mib(dense) + ", and one expert per layer " + mib(one_of_each) + " more");
+        }
+        const int most = *std::max_element(per_layer.begin(), per_layer.end());
+        const int slots = int(std::min<uint64_t>(uint64_t(most), (o.weight_budget - dense) / one_of_each));
+        stats_.slots_per_layer = slots;
+        if (slots >= most) return; // every expert fits: all stay once used
+        layer_cache_.resize(size_t(layers));
+        for (int l = 0; l < layers; ++l) {
+            if (per_layer[size_t(l)] == 0) continue;
+            layer_cache_[size_t(l)].resize(size_t(slots));
+        }
+        for (const expert_tensors& e : experts_) {
+            for (int m = 0; m < 3; ++m) expert_of_[matrix(e, m)->data] = expert_ref{&e, m};
+            // each layer's slots sized for its largest matrices
+            for (expert_slot& slot : layer_cache_[size_t(e.layer)]) {
+                for (int m = 0; m < 3; ++m) {
+                    const tensor_view& t = *matrix(e, m);
+                    const bool q = format::is_quantized(t.type);
+                    const uint64_t scales = q ? t.rows() * t.cols() / format::qk * sizeof(float) : 0;
+                    const uint64_t values = packed_bytes(t) - scales;
+                    if (slot.m[m].values.bytes() < values) slot.m[m].values = device_memory(values);
+                    if (slot.m[m].scales.bytes() < scales) slot.m[m].scales = device_memory(scales);
+                }
+            }
+        }
+    }
+
+    // Matrix `which` of an expert, its layer's least recently used slot taken for it (and
+    // the expert copied in) when it is not there. The stream runs in order, so a slot is
+    // overwritten only after the products queued on what it held.
+    const device_weights& cached_expert(const expert_ref& r) {
+        std::vector<expert_slot>& slots = layer_cache_[size_t(r.e->layer)];
+        expert_slot* slot = nullptr;
+        for (expert_slot& s : slots) {
+            if (s.holds == r.e) slot = &s;
+        }
+        if (slot != nullptr) {
+            if (r.which == 0) ++stats_.hits; // a feed-forward starts with its gate
+        } else {
+            slot = &*std::min_element(slots.begin(), slots.end(),
+                                      [](const expert_slot& a, const expert_slot& b) { return a.last_use < b.last_use; });
+            for (int m = 0; m < 3; ++m) {
+                const packed_weights p = pack_for_device(*matrix(*r.e, m));
+                device_weights& d = slot->m[m];
+                d.kind = p.kind;
+                d.rows = p.rows;
+                d.cols = p.cols;
+                d.row_bytes = p.row_value_bytes();
+                COLIBRI_CUDA(cudaMemcpyAsync(d.values.get(), p.values.data(), p.values.size(), cudaMemcpyHostToDevice, stream_));
+                if (!p.scales.empty()) {
+                    COLIBRI_CUDA(cudaMemcpyAsync(d.scales.get(), p.scales.data(), p.scales.size() * sizeof(float),
+                                                 cudaMemcpyHostToDevice, stream_));
+                }
+                COLIBRI_CUDA(cudaStreamSynchronize(stream_)); // before p's host memory goes
+                stats_.bytes_copied += p.values.size() + p.scales.size() * sizeof(float);
+            }
+            slot->holds = r.e;
+            ++stats_.misses;
+        }
+        slot->last_use = ++tick_;
+        return slot->m[r.which];
+    }
+
     int device_;
     std::string name_;
     cudaStream_t stream_ = nullptr;
@@ -629,6 +744,11 @@ private:
     device_memory scratch_[4]; // upload slots: token rows, positions, expert indices, expert weights
     device_memory scores_;     // attention: [n * n_head, n_ctx]
     std::vector<float> embed_rows_;
+    std::vector<expert_tensors> experts_;
+    std::unordered_map<const uint8_t*, expert_ref> expert_of_; // a cached expert's matrices
+    std::vector<std::vector<expert_slot>> layer_cache_;       // by layer
+    expert_cache_stats stats_;
+    uint64_t tick_ = 0;
 };
 
 // Throws unless `device` names a usable CUDA device.
@@ -648,6 +768,11 @@ void require_device(int device) {
 std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
     require_device(options.device);
     return std::make_unique<cuda_backend>(options);
+}
+
+expert_cache_stats cuda_expert_cache_stats(const backend& be) {
+    const auto* c = dynamic_cast<const cuda_backend*>(&be);
+    return c != nullptr ? c->cache_stats() : expert_cache_stats{};
 }
 
 double measure_device_read_bandwidth(int device, size_t bytes, int passes) {

@@ -21,6 +21,18 @@ int64_t packed_weights::row_value_bytes() const {
     return 0;
 }
 
+uint64_t packed_bytes(const tensor_view& w) {
+    const uint64_t n = w.rows() * w.cols();
+    switch (format::row_type(w.type)) {
+    case dtype::f32: return n * 4;
+    case dtype::f16:
+    case dtype::bf16: return n * 2;
+    case dtype::q8_0: return n + n / format::qk * 4;
+    case dtype::q4_0: return n / 2 + n / format::qk * 4;
+    default: return 0;
+    }
+}
+
 packed_weights pack_for_device(const tensor_view& w) {
     packed_weights p;
     p.rows = static_cast<int64_t>(w.rows());

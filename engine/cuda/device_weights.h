@@ -30,6 +30,9 @@ struct packed_weights {
     int64_t row_value_bytes() const;
 };
 
+/// Bytes w takes on the device (values and scales), without repacking it.
+uint64_t packed_bytes(const tensor_view& w);
+
 /// w repacked for the device. Throws colibri::error (unsupported) for a type it has no
 /// layout for.
 packed_weights pack_for_device(const tensor_view& w);

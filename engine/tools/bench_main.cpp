@@ -129,11 +129,12 @@ void reset_peak_rss() {
 
 // --device cuda:N: prefill and decode on the GPU against its measured read bandwidth. The
 // GPU's bandwidth does not move with other tenants' load: one probe per repetition.
-int run_on_device(const std::string& model_path, const std::string& device, int prompt_tokens, int gen_tokens, int reps,
-                  int batch, size_t probe_bytes, bool json, const std::string& json_file, clock_type::time_point process_start) {
+int run_on_device(const std::string& model_path, const std::string& device, size_t weight_budget, int prompt_tokens,
+                  int gen_tokens, int reps, int batch, size_t probe_bytes, bool json, const std::string& json_file,
+                  clock_type::time_point process_start) {
     const device_spec d = parse_device(device);
     const auto t_load = clock_type::now();
-    auto rt = load_runtime(model_path, device, 0);
+    auto rt = load_runtime(model_path, device, 0, false, weight_budget);
     const auto& hp = rt->mdl->hp();
     const int n_ctx = prompt_tokens + gen_tokens + 1;
     const int n_batch = std::min(prompt_tokens, batch);
@@ -147,6 +148,7 @@ int run_on_device(const std::string& model_path, const std::string& device, int 
     const double w_bytes = weight_bytes_per_token(*rt->mdl);
     std::vector<double> bw, ceilings, pre, dec, ttft, frac;
     double upload_ms = 0;
+    expert_cache_stats decode_cache{}; // the decode phases' expert cache counters, all repetitions
     for (int rep = 0; rep < reps; ++rep) {
         session s(*rt->mdl, *rt->be, n_ctx, n_batch);
         std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
@@ -167,6 +169,7 @@ int run_on_device(const std::string& model_path, const std::string& device, int 
         const double t_first = ms_since(t0);
         const double band = measure_device_read_bandwidth(d.index, probe_bytes, 5);
         double bytes = 0;
+        const expert_cache_stats before = cuda_expert_cache_stats(*rt->be);
         const auto t1 = clock_type::now();
         for (int k = 0; k < gen_tokens; ++k) {
             bytes += w_bytes + double(kv_token_bytes) * (s.n_past() + 1);
@@ -174,6 +177,11 @@ int run_on_device(const std::string& model_path, const std::string& device, int 
             id = argmax(s.logits(), static_cast<int>(hp.n_vocab));
         }
         const double t_dec = ms_since(t1);
+        const expert_cache_stats after = cuda_expert_cache_stats(*rt->be);
+        decode_cache.slots_per_layer = after.slots_per_layer;
+        decode_cache.hits += after.hits - before.hits;
+        decode_cache.misses += after.misses - before.misses;
+        decode_cache.bytes_copied += after.bytes_copied - before.bytes_copied;
         bw.push_back(band);
         const double bytes_per_token = bytes / gen_tokens;
         ceilings.push_back(band / bytes_per_token);
@@ -185,17 +193,22 @@ int run_on_device(const std::string& model_path, const std::string& device, int 
     const stats b = summarise(bw), c = summarise(ceilings), p = summarise(pre), dt = summarise(dec), f = summarise(frac),
                 tt = summarise(ttft);
     const std::string weight_type(format::dtype_name(static_cast<format::dtype>(hp.weight_type)));
+    const double decoded = double(gen_tokens) * reps, used = double(decode_cache.hits + decode_cache.misses);
+    const double hit_rate = used > 0 ? double(decode_cache.hits) / used : 1.0;
     auto write_json = [&](FILE* out) {
         std::fprintf(out, "{\"model\":\"%s\",\"arch\":\"%s\",\"weight_type\":\"%s\",\"device\":\"%s\",\"backend\":\"%s\","
                           "\"prompt_tokens\":%d,\"batch\":%d,\"gen_tokens\":%d,\"reps\":%d,\"load_ms\":%.2f,"
                           "\"process_start_to_ready_ms\":%.2f,\"weights_upload_ms\":%.2f,\"read_bandwidth_gbs\":%.3f,"
                           "\"decode_ceiling_tps\":%.3f,\"decode_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},"
                           "\"decode_fraction\":%.4f,\"prefill_tps\":{\"median\":%.3f,\"min\":%.3f,\"max\":%.3f},"
-                          "\"ttft_ms\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f}}\n",
+                          "\"ttft_ms\":{\"median\":%.2f,\"min\":%.2f,\"max\":%.2f},\"weight_budget_mib\":%zu,"
+                          "\"expert_cache\":{\"slots_per_layer\":%d,\"hit_rate\":%.4f,\"misses_per_token\":%.3f,"
+                          "\"bytes_copied_per_token\":%.0f}}\n",
                      model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
                      device.c_str(), rt->be->name().c_str(), prompt_tokens, n_batch, gen_tokens, reps, load_ms, ready_ms, upload_ms,
                      b.median / 1e9, c.median, dt.median, dt.min, dt.max, f.median, p.median, p.min, p.max, tt.median, tt.min,
-                     tt.max);
+                     tt.max, weight_budget >> 20, decode_cache.slots_per_layer, hit_rate, double(decode_cache.misses) / decoded,
+                     double(decode_cache.bytes_copied) / decoded);
     };
     if (!json_file.empty()) {
         FILE* out = std::fopen(json_file.c_str(), "a");
@@ -219,6 +232,12 @@ int run_on_device(const std::string& model_path, const std::string& device, int 
                 100.0 * f.median, 100.0 * f.min, 100.0 * f.max);
     std::printf("  prefill %8.2f tok/s [%.2f-%.2f]\n", p.median, p.min, p.max);
     std::printf("  time to first token %.1f ms [%.1f-%.1f]\n", tt.median, tt.min, tt.max);
+    if (weight_budget > 0) {
+        std::printf("weights within %zu MiB of device memory: %d experts per MoE layer kept; during decode %.1f%% of the "
+                    "experts used were there, %.2f copied in per token (%.1f MiB)\n",
+                    weight_budget >> 20, decode_cache.slots_per_layer, 100.0 * hit_rate, double(decode_cache.misses) / decoded,
+                    double(decode_cache.bytes_copied) / decoded / 1048576.0);
+    }
     return 0;
 }
 
@@ -227,6 +246,7 @@ int run_on_device(const std::string& model_path, const std::string& device, int 
 int main(int argc, char** argv) {
     auto process_start = clock_type::now();
     std::string model_path, shape, quant = "q8_0", threads_list, cache_dir, json_file, device = "cpu";
+    int gpu_memory_mib = 0;
     int prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 1024, batch = session::default_batch;
     po::options_description opts("colibri-bench: measure a model on the CPU (or a GPU: --device) against the machine's limits\n\n"
                                  "  colibri-bench --model FILE [options]\n"
@@ -241,6 +261,8 @@ int main(int argc, char** argv) {
         ("quant", po::value(&quant), "weight type of the random model (default q8_0)")
         ("cache-dir", po::value(&cache_dir), "where random models are kept between runs (default: the temp directory)")
         ("device", po::value(&device), "cpu (default) or cuda:N: on a GPU, decode against its measured read bandwidth")
+        ("gpu-memory", po::value(&gpu_memory_mib), "on a GPU: MiB of device memory for the weights (default 0: no limit); "
+                                                   "reports the expert cache's hit rate")
         ("threads,t", po::value(&threads_list), "comma-separated thread counts (default: the CPUs this process may use)")
         ("prompt-tokens", po::value(&prompt_tokens), "prefill length (default 512)")
         ("batch", po::value(&batch), "most prompt tokens evaluated at once (default 128, as in colibrid)")
@@ -315,8 +337,9 @@ int main(int argc, char** argv) {
             }
         }
         if (parse_device(device).type != device_spec::kind::cpu) {
-            return run_on_device(model_path, device, prompt_tokens, gen_tokens, reps, batch, size_t(bandwidth_mib) << 20, json,
-                                 json_file, process_start);
+            if (gpu_memory_mib < 0) throw error(errc::invalid_argument, "--gpu-memory must not be negative");
+            return run_on_device(model_path, device, size_t(gpu_memory_mib) << 20, prompt_tokens, gen_tokens, reps, batch,
+                                 size_t(bandwidth_mib) << 20, json, json_file, process_start);
         }
         const vec_kernels& vk = best_vec_kernels();
         const std::vector<int> threads = threads_list.empty() ? std::vector<int>{usable_cpu_count()} : parse_list(threads_list);

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto", order_name = "auto", ppl_path;
     std::vector<std::string> stops;
     generate_request req;
-    int threads = 0, n_ctx = 0;
+    int threads = 0, n_ctx = 0, gpu_memory_mib = 0;
     po::options_description opts("colibri: run a .colibri model once\n\n"
                                  "  colibri --model M --prompt P [options]\n"
                                  "  colibri --model M --tokens 1,2,3 --dump-logits FILE\n"
@@ -89,6 +89,8 @@ int main(int argc, char** argv) {
         ("fim-order", po::value(&order_name), "auto (default: the order the model file records), psm (prefix, suffix, middle) or "
                                                "spm (suffix first; only for models trained so)")
         ("device", po::value(&device), "cpu (default) or cuda:N")
+        ("gpu-memory", po::value(&gpu_memory_mib), "on a GPU: MiB of device memory for the weights (default 0: no limit); "
+                                                   "routed experts that do not fit are copied in when used")
         ("threads,t", po::value(&threads), "worker threads (default: the CPUs this process may use)")
         ("seed,s", po::value(&req.sampling.seed), "sampling seed (same seed, same tokens)")
         ("stop", po::value(&stops)->composing(), "stop string (repeatable); not printed")
@@ -136,7 +138,8 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
-        auto rt = load_runtime(model_path, device, threads);
+        if (gpu_memory_mib < 0) throw error(errc::invalid_argument, "--gpu-memory must not be negative");
+        auto rt = load_runtime(model_path, device, threads, false, size_t(gpu_memory_mib) << 20);
         const auto& hp = rt->mdl->hp();
         std::fprintf(stderr, "model %s: %s, %u layers, %u experts (%u used), %s, %s, %d threads\n",
                      model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), hp.n_layer,

@@ -46,6 +46,8 @@ TEST_CASE("command line: defaults and overrides") {
     CHECK(cl.config.fim_order == "auto");
     CHECK(cl.config.prompt_batch == 128);
     CHECK(parse({"--model", "m", "--prompt-batch", "32"}).config.prompt_batch == 32);
+    CHECK(cl.config.gpu_memory_mib == 0);
+    CHECK(parse({"--model", "m", "--gpu-memory", "20480"}).config.gpu_memory_mib == 20480);
 }
 
 TEST_CASE("command line: errors are config_error with the option's name") {
@@ -53,6 +55,7 @@ TEST_CASE("command line: errors are config_error with the option's name") {
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--threads", "lots"}), doctest::Contains("threads"),
                          cd::config_error);
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--device", "tpu"}), doctest::Contains("device"), cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--gpu-memory", "-1"}), doctest::Contains("gpu-memory"), cd::config_error);
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--max-queue", "0"}), doctest::Contains("max-queue"),
                          cd::config_error);
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--default-timeout-ms", "9", "--max-timeout-ms", "5"}),

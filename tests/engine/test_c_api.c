@@ -58,8 +58,14 @@ int main(int argc, char** argv) {
     /* an unknown device */
     colibri_model_params mp;
     colibri_model_params_init(&mp);
+    EXPECT(mp.gpu_memory_mib == 0);
     mp.device = "tpu:0";
     EXPECT(colibri_model_load(argv[1], &mp, &model) == COLIBRI_ERR_INVALID_ARGUMENT);
+    mp.device = "cpu";
+    mp.gpu_memory_mib = -1;
+    EXPECT(colibri_model_load(argv[1], &mp, &model) == COLIBRI_ERR_INVALID_ARGUMENT);
+    mp.gpu_memory_mib = 0;
+    EXPECT(strcmp(colibri_status_name(COLIBRI_ERR_DEVICE), "device") == 0);
 
     mp.device = "cpu";
     mp.n_threads = 2;
@@ -75,6 +81,11 @@ int main(int argc, char** argv) {
     EXPECT(info.n_threads == 2);
     EXPECT(info.n_layer == 2);
     EXPECT(info.bos_id == 1 && info.eos_id == 2);
+    colibri_expert_cache_stats ec;
+    memset(&ec, 0xff, sizeof ec);
+    EXPECT(colibri_model_expert_cache(model, &ec) == COLIBRI_OK); /* no GPU budget: all zero */
+    EXPECT(ec.slots_per_layer == 0 && ec.hits == 0 && ec.misses == 0 && ec.bytes_copied == 0);
+    EXPECT(colibri_model_expert_cache(model, NULL) == COLIBRI_ERR_INVALID_ARGUMENT);
 
     int32_t ids[64];
     size_t n_ids = 0;

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_query.h"
+#include "cuda/device_weights.h"
 #include "device_test_util.h"
 #include "model/session.h"
 #include "test_util.h"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -100,7 +102,9 @@ TEST_CASE("without a usable GPU the CUDA backend is refused with the reason") {
     std::string why;
     if (cuda_device_count(why) > 0) {
         try {
-            make_cuda_backend(cuda_options{99});
+            cuda_options o;
+            o.device = 99;
+            make_cuda_backend(o);
             FAIL("device 99 accepted");
         } catch (const error& e) {
             CHECK(e.code() == errc::unsupported);
@@ -343,5 +347,60 @@ TEST_CASE("whole models of every family give the CPU's logits on the device") {
             sg.truncate(4);
             step(prompt.data() + 4, 3);
         }
+    }
+}
+
+TEST_CASE("under a device weight budget experts are copied in when used - the logits do not change") {
+    if (!gpu_present()) return;
+    test::temp_dir dir;
+    const std::string path = dir.file("qwen2.colibri");
+    convert_checkpoint(test::fixture("qwen2_moe"), path, format::dtype::q8_0, {}); // MoE layers of 8 experts, top-2
+    auto all = load_runtime(path, "cuda:0", 0);
+    // the budget: every weight but the routed experts, and three experts per layer
+    uint64_t dense = 0, expert = 0;
+    int layers = 0;
+    for (const layer_weights& l : all->mdl->layers()) {
+        if (!l.is_moe()) continue;
+        ++layers;
+        expert = packed_bytes(*l.experts[0].gate) + packed_bytes(*l.experts[0].up) + packed_bytes(*l.experts[0].down);
+    }
+    uint64_t experts_total = 0;
+    for (const layer_weights& l : all->mdl->layers()) {
+        for (const expert_weights& e : l.experts) experts_total += packed_bytes(*e.gate) + packed_bytes(*e.up) + packed_bytes(*e.down);
+    }
+    for (const tensor_view& t : all->mdl->file().tensors()) dense += packed_bytes(t);
+    dense -= experts_total;
+    REQUIRE(layers >= 2);
+    auto few = load_runtime(path, "cuda:0", 0, false, dense + 3 * uint64_t(layers) * expert + expert / 2);
+    CHECK(cuda_expert_cache_stats(*few->be).slots_per_layer == 3);
+    CHECK(cuda_expert_cache_stats(*all->be).slots_per_layer == 0);
+
+    const int vocab = static_cast<int>(all->mdl->hp().n_vocab);
+    session sa(*all->mdl, *all->be, 64), sf(*few->mdl, *few->be, 64);
+    const std::vector<int32_t> prompt = {1, 15, 27, 3, 99, 4, 250, 31, 8};
+    const auto same = [&] { CHECK(std::memcmp(sa.logits(), sf.logits(), sizeof(float) * size_t(vocab)) == 0); };
+    sa.eval(prompt.data(), int(prompt.size()));
+    sf.eval(prompt.data(), int(prompt.size()));
+    same();
+    for (int32_t t : {7, 8, 9, 10, 11, 12}) {
+        sa.eval(&t, 1);
+        sf.eval(&t, 1);
+        same();
+    }
+    const expert_cache_stats st = cuda_expert_cache_stats(*few->be);
+    CHECK(st.misses > 0);
+    CHECK(st.hits > 0);
+    CHECK(st.bytes_copied == st.misses * expert);
+    // every token uses two experts in each MoE layer
+    CHECK(st.hits + st.misses >= uint64_t(2 * layers * (1 + 6)));
+    CHECK(cuda_expert_cache_stats(*all->be).misses == 0);
+
+    // a budget that does not hold the rest of the model is refused, saying how much it needs
+    try {
+        load_runtime(path, "cuda:0", 0, false, dense / 2);
+        FAIL("a budget under the dense weights accepted");
+    } catch (const error& e) {
+        CHECK(e.code() == errc::out_of_memory);
+        CHECK(std::string(e.what()).find("budget") != std::string::npos);
     }
 }

@@ -16,6 +16,7 @@ TEST_CASE("every weight type repacks for the device to the values the CPU reads"
         CAPTURE(format::dtype_name(type));
         const test::test_matrix m = test::make_matrix(type, 16, 96, 7);
         const packed_weights p = pack_for_device(m.view);
+        CHECK(packed_bytes(m.view) == p.values.size() + p.scales.size() * sizeof(float));
         CHECK(p.rows == 16);
         CHECK(p.cols == 96);
         CHECK(p.values.size() == size_t(16 * p.row_value_bytes()));
