@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "cuda/device_weights.h"
+#include "model/model.h"
 #include "format/format.h"
 
 #if defined(COLIBRI_CUDA_EMULATED) // the tests' CPU emulation (tests/engine/cuda_emulation.h)
@@ -183,22 +184,11 @@ COLIBRI_UNROLL
     }
 }
 
-// y[t, r] = x[t] . w[r] for rows r of the matrix and up to T tokens from blockIdx.y * T:
-// a warp per row, its lanes taking blocks of 32 columns in turn. Token t's activations are
-// row x_rows[t] of x when x_rows is set. cols a multiple of 32, x rows 16-byte aligned.
+// acc[t] = this lane's part of row . xs[t] for t < nt: blocks lane, lane + 32, ... of the
+// row's cols / 32 (the warp's sum is the dot product).
 template <device_kind K, int T>
-__global__ void matmul_kernel(const uint8_t* values, const float* scales, int64_t rows, int64_t cols, int64_t row_bytes,
-                              const float* x, const int32_t* x_rows, int n, float* y) {
+__device__ inline void row_dots(const uint8_t* row, const float* sc, int64_t cols, const float* const xs[T], int nt, float acc[T]) {
     const int lane = threadIdx.x & 31;
-    const int64_t r = int64_t(blockIdx.x) * mm_rows + (threadIdx.x >> 5);
-    if (r >= rows) return; // no block-wide synchronisation below
-    const int t0 = blockIdx.y * T, nt = min(T, n - t0);
-    const float* xs[T];
-COLIBRI_UNROLL
-    for (int t = 0; t < T; ++t) xs[t] = t < nt ? x + int64_t(x_rows != nullptr ? x_rows[t0 + t] : t0 + t) * cols : x;
-    const uint8_t* row = values + r * row_bytes;
-    const float* sc = scales != nullptr ? scales + r * (cols / 32) : nullptr;
-    float acc[T];
 COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = 0.0f;
     for (int64_t b = lane; b < cols / 32; b += 32) {
@@ -217,11 +207,110 @@ COLIBRI_UNROLL
             acc[t] += s;
         }
     }
+}
+
+// y[t, r] = x[t] . w[r] for rows r of the matrix and up to T tokens from blockIdx.y * T:
+// a warp per row, its lanes taking blocks of 32 columns in turn. Token t's activations are
+// row x_rows[t] of x when x_rows is set. cols a multiple of 32, x rows 16-byte aligned.
+template <device_kind K, int T>
+__global__ void matmul_kernel(const uint8_t* values, const float* scales, int64_t rows, int64_t cols, int64_t row_bytes,
+                              const float* x, const int32_t* x_rows, int n, float* y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * mm_rows + (threadIdx.x >> 5);
+    if (r >= rows) return; // no block-wide synchronisation below
+    const int t0 = blockIdx.y * T, nt = min(T, n - t0);
+    const float* xs[T];
+COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) xs[t] = t < nt ? x + int64_t(x_rows != nullptr ? x_rows[t0 + t] : t0 + t) * cols : x;
+    float acc[T];
+    row_dots<K, T>(values + r * row_bytes, scales != nullptr ? scales + r * (cols / 32) : nullptr, cols, xs, nt, acc);
 COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         const float s = warp_sum(acc[t]);
         if (lane == 0 && t < nt) y[int64_t(t0 + t) * rows + r] = s;
     }
+}
+
+// One token's products with the k experts a route chose (ids[j], on the device): the
+// matrix `which` of expert ids[blockIdx.y], its weights found in the layer's table; slot j's
+// activations at x + j * x_stride (x_stride 0: one vector for all), its outputs at
+// y + j * rows.
+struct expert_ptrs {
+    const uint8_t* values[3]; // gate, up, down
+    const float* scales[3];
+};
+
+template <device_kind K>
+__global__ void matmul_id_kernel(const expert_ptrs* table, int which, const int32_t* ids, int64_t rows, int64_t cols,
+                                 int64_t row_bytes, const float* x, int64_t x_stride, float* y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * mm_rows + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const int j = blockIdx.y;
+    const expert_ptrs& e = table[ids[j]];
+    const float* xs[1] = {x + j * x_stride};
+    float acc[1];
+    row_dots<K, 1>(e.values[which] + r * row_bytes, e.scales[which] != nullptr ? e.scales[which] + r * (cols / 32) : nullptr,
+                   cols, xs, 1, acc);
+    const float s = warp_sum(acc[0]);
+    if (lane == 0) y[j * rows + r] = s;
+}
+
+// The routing of one token (one thread: a router has tens of experts), as the session
+// routes on the host: softmax, the k best by repeated arg-max (ties to the lower index,
+// NaN never), their weights, renormalised when asked; then in index order, the order the
+// session sums them in.
+__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, float* probs, int32_t* ids, float* weights) {
+    if (threadIdx.x != 0) return;
+    float max = logits[0];
+    for (int i = 1; i < n_expert; ++i) max = max < logits[i] ? logits[i] : max;
+    float sum = 0.0f;
+    for (int i = 0; i < n_expert; ++i) {
+        probs[i] = expf(logits[i] - max);
+        sum = __fadd_rn(sum, probs[i]);
+    }
+    const float inv = __fdiv_rn(1.0f, sum);
+    for (int i = 0; i < n_expert; ++i) probs[i] = __fmul_rn(probs[i], inv);
+    float total = 0.0f;
+    for (int j = 0; j < k; ++j) {
+        int best = -1;
+        for (int e = 0; e < n_expert; ++e) {
+            if (probs[e] >= 0.0f && (best < 0 || probs[e] > probs[best])) best = e;
+        }
+        if (best < 0) best = j; // only when the router produced NaN: keep ids valid
+        ids[j] = best;
+        weights[j] = fmaxf(probs[best], 0.0f);
+        probs[best] = -1.0f;
+        total = __fadd_rn(total, weights[j]);
+    }
+    for (int j = 0; j < k; ++j) {
+        if (renorm) weights[j] = __fdiv_rn(weights[j], total);
+    }
+    for (int j = 1; j < k; ++j) { // insertion sort by index
+        for (int i = j; i > 0 && ids[i - 1] > ids[i]; --i) {
+            const int32_t id = ids[i];
+            ids[i] = ids[i - 1];
+            ids[i - 1] = id;
+            const float w = weights[i];
+            weights[i] = weights[i - 1];
+            weights[i - 1] = w;
+        }
+    }
+}
+
+// out[d] = the k experts' outputs y[j] weighted and summed in order, then the shared
+// expert's (weight 1, or sigmoid of its gate's output when it has one).
+__global__ void moe_sum_kernel(float* out, const float* y, const float* weights, int k, int dim, const float* shared_y,
+                               const float* shared_gate) {
+    const int d = int(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (d >= dim) return;
+    float o = 0.0f;
+    for (int j = 0; j < k; ++j) o = __fadd_rn(o, __fmul_rn(weights[j], y[int64_t(j) * dim + d]));
+    if (shared_y != nullptr) {
+        const float w = shared_gate != nullptr ? __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-shared_gate[0]))) : 1.0f;
+        o = __fadd_rn(o, __fmul_rn(w, shared_y[d]));
+    }
+    out[d] = o;
 }
 
 // The same for float rows whose length is not a multiple of 32 (small test models): a
@@ -555,8 +644,122 @@ public:
         COLIBRI_LAUNCHED("weighted_sum_rows");
     }
 
+    // Routing on the device: the router's product, route_kernel, the chosen experts' products
+    // through the layer's table of expert weights (no wait for the host), the shared expert,
+    // the weighted sum. Left to the session under a weight budget (the expert cache copies on
+    // the host's schedule) and for layers whose experts differ in shape or type.
+    bool moe_one(const moe_step& st) override {
+        if (!expert_of_.empty()) return false;
+        select();
+        const expert_table* table = table_for(st);
+        if (table == nullptr) return false;
+        const int k = st.k;
+        const int64_t dim = static_cast<int64_t>(st.router->cols()), n_ff = table->gate.rows;
+        moe_.logits.reserve_floats(*this, size_t(st.n_expert));
+        moe_.probs.reserve_floats(*this, size_t(st.n_expert));
+        moe_.weights.reserve_floats(*this, size_t(k));
+        moe_.ids.reserve_floats(*this, size_t(k)); // int32 in float-sized cells
+        moe_.g.reserve_floats(*this, size_t(k) * size_t(n_ff));
+        moe_.u.reserve_floats(*this, size_t(k) * size_t(n_ff));
+        moe_.y.reserve_floats(*this, size_t(k) * size_t(dim));
+        float* logits = moe_.logits.f();
+        auto* ids = reinterpret_cast<int32_t*>(moe_.ids.f());
+        product(*st.router, st.x, nullptr, 1, logits);
+        COLIBRI_LAUNCH(route_kernel, 1, 32, 0, stream_)(logits, st.n_expert, k, st.renorm, moe_.probs.f(), ids, moe_.weights.f());
+        COLIBRI_LAUNCHED("route");
+        const auto* ptrs = static_cast<const expert_ptrs*>(table->ptrs.get());
+        launch_by_id(table->gate, ptrs, 0, ids, k, st.x, 0, moe_.g.f());
+        launch_by_id(table->up, ptrs, 1, ids, k, st.x, 0, moe_.u.f());
+        swiglu(moe_.g.f(), moe_.u.f(), int64_t(k) * n_ff);
+        launch_by_id(table->down, ptrs, 2, ids, k, moe_.g.f(), n_ff, moe_.y.f());
+        const float* shared_y = nullptr;
+        const float* shared_gate = nullptr;
+        if (st.shared != nullptr) {
+            const int64_t sff = static_cast<int64_t>(st.shared->gate->rows());
+            moe_.sg.reserve_floats(*this, size_t(sff));
+            moe_.su.reserve_floats(*this, size_t(sff));
+            moe_.sy.reserve_floats(*this, size_t(dim));
+            const ffn_job job{st.shared->gate, st.shared->up, st.shared->down, st.x, 1, nullptr, moe_.sg.f(), moe_.su.f(), moe_.sy.f()};
+            ffn_many(&job, 1);
+            shared_y = moe_.sy.f();
+            if (st.shared_gate != nullptr) {
+                moe_.sgate.reserve_floats(*this, 1);
+                product(*st.shared_gate, st.x, nullptr, 1, moe_.sgate.f());
+                shared_gate = moe_.sgate.f();
+            }
+        }
+        COLIBRI_LAUNCH(moe_sum_kernel, blocks_for(dim, 256), 256, 0, stream_)(st.out, moe_.y.f(), moe_.weights.f(), k, int(dim),
+                                                                            shared_y, shared_gate);
+        COLIBRI_LAUNCHED("moe_sum");
+        return true;
+    }
+
 private:
     void select() const { COLIBRI_CUDA(cudaSetDevice(device_)); }
+
+    // ---- routing on the device ----
+
+    // A layer's experts: the shape and type of each of their matrices (the same for all),
+    // and the device table of their weights.
+    struct matrix_shape {
+        device_kind kind;
+        int64_t rows, cols, row_bytes;
+    };
+    struct expert_table {
+        matrix_shape gate, up, down;
+        device_memory ptrs; // expert_ptrs[n_expert]
+    };
+
+    // The layer's table (every expert copied to the device first), or null when its experts
+    // differ in shape or type, or have rows the warp-per-row kernel does not take.
+    const expert_table* table_for(const moe_step& st) {
+        if (auto it = tables_.find(st.experts); it != tables_.end()) return it->second.get();
+        std::vector<expert_ptrs> ptrs(size_t(st.n_expert));
+        matrix_shape shapes[3]{};
+        bool usable = true;
+        for (int e = 0; e < st.n_expert && usable; ++e) {
+            const tensor_view* m[3] = {st.experts[e].gate, st.experts[e].up, st.experts[e].down};
+            for (int w = 0; w < 3; ++w) {
+                const device_weights& d = weights(*m[w]);
+                const matrix_shape s{d.kind, d.rows, d.cols, d.row_bytes};
+                if (e == 0) shapes[w] = s;
+                usable = usable && s.kind == shapes[w].kind && s.rows == shapes[w].rows && s.cols == shapes[w].cols && s.cols % 32 == 0;
+                ptrs[size_t(e)].values[w] = d.v();
+                ptrs[size_t(e)].scales[w] = d.s();
+            }
+        }
+        std::unique_ptr<expert_table> t;
+        if (usable) {
+            t = std::make_unique<expert_table>(expert_table{shapes[0], shapes[1], shapes[2], device_memory(ptrs.size() * sizeof(expert_ptrs))});
+            COLIBRI_CUDA(cudaMemcpyAsync(t->ptrs.get(), ptrs.data(), ptrs.size() * sizeof(expert_ptrs), cudaMemcpyHostToDevice, stream_));
+            COLIBRI_CUDA(cudaStreamSynchronize(stream_));
+        }
+        return (tables_[st.experts] = std::move(t)).get();
+    }
+
+    void launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, const int32_t* ids, int k, const float* x,
+                      int64_t x_stride, float* y) {
+        const dim3 grid(unsigned((m.rows + mm_rows - 1) / mm_rows), unsigned(k));
+        switch (m.kind) {
+        case device_kind::f32: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::f32>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
+        case device_kind::f16: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::f16>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
+        case device_kind::bf16: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::bf16>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
+        case device_kind::q8: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::q8>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
+        case device_kind::q4: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::q4>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
+        }
+        COLIBRI_LAUNCHED("matmul_id");
+    }
+
+    // Scratch of moe_one, each grown as needed.
+    struct scratch {
+        device_memory mem;
+        float* f() const { return static_cast<float*>(mem.get()); }
+        void reserve_floats(cuda_backend& be, size_t n) { be.grow(mem, std::max<size_t>(n, 1) * sizeof(float)); }
+    };
+    struct moe_scratch {
+        scratch logits, probs, weights, ids, g, u, y, sg, su, sy, sgate;
+    } moe_;
+    std::unordered_map<const expert_weights*, std::unique_ptr<expert_table>> tables_; // null: the session routes
 
     // m holds at least `bytes`, once the operations queued with its old memory are done.
     void grow(device_memory& m, size_t bytes) {

@@ -198,7 +198,12 @@ void session::ffn_block(int il, int n) {
     const int n_embd = static_cast<int>(hp.n_embd);
     be_.rmsnorm(x_->data(), *l.ffn_norm, n, n_embd, hp.norm_eps, xn_->data());
     if (l.is_moe()) {
-        moe(l, n);
+        // one token without an observer (which needs the routing on the host): the backend
+        // may route on its device
+        const moe_step one{l.router, l.experts.data(), static_cast<int>(hp.n_expert), static_cast<int>(hp.n_expert_used),
+                           (hp.flags & flag_norm_topk_prob) != 0, l.shared.gate != nullptr ? &l.shared : nullptr,
+                           l.shared_gate, xn_->data(), ffn_out_->data()};
+        if (n > 1 || observer_.fn != nullptr || !be_.moe_one(one)) moe(l, n);
         if (observer_.fn != nullptr) {
             const int k = static_cast<int>(hp.n_expert_used);
             for (int t = 0; t < n; ++t) {

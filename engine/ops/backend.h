@@ -70,6 +70,21 @@ struct ffn_job {
     float* y;              ///< [n, down.rows]
 };
 
+struct expert_weights; // model/model.h
+
+/// A MoE layer's feed-forward for one token, routing included (moe_one): what the session
+/// otherwise does with matmul_many, its own routing, ffn_many and weighted_sum_rows.
+struct moe_step {
+    const tensor_view* router;     ///< [n_expert, n_embd]
+    const expert_weights* experts; ///< [n_expert]
+    int n_expert, k;
+    bool renorm;                   ///< the k weights renormalised to sum 1
+    const expert_weights* shared;  ///< null: no shared expert
+    const tensor_view* shared_gate; ///< null: the shared expert's weight is 1
+    const float* x;                ///< [n_embd], normalised
+    float* out;                    ///< [n_embd]
+};
+
 class backend {
 public:
     virtual ~backend() = default;
@@ -114,6 +129,15 @@ public:
     virtual void add_scaled(float* x, const float* y, int64_t n, float s) = 0;
     /// x *= s, n elements
     virtual void scale(float* x, int64_t n, float s) = 0;
+    /// One token's MoE feed-forward with its routing, for a backend that routes on its
+    /// device without the host waiting for it: softmax over the router's outputs, the k
+    /// best (ties to the lower index), their weights (renormalised when asked), the experts
+    /// and the shared expert, summed as weighted_sum_rows sums (experts in index order,
+    /// then the shared one). Returns false, doing nothing, to leave it to the caller.
+    virtual bool moe_one(const moe_step& step) {
+        (void)step;
+        return false;
+    }
     /// out[t] = sum over i < k of weight[t * k + i] * rows[index[t * k + i]], for n rows of
     /// dim floats: each term added onto the sum before it (from zero) in the order of i,
     /// element by element as add_scaled adds.

@@ -9,6 +9,7 @@
 #include "cuda/device_query.h"
 #include "cuda/device_weights.h"
 #include "device_test_util.h"
+#include "model/model.h"
 #include "model/session.h"
 #include "test_util.h"
 
@@ -377,6 +378,10 @@ TEST_CASE("under a device weight budget experts are copied in when used - the lo
 
     const int vocab = static_cast<int>(all->mdl->hp().n_vocab);
     session sa(*all->mdl, *all->be, 64), sf(*few->mdl, *few->be, 64);
+    // both route on the host (an observer needs the routing there): the same arithmetic
+    const route_observer quiet{[](void*, int, int, const int32_t*, const float*, int) {}, nullptr};
+    sa.set_route_observer(quiet);
+    sf.set_route_observer(quiet);
     const std::vector<int32_t> prompt = {1, 15, 27, 3, 99, 4, 250, 31, 8};
     const auto same = [&] { CHECK(std::memcmp(sa.logits(), sf.logits(), sizeof(float) * size_t(vocab)) == 0); };
     sa.eval(prompt.data(), int(prompt.size()));
@@ -402,5 +407,86 @@ TEST_CASE("under a device weight budget experts are copied in when used - the lo
     } catch (const error& e) {
         CHECK(e.code() == errc::out_of_memory);
         CHECK(std::string(e.what()).find("budget") != std::string::npos);
+    }
+}
+
+TEST_CASE("routing on the device picks the experts and weights the session picks on the host") {
+    if (!gpu_present()) return;
+    test::temp_dir dir;
+    for (const char* family : {"qwen2_moe", "qwen3_moe", "olmoe", "granite_moe"}) {
+        for (format::dtype quant : {format::dtype::f32, format::dtype::q8_0}) {
+            CAPTURE(family);
+            CAPTURE(format::dtype_name(quant));
+            const std::string path = dir.file(std::string(family) + ".colibri");
+            convert_checkpoint(test::fixture(family), path, quant, {});
+            auto rt = load_runtime(path, "cuda:0", 0);
+            const int vocab = static_cast<int>(rt->mdl->hp().n_vocab);
+            session device(*rt->mdl, *rt->be, 64), host(*rt->mdl, *rt->be, 64);
+            std::vector<int> routed; // experts the host chose
+            host.set_route_observer({[](void* user, int, int, const int32_t* ids, const float*, int k) {
+                                         auto* v = static_cast<std::vector<int>*>(user);
+                                         v->insert(v->end(), ids, ids + k);
+                                     },
+                                     &routed});
+            const std::vector<int32_t> prompt = {1, 15, 27, 3, 99};
+            device.eval(prompt.data(), int(prompt.size()));
+            host.eval(prompt.data(), int(prompt.size()));
+            for (int32_t t : {7, 8, 9, 250}) {
+                device.eval(&t, 1);
+                host.eval(&t, 1);
+                const std::vector<float> d(device.logits(), device.logits() + vocab), h(host.logits(), host.logits() + vocab);
+#if defined(COLIBRI_CUDA_EMULATED)
+                CHECK(d == h); // the same expf on both sides: the same bits
+#else
+                check_close(d, h, 1e-5f);
+#endif
+            }
+            CHECK(!routed.empty());
+        }
+    }
+}
+
+TEST_CASE("a MoE step on the device breaks routing ties to the lower expert and renormalises when asked") {
+    if (!gpu_present()) return;
+    const int dim = 64, n_ff = 32, n_expert = 6, k = 2;
+    // a router of zeros: every expert equally likely, so experts 0 and 1 are chosen
+    const test::test_matrix router = [] {
+        test::test_matrix m = test::make_matrix(format::dtype::f32, n_expert, dim, 1);
+        std::fill(m.bytes.begin(), m.bytes.end(), uint8_t(0));
+        return m;
+    }();
+    std::vector<test::test_matrix> mats;
+    for (int e = 0; e < n_expert; ++e) {
+        mats.push_back(test::make_matrix(format::dtype::q8_0x8, n_ff, dim, uint64_t(100 + 3 * e)));
+        mats.push_back(test::make_matrix(format::dtype::q8_0x8, n_ff, dim, uint64_t(101 + 3 * e)));
+        mats.push_back(test::make_matrix(format::dtype::q8_0x8, dim, n_ff, uint64_t(102 + 3 * e)));
+    }
+    std::vector<expert_weights> experts(n_expert);
+    for (int e = 0; e < n_expert; ++e) experts[size_t(e)] = {&mats[size_t(3 * e)].view, &mats[size_t(3 * e + 1)].view, &mats[size_t(3 * e + 2)].view};
+    const std::vector<float> x = test::random_floats(dim, 5);
+    for (bool renorm : {false, true}) {
+        CAPTURE(renorm);
+        // the reference: experts 0 and 1 with weight 1/6 each (1/2 renormalised), in order
+        auto cpu = cpu_reference();
+        buffers bc(*cpu);
+        const float* xc = bc.put(x);
+        float* g = bc.zeros(size_t(k) * n_ff);
+        float* u = bc.zeros(size_t(k) * n_ff);
+        float* y = bc.zeros(size_t(k) * dim);
+        const ffn_job jobs[2] = {{experts[0].gate, experts[0].up, experts[0].down, xc, 1, nullptr, g, u, y},
+                                 {experts[1].gate, experts[1].up, experts[1].down, xc, 1, nullptr, g + n_ff, u + n_ff, y + dim}};
+        cpu->ffn_many(jobs, 2);
+        const float w = renorm ? 0.5f : 1.0f / n_expert;
+        const std::vector<int32_t> index = {0, 1};
+        const std::vector<float> weight = {w, w};
+        float* want = bc.zeros(dim);
+        cpu->weighted_sum_rows(want, y, index.data(), weight.data(), 1, k, dim);
+
+        auto gpu = make_cuda_backend(cuda_options{});
+        buffers bg(*gpu);
+        float* got = bg.zeros(dim);
+        const moe_step step{&router.view, experts.data(), n_expert, k, renorm, nullptr, nullptr, bg.put(x), got};
+        REQUIRE(gpu->moe_one(step));
+        check_close(bg.get(got, dim), bc.get(want, dim), 1e-5f);
     }
 }
