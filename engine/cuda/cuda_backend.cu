@@ -499,6 +499,9 @@ public:
     const expert_cache_stats& cache_stats() const { return stats_; }
     ~cuda_backend() override {
         cudaStreamSynchronize(stream_);
+        for (auto& [key, g] : steps_) {
+            if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+        }
         weights_.clear();
         for (auto& s : scratch_) s = device_memory();
         scores_ = device_memory();
@@ -516,6 +519,10 @@ public:
     const float* to_host(const float* p, size_t n, std::vector<float>& staging) override {
         select();
         if (staging.size() < n) staging.resize(n);
+        if (capturing_) { // the host cannot wait in a recording: the step is run plainly instead
+            capture_failed_ = true;
+            return staging.data();
+        }
         COLIBRI_CUDA(cudaMemcpyAsync(staging.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
         COLIBRI_CUDA(cudaStreamSynchronize(stream_));
         return staging.data();
@@ -593,7 +600,7 @@ public:
 
     void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) override {
         select();
-        const int32_t* p = upload(pos, size_t(n), 1);
+        const int32_t* p = upload(pos, size_t(n), position_slot);
         const int64_t pairs = int64_t(n) * n_heads * (head_dim / 2);
         COLIBRI_LAUNCH(rope_kernel, blocks_for(pairs, 256), 256, 0, stream_)(x, pairs, n_heads, head_dim, p, theta);
         COLIBRI_LAUNCHED("rope");
@@ -601,7 +608,7 @@ public:
 
     void attention(const attention_args& a) override {
         select();
-        const int32_t* p = upload(a.pos, size_t(a.n), 1);
+        const int32_t* p = upload(a.pos, size_t(a.n), position_slot);
         const int64_t stored = int64_t(a.n) * a.n_head_kv * a.head_dim;
         COLIBRI_LAUNCH(kv_store_kernel, blocks_for(stored, 256), 256, 0, stream_)(a.k_new, a.v_new, a.k_cache, a.v_cache, a.kv_f16, p, a.n,
                                                                      a.n_head_kv, a.head_dim, a.n_ctx);
@@ -694,8 +701,76 @@ public:
         return true;
     }
 
+    // ---- one-token steps as CUDA graphs ----
+
+    bool step_replay(const void* key, int32_t pos) override {
+        auto it = steps_.find(key);
+        if (it == steps_.end() || it->second.exec == nullptr) return false;
+        select();
+        set_step_position(pos);
+        COLIBRI_CUDA(cudaGraphLaunch(it->second.exec, stream_));
+        return true;
+    }
+
+    // The first step of a key runs plainly (it copies weights in and sizes the scratch
+    // buffers), the second is recorded. Not under a weight budget: its copies follow the
+    // routing.
+    bool step_begin(const void* key, int32_t pos) override {
+        step_graph& g = steps_[key];
+        if (g.give_up || g.steps++ == 0 || !expert_of_.empty()) return false;
+        select();
+        set_step_position(pos);
+        COLIBRI_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        capturing_ = true;
+        capture_failed_ = false;
+        return true;
+    }
+
+    bool step_end(const void* key) override {
+        capturing_ = false;
+        cudaGraph_t graph = nullptr;
+        COLIBRI_CUDA(cudaStreamEndCapture(stream_, &graph));
+        step_graph& g = steps_[key];
+        if (capture_failed_) {
+            cudaGraphDestroy(graph);
+            g.give_up = true;
+            return false;
+        }
+        const cudaError_t made = cudaGraphInstantiate(&g.exec, graph, 0);
+        cudaGraphDestroy(graph);
+        COLIBRI_CUDA(made);
+        COLIBRI_CUDA(cudaGraphLaunch(g.exec, stream_)); // the recorded step has not run yet
+        return true;
+    }
+
+    void step_forget(const void* key) override {
+        auto it = steps_.find(key);
+        if (it == steps_.end()) return;
+        if (it->second.exec != nullptr) {
+            cudaStreamSynchronize(stream_);
+            cudaGraphExecDestroy(it->second.exec);
+        }
+        steps_.erase(it);
+    }
+
 private:
     void select() const { COLIBRI_CUDA(cudaSetDevice(device_)); }
+
+    void set_step_position(int32_t pos) {
+        step_position_host_ = pos;
+        COLIBRI_CUDA(cudaMemcpyAsync(step_position_.get(), &step_position_host_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    }
+
+    struct step_graph {
+        int steps = 0;       // steps begun
+        bool give_up = false; // a step could not be recorded: run them plainly
+        cudaGraphExec_t exec = nullptr;
+    };
+    std::unordered_map<const void*, step_graph> steps_;
+    bool capturing_ = false, capture_failed_ = false;
+    device_memory step_position_{sizeof(int32_t)};
+    int32_t step_position_host_ = 0;
+    static constexpr int position_slot = 1;
 
     // ---- routing on the device ----
 
@@ -764,6 +839,10 @@ private:
     // m holds at least `bytes`, once the operations queued with its old memory are done.
     void grow(device_memory& m, size_t bytes) {
         if (bytes <= m.bytes()) return;
+        if (capturing_) { // not while recording: the recorded step is dropped
+            capture_failed_ = true;
+            return;
+        }
         COLIBRI_CUDA(cudaStreamSynchronize(stream_));
         m.reserve(bytes);
     }
@@ -772,6 +851,13 @@ private:
     // before the operations queued with it have read it).
     template <class T>
     const T* upload(const T* host, size_t n, int slot) {
+        if (capturing_) {
+            // a recorded step reads its one position from step_position_, set before each
+            // replay; any other host array would be baked in: the step is not recorded
+            if (slot == position_slot && n == 1) return reinterpret_cast<const T*>(step_position_.get());
+            capture_failed_ = true;
+            return reinterpret_cast<const T*>(step_position_.get());
+        }
         device_memory& m = scratch_[size_t(slot)];
         grow(m, std::max<size_t>(n, 1) * sizeof(T));
         COLIBRI_CUDA(cudaMemcpyAsync(m.get(), host, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
@@ -786,6 +872,11 @@ private:
         }
         auto it = weights_.find(w.data);
         if (it != weights_.end()) return it->second;
+        if (capturing_) { // no copies while recording (the first, plain step made them)
+            capture_failed_ = true;
+            static const device_weights none{};
+            return none;
+        }
         const packed_weights p = pack_for_device(w);
         device_weights d{p.kind, p.rows, p.cols, p.row_value_bytes(), device_memory(p.values.size()),
                          device_memory(p.scales.size() * sizeof(float))};

@@ -108,10 +108,27 @@ bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& st
         pos_[t] = n_past + t;
     }
 
-    const int n_embd = static_cast<int>(hp.n_embd);
     // the batch's cache rows hold memory from its first layer on, finished or not
     high_water_ = std::max(high_water_, n_past + n);
     be_.embed(model_.token_embd(), tokens, n, hp.embedding_scale, x_->data()); // [n, n_embd]
+    // One token: the backend may run the step from a recording of an earlier one, or record
+    // this one (a recorded step is not abandoned between its layers).
+    if (n > 1 || !be_.step_replay(this, pos_[0])) {
+        const bool recording = n == 1 && be_.step_begin(this, pos_[0]);
+        if (!forward(n, recording ? std::function<bool()>() : stop)) return false;
+        if (recording && !be_.step_end(this)) forward(n, {});
+    }
+    history_.insert(history_.end(), tokens, tokens + n); // within the reserved capacity
+    const int rows = all_logits_ ? n : 1;
+    logits_host_ = be_.to_host(logits_->data(), size_t(rows) * hp.n_vocab, logits_staging_);
+    return true;
+}
+
+session::~session() { be_.step_forget(this); }
+
+bool session::forward(int n, const std::function<bool()>& stop) {
+    const hparams& hp = model_.hp();
+    const int n_embd = static_cast<int>(hp.n_embd);
     for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
         // abandoned between layers: nothing is appended, and the next batch at these
         // positions overwrites what this one stored
@@ -119,8 +136,6 @@ bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& st
         attention_block(il, n);
         ffn_block(il, n);
     }
-    history_.insert(history_.end(), tokens, tokens + n); // within the reserved capacity
-
     // LM head on the rows the caller wants
     const int first = all_logits_ ? 0 : n - 1;
     const int rows = n - first;
@@ -128,7 +143,6 @@ bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& st
     be_.rmsnorm(x_last, model_.output_norm(), rows, n_embd, hp.norm_eps, xn_->data());
     be_.matmul(model_.output(), xn_->data(), rows, logits_->data());
     if (hp.logit_scale != 1.0f) be_.scale(logits_->data(), int64_t(rows) * hp.n_vocab, hp.logit_scale);
-    logits_host_ = be_.to_host(logits_->data(), size_t(rows) * hp.n_vocab, logits_staging_);
     return true;
 }
 

@@ -34,13 +34,17 @@ public:
     /// n_ctx: KV cache length (0: default_ctx or the model's, if shorter); n_batch: most tokens per eval() call;
     /// all_logits: keep logits of every token of a batch, not only the last.
     session(const model& m, backend& be, int n_ctx, int n_batch = default_batch, bool all_logits = false);
+    ~session();
+    session(const session&) = delete;
+    session& operator=(const session&) = delete;
 
     /// Runs tokens [0, n) at positions n_past() .. n_past()+n-1 and appends them to the cache.
     /// Throws colibri::error before computing anything when n exceeds the batch size, the
     /// context would overflow, or a token id is outside the vocabulary. `stop`, when set, is
     /// asked between layers: when it returns true the batch is abandoned and false returned,
     /// the history and logits as before the call (a 128-token batch takes about 0.1 s and a
-    /// layer of it a few milliseconds; a decode step's layer a fraction of one).
+    /// layer of it a few milliseconds; a decode step's layer a fraction of one). A one-token
+    /// step the backend runs from a recording (backend::step_replay) is not abandoned.
     bool eval(const int32_t* tokens, int n, const std::function<bool()>& stop = {});
 
     /// Logits of the last evaluated token [n_vocab], or of every token of the last batch
@@ -63,6 +67,9 @@ public:
     size_t memory_bytes() const;
 
 private:
+    // The layers and the LM head on the batch already embedded in x_; false when stop()
+    // abandoned it between layers.
+    bool forward(int n, const std::function<bool()>& stop);
     void attention_block(int il, int n);
     void ffn_block(int il, int n);
     void moe(const layer_weights& l, int n);

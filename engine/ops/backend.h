@@ -138,6 +138,30 @@ public:
         (void)step;
         return false;
     }
+
+    /// A one-token step recorded once and replayed, for a device that launches a recording
+    /// (a CUDA graph) faster than its operations one by one. For a step of `key` (a
+    /// session) at position `pos`: step_replay runs the step from its recording when there is
+    /// one (true); otherwise step_begin says whether this step's operations are to be
+    /// recorded instead of run, and step_end then ends the recording and runs it, or returns
+    /// false when the step could not be recorded (the caller runs its operations again).
+    /// step_forget drops a key's recording. A recorded step reads its position from the
+    /// backend, so every later step of the key replays it.
+    virtual bool step_replay(const void* key, int32_t pos) {
+        (void)key;
+        (void)pos;
+        return false;
+    }
+    virtual bool step_begin(const void* key, int32_t pos) {
+        (void)key;
+        (void)pos;
+        return false;
+    }
+    virtual bool step_end(const void* key) {
+        (void)key;
+        return true;
+    }
+    virtual void step_forget(const void* key) { (void)key; }
     /// out[t] = sum over i < k of weight[t * k + i] * rows[index[t * k + i]], for n rows of
     /// dim floats: each term added onto the sum before it (from zero) in the order of i,
     /// element by element as add_scaled adds.

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #define __global__
@@ -186,6 +187,13 @@ inline void run_block(const std::function<void()>& body, unsigned threads, size_
     run = nullptr;
 }
 
+// Stream capture: while a stream is captured, launches are recorded (their arguments by
+// value) instead of run; a graph launch runs them in order.
+struct recording {
+    std::vector<std::function<void()>> launches;
+};
+inline recording* capturing = nullptr;
+
 // kernel<<<grid, block, shared>>>(args...): every block in turn.
 template <class... P>
 struct launcher {
@@ -194,14 +202,21 @@ struct launcher {
     size_t shared;
     template <class... A>
     void operator()(A&&... args) const {
-        grid_dim = grid;
-        block_dim = block;
-        const std::function<void()> body = [&] { kernel(static_cast<P>(args)...); };
-        for (unsigned y = 0; y < grid.y; ++y) {
-            for (unsigned x = 0; x < grid.x; ++x) {
-                block_idx = dim3(x, y);
-                run_block(body, block.x, shared);
+        auto run_all = [k = kernel, g = grid, b = block, s = shared](P... a) {
+            grid_dim = g;
+            block_dim = b;
+            const std::function<void()> body = [&] { k(a...); };
+            for (unsigned y = 0; y < g.y; ++y) {
+                for (unsigned x = 0; x < g.x; ++x) {
+                    block_idx = dim3(x, y);
+                    run_block(body, b.x, s);
+                }
             }
+        };
+        if (capturing != nullptr) {
+            capturing->launches.push_back([run_all, t = std::make_tuple(static_cast<P>(args)...)] { std::apply(run_all, t); });
+        } else {
+            run_all(static_cast<P>(args)...);
         }
     }
 };
@@ -236,7 +251,10 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
 
 // ---- the runtime API ----
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1 };
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorStreamCaptureUnsupported = 900 };
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
+using cudaGraph_t = colibri::emulation::recording*;
+using cudaGraphExec_t = colibri::emulation::recording*;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
 using cudaStream_t = struct emulated_stream*;
@@ -246,7 +264,13 @@ struct cudaDeviceProp {
     char name[256];
 };
 
-inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+inline const char* cudaGetErrorString(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : e == cudaErrorStreamCaptureUnsupported ? "operation not permitted when stream is capturing" : "emulated error";
+}
+// What CUDA refuses while a stream is captured (copies from pageable memory, waits).
+inline cudaError_t not_while_capturing() {
+    return colibri::emulation::capturing != nullptr ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) {
     *n = 1;
@@ -262,6 +286,7 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+    if (not_while_capturing() != cudaSuccess) return not_while_capturing();
     *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
     return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
@@ -275,6 +300,7 @@ inline cudaError_t cudaMemset(void* p, int v, size_t n) {
 }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
+    if (not_while_capturing() != cudaSuccess) return not_while_capturing();
     std::memcpy(d, s, n);
     return cudaSuccess;
 }
@@ -282,7 +308,34 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
     *s = nullptr;
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return not_while_capturing(); }
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+    if (colibri::emulation::capturing != nullptr) return cudaErrorInvalidValue;
+    colibri::emulation::capturing = new colibri::emulation::recording;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
+    *g = colibri::emulation::capturing;
+    colibri::emulation::capturing = nullptr;
+    return *g != nullptr ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsigned long long) {
+    *e = new colibri::emulation::recording(*g);
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
+    if (not_while_capturing() != cudaSuccess) return not_while_capturing();
+    for (const auto& launch : e->launches) launch();
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    delete g;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+    delete e;
+    return cudaSuccess;
+}
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
     *e = nullptr;
