@@ -483,6 +483,86 @@ __global__ void read_kernel(const int4* p, int64_t n, int* sink) {
     if (acc == 0x7fffffff) *sink = acc;
 }
 
+// One token's attention split across the sequence (flash-decoding): block (h, s) takes
+// query head h over cache rows [s * attention_chunk, ...) up to pos[0], its scores in shared
+// memory, and leaves its maximum score, the sum of exp(score - max) and the values weighted
+// by those (unnormalised) in `partial` ([n_head][splits][head_dim + 2]). A split past the
+// token's position leaves max -inf and nothing else. Dynamic shared memory: head_dim +
+// attention_chunk floats.
+constexpr int attention_chunk = 256;
+
+template <bool F16>
+__global__ void attention_split_kernel(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
+                                       int n_head, int n_head_kv, int head_dim, int n_ctx, float scale, float* partial) {
+    COLIBRI_DYNAMIC_SHARED(float, shared_mem);
+    __shared__ float shared[32];
+    float* q_s = shared_mem;
+    float* s = shared_mem + head_dim;
+    const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+    const int kvh = h / (n_head / n_head_kv);
+    const int len = pos[0] + 1, first = split * attention_chunk, last = min(len, first + attention_chunk);
+    float* out = partial + (int64_t(h) * splits + split) * (head_dim + 2);
+    if (first >= last) { // every thread the same: no synchronisation skipped by some only
+        if (threadIdx.x == 0) {
+            out[head_dim] = -INFINITY;
+            out[head_dim + 1] = 0.0f;
+        }
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) out[d] = 0.0f;
+        return;
+    }
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q_s[d] = q[int64_t(h) * head_dim + d];
+    __syncthreads();
+    const int64_t base = int64_t(kvh) * n_ctx * head_dim;
+    float m = -INFINITY;
+    for (int j = first + int(threadIdx.x); j < last; j += blockDim.x) {
+        const int64_t row = base + int64_t(j) * head_dim;
+        float dot = 0.0f;
+        for (int d = 0; d < head_dim; ++d) dot += q_s[d] * cache_at<F16>(k_cache, row + d);
+        dot *= scale;
+        s[j - first] = dot;
+        m = fmaxf(m, dot);
+    }
+    m = block_reduce<true>(m, shared);
+    float sum = 0.0f;
+    for (int j = first + int(threadIdx.x); j < last; j += blockDim.x) {
+        const float e = expf(s[j - first] - m);
+        s[j - first] = e;
+        sum += e;
+    }
+    sum = block_reduce<false>(sum, shared); // also orders the writes to s before the reads below
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = first; j < last; ++j) acc += s[j - first] * cache_at<F16>(v_cache, base + int64_t(j) * head_dim + d);
+        out[d] = acc;
+    }
+    if (threadIdx.x == 0) {
+        out[head_dim] = m;
+        out[head_dim + 1] = sum;
+    }
+}
+
+// The splits of each query head (blockIdx.x) put together: every split's sums rescaled to
+// the largest maximum, then divided by the total.
+__global__ void attention_combine_kernel(const float* partial, int splits, int head_dim, float* out) {
+    const int h = blockIdx.x;
+    const float* p = partial + int64_t(h) * splits * (head_dim + 2);
+    float m = -INFINITY;
+    for (int s = 0; s < splits; ++s) m = fmaxf(m, p[int64_t(s) * (head_dim + 2) + head_dim]);
+    float total = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+        const float* ps = p + int64_t(s) * (head_dim + 2);
+        if (ps[head_dim + 1] > 0.0f) total += ps[head_dim + 1] * expf(ps[head_dim] - m);
+    }
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < splits; ++s) {
+            const float* ps = p + int64_t(s) * (head_dim + 2);
+            if (ps[head_dim + 1] > 0.0f) acc += ps[d] * expf(ps[head_dim] - m);
+        }
+        out[int64_t(h) * head_dim + d] = acc / total;
+    }
+}
+
 int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
 
 class cuda_backend final : public backend {
@@ -613,6 +693,21 @@ public:
         COLIBRI_LAUNCH(kv_store_kernel, blocks_for(stored, 256), 256, 0, stream_)(a.k_new, a.v_new, a.k_cache, a.v_cache, a.kv_f16, p, a.n,
                                                                      a.n_head_kv, a.head_dim, a.n_ctx);
         COLIBRI_LAUNCHED("kv_store");
+        if (a.n == 1) {
+            // split across the whole context, so that the grid is the same at every position
+            // (a recorded step replays it) and a long context keeps every multiprocessor busy
+            const int splits = (a.n_ctx + attention_chunk - 1) / attention_chunk;
+            grow(scores_, size_t(a.n_head) * size_t(splits) * size_t(a.head_dim + 2) * sizeof(float));
+            float* partial = static_cast<float*>(scores_.get());
+            const size_t shared = size_t(a.head_dim + attention_chunk) * sizeof(float);
+            const auto kernel = a.kv_f16 ? attention_split_kernel<true> : attention_split_kernel<false>;
+            COLIBRI_LAUNCH(kernel, dim3(unsigned(a.n_head), unsigned(splits)), 128, shared, stream_)(
+                a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim, a.n_ctx, a.scale, partial);
+            COLIBRI_LAUNCHED("attention_split");
+            COLIBRI_LAUNCH(attention_combine_kernel, a.n_head, 128, 0, stream_)(partial, splits, a.head_dim, a.out);
+            COLIBRI_LAUNCHED("attention_combine");
+            return;
+        }
         const int heads = a.n * a.n_head;
         grow(scores_, size_t(heads) * size_t(a.n_ctx) * sizeof(float));
         float* scores = static_cast<float*>(scores_.get());

@@ -5,6 +5,7 @@
 
 #include "api/runtime.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_query.h"
 #include "cuda/device_weights.h"
@@ -488,5 +489,53 @@ TEST_CASE("a MoE step on the device breaks routing ties to the lower expert and 
         const moe_step step{&router.view, experts.data(), n_expert, k, renorm, nullptr, nullptr, bg.put(x), got};
         REQUIRE(gpu->moe_one(step));
         check_close(bg.get(got, dim), bc.get(want, dim), 1e-5f);
+    }
+}
+
+TEST_CASE("one token attends over a long cache split across the sequence as the CPU does") {
+    if (!gpu_present()) return;
+    for (bool f16 : {true, false}) {
+        for (int hd : {64, 128}) {
+            for (int at : {0, 255, 256, 600, 767}) {
+                CAPTURE(f16);
+                CAPTURE(hd);
+                CAPTURE(at);
+                const int n_head = 8, n_head_kv = 2, n_ctx = 768;
+                // the cache's earlier rows as stored ([kv head][position][dim], f16 or f32)
+                const std::vector<float> rows = test::random_floats(size_t(n_head_kv) * n_ctx * hd, uint64_t(at + hd));
+                std::vector<float> cache((rows.size() * (f16 ? 2 : 4) + 3) / 4);
+                if (f16) {
+                    std::vector<uint16_t> h(rows.size());
+                    for (size_t i = 0; i < rows.size(); ++i) h[i] = f32_to_f16(rows[i]);
+                    std::memcpy(cache.data(), h.data(), h.size() * 2);
+                } else {
+                    cache = rows;
+                }
+                const std::vector<float> q = test::random_floats(size_t(n_head) * hd, 7, 0.5f);
+                const std::vector<float> k = test::random_floats(size_t(n_head_kv) * hd, 8);
+                const std::vector<float> v = test::random_floats(size_t(n_head_kv) * hd, 9);
+                const std::vector<int32_t> pos = {at};
+                compare([&](backend& be, buffers& b) {
+                    attention_args a{};
+                    a.q = b.put(q);
+                    a.k_new = b.put(k);
+                    a.v_new = b.put(v);
+                    a.k_cache = b.put(cache);
+                    a.v_cache = b.put(cache);
+                    a.kv_f16 = f16;
+                    a.pos = pos.data();
+                    a.out = b.zeros(size_t(n_head) * hd);
+                    a.scratch = b.zeros(size_t(be.n_threads()) * (n_head / n_head_kv) * n_ctx);
+                    a.n = 1;
+                    a.n_ctx = n_ctx;
+                    a.n_head = n_head;
+                    a.n_head_kv = n_head_kv;
+                    a.head_dim = hd;
+                    a.scale = 1.0f / std::sqrt(float(hd));
+                    be.attention(a);
+                    return b.get(a.out, size_t(n_head) * hd);
+                });
+            }
+        }
     }
 }
