@@ -112,9 +112,11 @@ bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& st
     high_water_ = std::max(high_water_, n_past + n);
     be_.embed(model_.token_embd(), tokens, n, hp.embedding_scale, x_->data()); // [n, n_embd]
     // One token: the backend may run the step from a recording of an earlier one, or record
-    // this one (a recorded step is not abandoned between its layers).
-    if (n > 1 || !be_.step_replay(this, pos_[0])) {
-        const bool recording = n == 1 && be_.step_begin(this, pos_[0]);
+    // this one (a recorded step is not abandoned between its layers, and has no routing
+    // observer: that needs the routing on the host).
+    const bool replayable = n == 1 && observer_.fn == nullptr;
+    if (!replayable || !be_.step_replay(this, pos_[0])) {
+        const bool recording = replayable && be_.step_begin(this, pos_[0]);
         if (!forward(n, recording ? std::function<bool()>() : stop)) return false;
         if (recording && !be_.step_end(this)) forward(n, {});
     }

@@ -443,6 +443,18 @@ TEST_CASE("routing on the device picks the experts and weights the session picks
 #endif
             }
             CHECK(!routed.empty());
+            // an observer set once steps replay from a graph still sees every layer's routing
+            std::vector<int> late;
+            device.set_route_observer({[](void* user, int, int, const int32_t* ids, const float*, int k) {
+                                           auto* v = static_cast<std::vector<int>*>(user);
+                                           v->insert(v->end(), ids, ids + k);
+                                       },
+                                       &late});
+            const int32_t t = 11;
+            device.eval(&t, 1);
+            int moe_layers = 0;
+            for (const layer_weights& l : rt->mdl->layers()) moe_layers += l.is_moe() ? 1 : 0;
+            CHECK(late.size() == size_t(moe_layers) * rt->mdl->hp().n_expert_used);
         }
     }
 }
