@@ -1,14 +1,17 @@
 // The backend operations as CUDA kernels on one stream. Weights are repacked on the host
-// (device_weights.h) and copied to the device when an operation first uses them.
+// (device_weights.h) and copied to the device when an operation first uses them, or, under
+// a weight budget, routed experts into per-layer slots when a token needs them.
 //
 // The kernels are the straightforward ones, each checked against the CPU backend by the
-// `gpu` tests (tests/engine/test_cuda_backend.cpp):
+// `gpu` tests (tests/engine/test_cuda_backend.cpp, also run on a CPU emulation of CUDA):
 // - matrix products: one warp per output row, each lane a block of 32 weights at a time
 //   (16-byte loads, dequantised in registers), up to eight tokens per pass over the row;
-// - attention: one thread block per token and query head, its scores in device scratch;
+// - attention: one token split across the context in chunks, a batch one thread block per
+//   token and query head;
+// - one token's MoE layer routed on the device (moe_one);
 // - the rest element by element, RMSNorm one block per row.
 // Host arrays an operation takes (positions, token rows, expert weights) are copied to
-// the device with it, in stream order.
+// the device with it, in stream order. A session's decode steps run as a CUDA graph.
 
 #include "cuda/cuda_backend.h"
 
@@ -576,7 +579,6 @@ public:
         if (o.weight_budget > 0) plan_expert_cache(o);
     }
 
-    const expert_cache_stats& cache_stats() const { return stats_; }
     ~cuda_backend() override {
         cudaStreamSynchronize(stream_);
         for (auto& [key, g] : steps_) {
@@ -590,6 +592,7 @@ public:
 
     std::string name() const override { return name_; }
     int n_threads() const override { return 1; }
+    const expert_cache_stats& cache_stats() const { return stats_; }
 
     std::unique_ptr<device_buffer> alloc(size_t n) override {
         select();

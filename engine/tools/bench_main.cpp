@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <sys/resource.h>
@@ -127,6 +128,17 @@ void reset_peak_rss() {
     std::ofstream("/proc/self/clear_refs") << "5"; // 5: the high-water mark back to the current RSS
 }
 
+// The JSON line write() prints: appended to json_file when set, on stdout when asked.
+void emit_json(const std::function<void(FILE*)>& write, const std::string& json_file, bool to_stdout) {
+    if (!json_file.empty()) {
+        FILE* f = std::fopen(json_file.c_str(), "a");
+        if (f == nullptr) throw error(errc::io, json_file + ": cannot open");
+        write(f);
+        std::fclose(f);
+    }
+    if (to_stdout) write(stdout);
+}
+
 // --device cuda:N: prefill and decode on the GPU against its measured read bandwidth. The
 // GPU's bandwidth does not move with other tenants' load: one probe per repetition.
 int run_on_device(const std::string& model_path, const std::string& device, size_t weight_budget, int prompt_tokens,
@@ -210,16 +222,8 @@ int run_on_device(const std::string& model_path, const std::string& device, size
                      tt.max, weight_budget >> 20, decode_cache.slots_per_layer, hit_rate, double(decode_cache.misses) / decoded,
                      double(decode_cache.bytes_copied) / decoded);
     };
-    if (!json_file.empty()) {
-        FILE* out = std::fopen(json_file.c_str(), "a");
-        if (out == nullptr) throw error(errc::io, json_file + ": cannot open");
-        write_json(out);
-        std::fclose(out);
-    }
-    if (json) {
-        write_json(stdout);
-        return 0;
-    }
+    emit_json(write_json, json_file, json);
+    if (json) return 0;
     std::printf("model %s: %s, %s weights, on %s\n", model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(),
                 weight_type.c_str(), rt->be->name().c_str());
     std::printf("load to ready %.1f ms (process start to ready %.1f ms); weights copied to the device during the first "
@@ -516,15 +520,8 @@ int main(int argc, char** argv) {
             }
             std::fprintf(f, "]}\n");
         };
-        if (!json_file.empty()) {
-            FILE* f = std::fopen(json_file.c_str(), "a");
-            if (f == nullptr) throw error(errc::io, json_file + ": cannot open");
-            write_json(f);
-            std::fclose(f);
-        }
-        if (json) {
-            write_json(stdout);
-        } else {
+        emit_json(write_json, json_file, json);
+        if (!json) {
             std::printf("model %s: %s, %s weights, %.1f MiB, %.1fM parameters (%.1fM active), %s kernels%s\n",
                         model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
                         rt->mdl->file().file_size() / 1048576.0, rt->mdl->n_params() / 1e6,

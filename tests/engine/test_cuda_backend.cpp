@@ -88,6 +88,18 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
     CHECK(worst <= tol * (1.0f + scale));
 }
 
+// f() throws colibri::error with `code`, its message naming `says`.
+template <class F>
+void check_refused(F&& f, errc code, const std::string& says) {
+    try {
+        f();
+        FAIL("accepted");
+    } catch (const error& e) {
+        CHECK(e.code() == code);
+        CHECK(std::string(e.what()).find(says) != std::string::npos);
+    }
+}
+
 // f(backend, its buffers) on the CPU reference and on the device; the two results close.
 void compare(const std::function<std::vector<float>(backend&, buffers&)>& f, float tol = 1e-4f) {
     auto cpu = cpu_reference();
@@ -102,25 +114,9 @@ void compare(const std::function<std::vector<float>(backend&, buffers&)>& f, flo
 
 TEST_CASE("without a usable GPU the CUDA backend is refused with the reason") {
     std::string why;
-    if (cuda_device_count(why) > 0) {
-        try {
-            cuda_options o;
-            o.device = 99;
-            make_cuda_backend(o);
-            FAIL("device 99 accepted");
-        } catch (const error& e) {
-            CHECK(e.code() == errc::unsupported);
-            CHECK(std::string(e.what()).find("cuda:99") != std::string::npos);
-        }
-        return;
-    }
-    try {
-        make_cuda_backend(cuda_options{});
-        FAIL("accepted without a GPU");
-    } catch (const error& e) {
-        CHECK(e.code() == errc::unsupported);
-        CHECK(std::string(e.what()).find("cuda:0") != std::string::npos);
-    }
+    cuda_options o;
+    if (cuda_device_count(why) > 0) o.device = 99; // with a GPU: one that is not there
+    check_refused([&] { make_cuda_backend(o); }, errc::unsupported, "cuda:" + std::to_string(o.device));
 }
 
 TEST_CASE("matrix products of every weight type match the CPU's on the device") {
@@ -402,13 +398,7 @@ TEST_CASE("under a device weight budget experts are copied in when used - the lo
     CHECK(cuda_expert_cache_stats(*all->be).misses == 0);
 
     // a budget that does not hold the rest of the model is refused, saying how much it needs
-    try {
-        load_runtime(path, "cuda:0", 0, false, dense / 2);
-        FAIL("a budget under the dense weights accepted");
-    } catch (const error& e) {
-        CHECK(e.code() == errc::out_of_memory);
-        CHECK(std::string(e.what()).find("budget") != std::string::npos);
-    }
+    check_refused([&] { load_runtime(path, "cuda:0", 0, false, dense / 2); }, errc::out_of_memory, "budget");
 }
 
 TEST_CASE("routing on the device picks the experts and weights the session picks on the host") {
