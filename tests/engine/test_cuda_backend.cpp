@@ -88,6 +88,37 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
     CHECK(worst <= tol * (1.0f + scale));
 }
 
+struct attention_shape {
+    int n_head, n_head_kv, head_dim, n_ctx;
+    bool f16;
+};
+
+// Attention of the tokens at positions pos (queries, their keys and values from the host)
+// over the caches on be; its outputs.
+std::vector<float> attend(backend& be, buffers& b, const attention_shape& s, float* k_cache, float* v_cache,
+                          const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                          const std::vector<int32_t>& pos) {
+    attention_args a{};
+    a.q = b.put(q);
+    a.k_new = b.put(k);
+    a.v_new = b.put(v);
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.kv_f16 = s.f16;
+    a.pos = pos.data();
+    a.n = int(pos.size());
+    const size_t out = pos.size() * size_t(s.n_head) * size_t(s.head_dim);
+    a.out = b.zeros(out);
+    a.scratch = b.zeros(size_t(be.n_threads()) * size_t(s.n_head / s.n_head_kv) * size_t(s.n_ctx));
+    a.n_ctx = s.n_ctx;
+    a.n_head = s.n_head;
+    a.n_head_kv = s.n_head_kv;
+    a.head_dim = s.head_dim;
+    a.scale = 1.0f / std::sqrt(float(s.head_dim));
+    be.attention(a);
+    return b.get(a.out, out);
+}
+
 // f() throws colibri::error with `code`, its message naming `says`.
 template <class F>
 void check_refused(F&& f, errc code, const std::string& says) {
@@ -269,24 +300,8 @@ TEST_CASE("attention over f16 and f32 caches matches the CPU's on the device") {
                     const auto rows = [&](const std::vector<float>& v, size_t width) {
                         return std::vector<float>(v.begin() + ptrdiff_t(at * width), v.begin() + ptrdiff_t((at + len) * width));
                     };
-                    attention_args a{};
-                    a.q = b.put(rows(queries, q_dim));
-                    a.k_new = b.put(rows(keys, kv_dim));
-                    a.v_new = b.put(rows(values, kv_dim));
-                    a.k_cache = k_cache;
-                    a.v_cache = v_cache;
-                    a.kv_f16 = f16;
-                    a.pos = pos.data();
-                    a.out = b.zeros(size_t(len) * q_dim);
-                    a.scratch = b.zeros(size_t(be.n_threads()) * (n_head / n_head_kv) * n_ctx);
-                    a.n = len;
-                    a.n_ctx = n_ctx;
-                    a.n_head = n_head;
-                    a.n_head_kv = n_head_kv;
-                    a.head_dim = hd;
-                    a.scale = 1.0f / std::sqrt(float(hd));
-                    be.attention(a);
-                    const std::vector<float> o = b.get(a.out, size_t(len) * q_dim);
+                    const std::vector<float> o = attend(be, b, {n_head, n_head_kv, hd, n_ctx, f16}, k_cache, v_cache,
+                                                        rows(queries, q_dim), rows(keys, kv_dim), rows(values, kv_dim), pos);
                     outs.insert(outs.end(), o.begin(), o.end());
                     at += len;
                 }
@@ -518,24 +533,7 @@ TEST_CASE("one token attends over a long cache split across the sequence as the 
                 const std::vector<float> v = test::random_floats(size_t(n_head_kv) * hd, 9);
                 const std::vector<int32_t> pos = {at};
                 compare([&](backend& be, buffers& b) {
-                    attention_args a{};
-                    a.q = b.put(q);
-                    a.k_new = b.put(k);
-                    a.v_new = b.put(v);
-                    a.k_cache = b.put(cache);
-                    a.v_cache = b.put(cache);
-                    a.kv_f16 = f16;
-                    a.pos = pos.data();
-                    a.out = b.zeros(size_t(n_head) * hd);
-                    a.scratch = b.zeros(size_t(be.n_threads()) * (n_head / n_head_kv) * n_ctx);
-                    a.n = 1;
-                    a.n_ctx = n_ctx;
-                    a.n_head = n_head;
-                    a.n_head_kv = n_head_kv;
-                    a.head_dim = hd;
-                    a.scale = 1.0f / std::sqrt(float(hd));
-                    be.attention(a);
-                    return b.get(a.out, size_t(n_head) * hd);
+                    return attend(be, b, {n_head, n_head_kv, hd, n_ctx, f16}, b.put(cache), b.put(cache), q, k, v, pos);
                 });
             }
         }
