@@ -36,7 +36,10 @@
 #endif
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -577,10 +580,16 @@ public:
         name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
         COLIBRI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         if (o.weight_budget > 0) plan_expert_cache(o);
+        const char* profile = std::getenv("COLIBRI_CUDA_PROFILE");
+        profiling_ = profile != nullptr && *profile != '\0' && std::strcmp(profile, "0") != 0;
     }
 
     ~cuda_backend() override {
         cudaStreamSynchronize(stream_);
+        for (const timing& t : pending_) {
+            cudaEventDestroy(t.start);
+            cudaEventDestroy(t.stop);
+        }
         for (auto& [key, g] : steps_) {
             if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
         }
@@ -619,6 +628,7 @@ public:
 
     void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) override {
         select();
+        const op_timer timer(*this, "embed");
         // the rows on the host, from the mapped table, then one copy
         const int64_t cols = static_cast<int64_t>(table.cols());
         const uint64_t rb = format::row_bytes(table.type, table.cols());
@@ -656,6 +666,7 @@ public:
 
     void ffn_many(const ffn_job* jobs, int n_jobs) override {
         select();
+        const op_timer timer(*this, "ffn_many");
         for (int j = 0; j < n_jobs; ++j) {
             const ffn_job& f = jobs[j];
             const int32_t* rows = f.x_rows != nullptr ? upload(f.x_rows, size_t(f.n), 0) : nullptr;
@@ -668,6 +679,7 @@ public:
 
     void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override {
         select();
+        const op_timer timer(*this, "rmsnorm");
         const device_weights& d = weights(w);
         COLIBRI_LAUNCH(rmsnorm_kernel, n, 256, 0, stream_)(x, d.f32(), dim, eps, out);
         COLIBRI_LAUNCHED("rmsnorm");
@@ -675,6 +687,7 @@ public:
 
     void add_bias(float* y, const tensor_view& b, int n, int dim) override {
         select();
+        const op_timer timer(*this, "add_bias");
         const device_weights& d = weights(b);
         const int64_t total = int64_t(n) * dim;
         COLIBRI_LAUNCH(add_bias_kernel, blocks_for(total, 256), 256, 0, stream_)(y, d.f32(), total, dim);
@@ -683,6 +696,7 @@ public:
 
     void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) override {
         select();
+        const op_timer timer(*this, "rope");
         const int32_t* p = upload(pos, size_t(n), position_slot);
         const int64_t pairs = int64_t(n) * n_heads * (head_dim / 2);
         COLIBRI_LAUNCH(rope_kernel, blocks_for(pairs, 256), 256, 0, stream_)(x, pairs, n_heads, head_dim, p, theta);
@@ -691,6 +705,7 @@ public:
 
     void attention(const attention_args& a) override {
         select();
+        const op_timer timer(*this, "attention");
         const int32_t* p = upload(a.pos, size_t(a.n), position_slot);
         const int64_t stored = int64_t(a.n) * a.n_head_kv * a.head_dim;
         COLIBRI_LAUNCH(kv_store_kernel, blocks_for(stored, 256), 256, 0, stream_)(a.k_new, a.v_new, a.k_cache, a.v_cache, a.kv_f16, p, a.n,
@@ -723,18 +738,21 @@ public:
 
     void swiglu(float* gate, const float* up, int64_t n) override {
         select();
+        const op_timer timer(*this, "swiglu");
         COLIBRI_LAUNCH(swiglu_kernel, blocks_for(n, 256), 256, 0, stream_)(gate, up, n);
         COLIBRI_LAUNCHED("swiglu");
     }
 
     void add_scaled(float* x, const float* y, int64_t n, float s) override {
         select();
+        const op_timer timer(*this, "add_scaled");
         COLIBRI_LAUNCH(add_scaled_kernel, blocks_for(n, 256), 256, 0, stream_)(x, y, n, s);
         COLIBRI_LAUNCHED("add_scaled");
     }
 
     void scale(float* x, int64_t n, float s) override {
         select();
+        const op_timer timer(*this, "scale");
         COLIBRI_LAUNCH(scale_kernel, blocks_for(n, 256), 256, 0, stream_)(x, n, s);
         COLIBRI_LAUNCHED("scale");
     }
@@ -742,6 +760,7 @@ public:
     void weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
                            int dim) override {
         select();
+        const op_timer timer(*this, "weighted_sum_rows");
         const int32_t* idx = upload(index, size_t(n) * size_t(k), 2);
         const float* wt = upload(weight, size_t(n) * size_t(k), 3);
         const int64_t total = int64_t(n) * dim;
@@ -756,6 +775,7 @@ public:
     bool moe_one(const moe_step& st) override {
         if (!expert_of_.empty()) return false;
         select();
+        const op_timer timer(*this, "moe_one");
         const expert_table* table = table_for(st);
         if (table == nullptr) return false;
         const int k = st.k;
@@ -815,7 +835,7 @@ public:
     // routing.
     bool step_begin(const void* key, int32_t pos) override {
         step_graph& g = steps_[key];
-        if (g.give_up || g.steps++ == 0 || !expert_of_.empty()) return false;
+        if (g.give_up || g.steps++ == 0 || !expert_of_.empty() || profiling_) return false; // a graph hides its operations' times
         select();
         set_step_position(pos);
         COLIBRI_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -851,8 +871,84 @@ public:
         steps_.erase(it);
     }
 
+    // ---- the profile (COLIBRI_CUDA_PROFILE=1) ----
+
+    // The device time of each operation, by name: calls, total milliseconds, one line each,
+    // the longest first ("" when not profiling).
+    std::string profile_report() {
+        if (!profiling_) return {};
+        resolve_timings();
+        std::vector<std::pair<std::string, op_total>> rows(totals_.begin(), totals_.end());
+        std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+        double all = 0;
+        for (const auto& r : rows) all += r.second.ms;
+        std::string out = "device time by operation (graphs off while profiling):\n";
+        char line[160];
+        for (const auto& [name, t] : rows) {
+            std::snprintf(line, sizeof line, "  %-24s %9llu calls %10.3f ms %9.2f us each %5.1f%%\n", name.c_str(),
+                          static_cast<unsigned long long>(t.calls), t.ms, 1000.0 * t.ms / double(std::max<uint64_t>(t.calls, 1)),
+                          all > 0 ? 100.0 * t.ms / all : 0.0);
+            out += line;
+        }
+        return out;
+    }
+
 private:
     void select() const { COLIBRI_CUDA(cudaSetDevice(device_)); }
+
+    // Events around an operation on the stream, when profiling and not inside another timed
+    // operation.
+    class op_timer {
+    public:
+        op_timer(cuda_backend& be, const char* name) : be_(be), name_(name) {
+            if (!be_.profiling_ || be_.timer_depth_++ > 0) return;
+            COLIBRI_CUDA(cudaEventCreate(&start_));
+            COLIBRI_CUDA(cudaEventCreate(&stop_));
+            COLIBRI_CUDA(cudaEventRecord(start_, be_.stream_));
+        }
+        ~op_timer() {
+            if (!be_.profiling_ || --be_.timer_depth_ > 0) return;
+            cudaEventRecord(stop_, be_.stream_);
+            be_.pending_.push_back({name_, start_, stop_});
+            if (be_.pending_.size() >= 4096) be_.resolve_timings();
+        }
+        op_timer(const op_timer&) = delete;
+        op_timer& operator=(const op_timer&) = delete;
+
+    private:
+        cuda_backend& be_;
+        const char* name_;
+        cudaEvent_t start_ = nullptr, stop_ = nullptr;
+    };
+
+    // The pending events' times added to the totals (waits for the stream).
+    void resolve_timings() {
+        cudaStreamSynchronize(stream_);
+        for (const timing& t : pending_) {
+            float ms = 0.0f;
+            if (cudaEventElapsedTime(&ms, t.start, t.stop) == cudaSuccess) {
+                op_total& total = totals_[t.name];
+                ++total.calls;
+                total.ms += ms;
+            }
+            cudaEventDestroy(t.start);
+            cudaEventDestroy(t.stop);
+        }
+        pending_.clear();
+    }
+
+    struct timing {
+        const char* name;
+        cudaEvent_t start, stop;
+    };
+    struct op_total {
+        uint64_t calls = 0;
+        double ms = 0;
+    };
+    bool profiling_ = false;
+    int timer_depth_ = 0;
+    std::vector<timing> pending_;
+    std::map<std::string, op_total> totals_;
 
     void set_step_position(int32_t pos) {
         step_position_host_ = pos;
@@ -1012,6 +1108,11 @@ private:
     void product(const tensor_view& w, const float* x, const int32_t* x_rows, int n, float* y) {
         if (n <= 0) return;
         const device_weights& d = weights(w);
+        static const char* const names[2][5] = {{"product f32 1 token", "product f16 1 token", "product bf16 1 token",
+                                                 "product q8 1 token", "product q4 1 token"},
+                                                {"product f32 batch", "product f16 batch", "product bf16 batch",
+                                                 "product q8 batch", "product q4 batch"}};
+        const op_timer timer(*this, names[n > 1][int(d.kind)]);
         switch (d.kind) {
         case device_kind::f32: launch_product<device_kind::f32>(d, x, x_rows, n, y); break;
         case device_kind::f16: launch_product<device_kind::f16>(d, x, x_rows, n, y); break;
@@ -1160,6 +1261,11 @@ void require_device(int device) {
 std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
     require_device(options.device);
     return std::make_unique<cuda_backend>(options);
+}
+
+std::string cuda_profile_report(backend& be) {
+    auto* c = dynamic_cast<cuda_backend*>(&be);
+    return c != nullptr ? c->profile_report() : std::string();
 }
 
 expert_cache_stats cuda_expert_cache_stats(const backend& be) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace colibri {
@@ -47,6 +48,11 @@ std::unique_ptr<backend> make_cuda_backend(const cuda_options& options);
 /// at a time through a buffer of `bytes` in device memory, best of `passes` (colibri-bench's
 /// ceiling for decode on the device). Throws colibri::error as make_cuda_backend does.
 double measure_device_read_bandwidth(int device, size_t bytes, int passes);
+
+/// With COLIBRI_CUDA_PROFILE=1 in the environment when the backend was made, the device time
+/// of its operations so far, by operation (one line each, the longest first); steps then run
+/// without graphs. Empty when not profiling, or for any other backend.
+std::string cuda_profile_report(backend& be);
 
 /// The expert cache's counters of a CUDA backend (all zero for any other backend).
 expert_cache_stats cuda_expert_cache_stats(const backend& be);

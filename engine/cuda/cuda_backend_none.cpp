@@ -12,6 +12,8 @@ std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
 
 expert_cache_stats cuda_expert_cache_stats(const backend&) { return {}; }
 
+std::string cuda_profile_report(backend&) { return {}; }
+
 double measure_device_read_bandwidth(int device, size_t, int) {
     throw error(errc::unsupported, "device cuda:" + std::to_string(device) + ": this build has no CUDA support");
 }

@@ -236,6 +236,8 @@ int run_on_device(const std::string& model_path, const std::string& device, size
                 100.0 * f.median, 100.0 * f.min, 100.0 * f.max);
     std::printf("  prefill %8.2f tok/s [%.2f-%.2f]\n", p.median, p.min, p.max);
     std::printf("  time to first token %.1f ms [%.1f-%.1f]\n", tt.median, tt.min, tt.max);
+    const std::string profile = cuda_profile_report(*rt->be);
+    if (!profile.empty()) std::printf("%s", profile.c_str());
     if (weight_budget > 0) {
         std::printf("weights within %zu MiB of device memory: %d experts per MoE layer kept; during decode %.1f%% of the "
                     "experts used were there, %.2f copied in per token (%.1f MiB)\n",

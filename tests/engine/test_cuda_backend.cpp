@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -538,4 +539,32 @@ TEST_CASE("one token attends over a long cache split across the sequence as the 
             }
         }
     }
+}
+
+TEST_CASE("with COLIBRI_CUDA_PROFILE set the backend reports each operation's device time") {
+    if (!gpu_present()) return;
+    test::temp_dir dir;
+    const std::string path = dir.file("qwen2.colibri");
+    convert_checkpoint(test::fixture("qwen2_moe"), path, format::dtype::q8_0, {});
+    auto plain = load_runtime(path, "cuda:0", 0);
+    CHECK(cuda_profile_report(*plain->be).empty());
+    ::setenv("COLIBRI_CUDA_PROFILE", "1", 1);
+    auto profiled = load_runtime(path, "cuda:0", 0);
+    ::unsetenv("COLIBRI_CUDA_PROFILE");
+    const int vocab = static_cast<int>(plain->mdl->hp().n_vocab);
+    session sp(*plain->mdl, *plain->be, 32), sq(*profiled->mdl, *profiled->be, 32);
+    const std::vector<int32_t> prompt = {1, 15, 27, 3};
+    sp.eval(prompt.data(), 4);
+    sq.eval(prompt.data(), 4);
+    for (int32_t t : {7, 8, 9}) { // plain steps while profiling: no graph, the same logits
+        sp.eval(&t, 1);
+        sq.eval(&t, 1);
+        CHECK(std::vector<float>(sp.logits(), sp.logits() + vocab) == std::vector<float>(sq.logits(), sq.logits() + vocab));
+    }
+    const std::string report = cuda_profile_report(*profiled->be);
+    INFO(report);
+    for (const char* op : {"product q8 batch", "product q8 1 token", "attention", "rmsnorm", "moe_one", "embed"}) {
+        CHECK(report.find(op) != std::string::npos);
+    }
+    CHECK(cuda_profile_report(*plain->be).empty());
 }
