@@ -159,9 +159,13 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     s.truncate(static_cast<int>(common));
     res.n_cached_tokens = static_cast<int>(common);
     auto cancelled = [&] { return req.cancelled && req.cancelled(); };
+    // A completion's batch can be abandoned between its layers; a warm-up's (no tokens to
+    // generate) is finished first: it exists to leave its prompt in the cache for the
+    // request that follows, usually the very one that cancels it.
+    const std::function<bool()> between_layers = req.max_tokens > 0 ? req.cancelled : std::function<bool()>();
     for (size_t i = common; i < tokens.size(); i += static_cast<size_t>(s.n_batch())) {
         const int n = static_cast<int>(std::min(tokens.size() - i, static_cast<size_t>(s.n_batch())));
-        if (cancelled() || !s.eval(tokens.data() + i, n, req.cancelled)) { // also between a batch's layers
+        if (cancelled() || !s.eval(tokens.data() + i, n, between_layers)) {
             res.reason = finish_reason::cancelled;
             res.prompt_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
             return res;

@@ -207,12 +207,12 @@ struct cancelled_run {
     int polls = 0, pieces = 0;
 };
 
-void run_cancelled(cancelled_run& c, const test::temp_dir& dir, int stop_at) {
+void run_cancelled(cancelled_run& c, const test::temp_dir& dir, int stop_at, int max_tokens = 8) {
     c.rt = qwen2_moe_q8(dir);
     c.s = std::make_unique<session>(*c.rt->mdl, *c.rt->be, 256, 64);
     sampler smp(static_cast<int>(c.rt->mdl->hp().n_vocab));
     c.req.prompt = "def route(x):\n    return softmax(x)";
-    c.req.max_tokens = 8;
+    c.req.max_tokens = max_tokens;
     c.req.sampling.temperature = 0.0f;
     c.req.cancelled = [&c, stop_at] { return ++c.polls >= stop_at; };
     c.r = generate(*c.s, *c.rt->tok, smp, c.req, [&c](std::string_view) { return ++c.pieces > 0; });
@@ -247,6 +247,19 @@ TEST_CASE("a cancel during a prompt batch ends the completion before the batch d
     const std::string prompt(c.req.prompt);
     CHECK(complete(*c.s, *c.rt, prompt, &r1) == complete(fresh, *c.rt, prompt, &r2));
     CHECK(r1.n_cached_tokens == 0);
+}
+
+TEST_CASE("a cancelled warm-up still caches the prompt batch it was in") {
+    // A warm-up (no tokens to generate) leaves its prompt for the request that follows,
+    // usually the one that supersedes it: its batch is not abandoned between layers.
+    test::temp_dir dir;
+    cancelled_run c;
+    run_cancelled(c, dir, 2, 0); // the cancel answers true from the first layer on
+    CHECK(c.polls == 1);         // asked before the batch, not between its layers
+    CHECK(c.s->n_past() == c.r.n_prompt_tokens); // the one batch: all of the prompt
+    generate_result r;
+    complete(*c.s, *c.rt, std::string(c.req.prompt), &r);
+    CHECK(r.n_cached_tokens == c.r.n_prompt_tokens - 1); // the last token is evaluated again for its logits
 }
 
 #include "generate/fim.h"
