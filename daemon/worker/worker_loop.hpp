@@ -33,7 +33,6 @@ protected:
     ~piece_sink() = default;
 };
 
-/// A job failed but the worker remains usable (bad argument, prompt too long, ...).
 /// The engine's device failed (a CUDA error): its state is lost. The worker answers the
 /// request with the error, tells the supervisor why it is going, and exits with
 /// exit_device_failure; the supervisor starts a fresh worker.
@@ -43,6 +42,7 @@ public:
 };
 inline constexpr int exit_device_failure = 4;
 
+/// A job failed but the worker remains usable (bad argument, prompt too long, ...).
 class generate_error : public std::runtime_error {
 public:
     generate_error(protocol::error_code code, const std::string& message)
