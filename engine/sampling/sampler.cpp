@@ -32,7 +32,8 @@ uint64_t xorshift64s::next() {
 
 sampler::sampler(int n_vocab)
     : n_vocab_(n_vocab), work_(static_cast<size_t>(n_vocab)), idx_(static_cast<size_t>(n_vocab)),
-      prob_(static_cast<size_t>(n_vocab)), weight_(static_cast<size_t>(n_vocab)), keys_(static_cast<size_t>(n_vocab)) {}
+      prob_(static_cast<size_t>(n_vocab)), weight_(static_cast<size_t>(n_vocab)), keys_(static_cast<size_t>(n_vocab)),
+      spare_(static_cast<size_t>(n_vocab)) {}
 
 void sampler::set_params(const sampling_params& p) {
     auto bad = [](const char* what) { throw error(errc::invalid_argument, what); };
@@ -177,6 +178,23 @@ int sampler::top_k_candidates(const float* l, int k) {
     return k;
 }
 
+// A stable radix sort of the high 32 bits, a byte at a time from the lowest: ties stay in
+// the order they came in. A byte that every key shares is skipped (a flat distribution's
+// logits share their top bits).
+void sort_by_high_half(uint64_t* keys, uint64_t* spare, int n) {
+    uint64_t* from = keys;
+    uint64_t* to = spare;
+    for (int shift = 32; shift < 64; shift += 8) {
+        int count[257] = {};
+        for (int i = 0; i < n; ++i) ++count[((from[i] >> shift) & 0xFF) + 1];
+        if (*std::max_element(count + 1, count + 257) == n) continue;
+        for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+        for (int i = 0; i < n; ++i) to[count[(from[i] >> shift) & 0xFF]++] = from[i];
+        std::swap(from, to);
+    }
+    if (from != keys) std::copy(from, from + n, keys);
+}
+
 // Every token a candidate (no top-k): each token's weight exp((logit - max) / T) into
 // weight_, their sum, and then only the tokens that top-p or min-p could keep go into
 // idx_ and prob_ (sorted, normalised by the sum over every token). Returns 0 when neither
@@ -214,7 +232,10 @@ int sampler::all_candidates(const float* l) {
         const uint32_t up = b & 0x80000000u ? ~b : b | 0x80000000u; // the floats' order as integers
         keys_[n++] = uint64_t(~up) << 32 | uint32_t(i);
     }
-    std::sort(keys_.begin(), keys_.begin() + n);
+    // (made in id order: a radix sort keeps that order among equal logits; a comparison
+    // sort is faster for a few hundred)
+    if (n > 512) sort_by_high_half(keys_.data(), spare_.data(), n);
+    else std::sort(keys_.begin(), keys_.begin() + n);
     const float inv = static_cast<float>(1.0 / sum);
     for (int c = 0; c < n; ++c) {
         idx_[c] = static_cast<int32_t>(keys_[c] & 0xFFFFFFFFu);

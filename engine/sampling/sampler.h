@@ -36,6 +36,11 @@ private:
 /// NaN: 0).
 int32_t argmax(const float* v, int n);
 
+/// keys[0, n) in increasing order, given in increasing order of their low 32 bits: the
+/// result is std::sort's (the sampler's candidates: the logit's order above the id).
+/// `spare` holds n keys.
+void sort_by_high_half(uint64_t* keys, uint64_t* spare, int n);
+
 class sampler {
 public:
     explicit sampler(int n_vocab);
@@ -60,6 +65,7 @@ private:
     std::vector<float> weight_; // [n_vocab] without top-k: every token's exp((logit - max) / T)
     double sum_ = 0;            // and their sum
     std::vector<uint64_t> keys_; // [n_vocab] the candidates to sort
+    std::vector<uint64_t> spare_; // [n_vocab] the radix sort's other half
 };
 
 } // namespace colibri

@@ -141,6 +141,26 @@ TEST_CASE("sampling gives the tokens of the sort-every-token definition") {
     }
 }
 
+TEST_CASE("the candidates' radix sort orders as std::sort does") {
+    // keys as the sampler makes them: a logit's order in the high half (many equal, or
+    // differing in their lowest byte only), the id below, ids increasing
+    std::mt19937 gen(3);
+    for (int n : {1, 2, 255, 256, 513, 20000}) {
+        for (uint32_t spread : {1u, 255u, 70000u, 0xFFFFFFFFu}) {
+            CAPTURE(n);
+            CAPTURE(spread);
+            const auto count = static_cast<size_t>(n);
+            std::vector<uint64_t> keys(count), spare(count);
+            std::uniform_int_distribution<uint32_t> high(0, spread);
+            for (size_t i = 0; i < count; ++i) keys[i] = uint64_t(high(gen)) << 32 | uint32_t(i);
+            std::vector<uint64_t> want = keys;
+            std::sort(want.begin(), want.end());
+            sort_by_high_half(keys.data(), spare.data(), n);
+            CHECK(keys == want);
+        }
+    }
+}
+
 TEST_CASE("the same seed gives the same tokens and another seed others") {
     const int n = 50;
     std::vector<float> logits(n);
