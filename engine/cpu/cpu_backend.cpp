@@ -81,22 +81,7 @@ public:
     std::unique_ptr<device_buffer> alloc(size_t n) override { return std::make_unique<host_buffer>(n); }
 
     void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) override {
-        const int64_t cols = static_cast<int64_t>(table.cols());
-        const uint64_t rb = format::row_bytes(table.type, table.cols());
-        const bool x8 = format::is_interleaved(table.type);
-        std::vector<uint8_t> row(x8 ? rb : 0);
-        for (int t = 0; t < n; ++t) {
-            float* o = out + t * cols;
-            const uint8_t* src = table.data + uint64_t(ids[t]) * rb;
-            if (x8) {
-                format::x8_row(table.type, table.data, table.cols(), uint64_t(ids[t]), row.data()); // in plain form
-                src = row.data();
-            }
-            kernels::to_f32_row(table.type, src, o, cols);
-            if (scale != 1.0f) {
-                for (int64_t i = 0; i < cols; ++i) o[i] *= scale;
-            }
-        }
+        kernels::embed_rows(table, ids, n, scale, out);
     }
 
     void matmul(const tensor_view& w, const float* x, int n, float* y) override {

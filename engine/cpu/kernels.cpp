@@ -1,10 +1,12 @@
 #include "cpu/kernels.h"
 
 #include "core/half.h"
+#include "format/model_file.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace colibri::kernels {
 
@@ -80,6 +82,25 @@ void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
         }
         return;
     }
+    }
+}
+
+void embed_rows(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) {
+    const int64_t cols = static_cast<int64_t>(table.cols());
+    const uint64_t rb = format::row_bytes(table.type, table.cols());
+    const bool x8 = format::is_interleaved(table.type);
+    std::vector<uint8_t> row(x8 ? rb : 0);
+    for (int t = 0; t < n; ++t) {
+        float* o = out + t * cols;
+        const uint8_t* src = table.data + uint64_t(ids[t]) * rb;
+        if (x8) {
+            format::x8_row(table.type, table.data, table.cols(), uint64_t(ids[t]), row.data()); // in plain form
+            src = row.data();
+        }
+        to_f32_row(table.type, src, o, cols);
+        if (scale != 1.0f) {
+            for (int64_t i = 0; i < cols; ++i) o[i] *= scale;
+        }
     }
 }
 

@@ -7,6 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace colibri {
+struct tensor_view;
+}
+
 namespace colibri::kernels {
 
 /// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], for one row of n.  (out may alias x)
@@ -20,6 +24,9 @@ void softmax(float* x, int n);
 
 /// Dequantises/converts one row of n elements of type t into f32.
 void to_f32_row(format::dtype t, const void* row, float* out, int64_t n);
+
+/// out[t] = row ids[t] of `table` in f32, times scale; out [n, table.cols()].
+void embed_rows(const tensor_view& table, const int32_t* ids, int n, float scale, float* out);
 
 /// Dot product of one stored row (type t, n elements) with an f32 vector.
 float dot_row(format::dtype t, const void* row, const float* x, int64_t n);

@@ -41,6 +41,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -571,6 +572,18 @@ __global__ void attention_combine_kernel(const float* partial, int splits, int h
 
 int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
 
+// f(kind) with the kind as a compile-time constant (kind.value), for the kernels' templates.
+template <class F>
+void with_kind(device_kind kind, F&& f) {
+    switch (kind) {
+    case device_kind::f32: f(std::integral_constant<device_kind, device_kind::f32>{}); return;
+    case device_kind::f16: f(std::integral_constant<device_kind, device_kind::f16>{}); return;
+    case device_kind::bf16: f(std::integral_constant<device_kind, device_kind::bf16>{}); return;
+    case device_kind::q8: f(std::integral_constant<device_kind, device_kind::q8>{}); return;
+    case device_kind::q4: f(std::integral_constant<device_kind, device_kind::q4>{}); return;
+    }
+}
+
 class cuda_backend final : public backend {
 public:
     explicit cuda_backend(const cuda_options& o) : device_(o.device) {
@@ -593,10 +606,7 @@ public:
         for (auto& [key, g] : steps_) {
             if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
         }
-        weights_.clear();
-        for (auto& s : scratch_) s = device_memory();
-        scores_ = device_memory();
-        cudaStreamDestroy(stream_);
+        cudaStreamDestroy(stream_); // the device memory goes with the members
     }
 
     std::string name() const override { return name_; }
@@ -630,23 +640,8 @@ public:
         select();
         const op_timer timer(*this, "embed");
         // the rows on the host, from the mapped table, then one copy
-        const int64_t cols = static_cast<int64_t>(table.cols());
-        const uint64_t rb = format::row_bytes(table.type, table.cols());
-        const bool x8 = format::is_interleaved(table.type);
-        std::vector<uint8_t> row(x8 ? rb : 0);
-        embed_rows_.resize(size_t(n) * size_t(cols));
-        for (int t = 0; t < n; ++t) {
-            float* o = embed_rows_.data() + int64_t(t) * cols;
-            const uint8_t* src = table.data + uint64_t(ids[t]) * rb;
-            if (x8) {
-                format::x8_row(table.type, table.data, table.cols(), uint64_t(ids[t]), row.data());
-                src = row.data();
-            }
-            kernels::to_f32_row(format::row_type(table.type), src, o, cols);
-            if (scale != 1.0f) {
-                for (int64_t i = 0; i < cols; ++i) o[i] *= scale;
-            }
-        }
+        embed_rows_.resize(size_t(n) * table.cols());
+        kernels::embed_rows(table, ids, n, scale, embed_rows_.data());
         COLIBRI_CUDA(cudaMemcpyAsync(out, embed_rows_.data(), embed_rows_.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
         COLIBRI_CUDA(cudaStreamSynchronize(stream_)); // embed_rows_ is reused by the next call
     }
@@ -1009,13 +1004,10 @@ private:
     void launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, const int32_t* ids, int k, const float* x,
                       int64_t x_stride, float* y) {
         const dim3 grid(unsigned((m.rows + mm_rows - 1) / mm_rows), unsigned(k));
-        switch (m.kind) {
-        case device_kind::f32: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::f32>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
-        case device_kind::f16: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::f16>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
-        case device_kind::bf16: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::bf16>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
-        case device_kind::q8: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::q8>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
-        case device_kind::q4: COLIBRI_LAUNCH(matmul_id_kernel<device_kind::q4>, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y); break;
-        }
+        with_kind(m.kind, [&](auto kind) {
+            const auto kernel = matmul_id_kernel<kind.value>;
+            COLIBRI_LAUNCH(kernel, grid, 32 * mm_rows, 0, stream_)(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y);
+        });
         COLIBRI_LAUNCHED("matmul_id");
     }
 
@@ -1113,13 +1105,7 @@ private:
                                                 {"product f32 batch", "product f16 batch", "product bf16 batch",
                                                  "product q8 batch", "product q4 batch"}};
         const op_timer timer(*this, names[n > 1][int(d.kind)]);
-        switch (d.kind) {
-        case device_kind::f32: launch_product<device_kind::f32>(d, x, x_rows, n, y); break;
-        case device_kind::f16: launch_product<device_kind::f16>(d, x, x_rows, n, y); break;
-        case device_kind::bf16: launch_product<device_kind::bf16>(d, x, x_rows, n, y); break;
-        case device_kind::q8: launch_product<device_kind::q8>(d, x, x_rows, n, y); break;
-        case device_kind::q4: launch_product<device_kind::q4>(d, x, x_rows, n, y); break;
-        }
+        with_kind(d.kind, [&](auto kind) { launch_product<kind.value>(d, x, x_rows, n, y); });
     }
 
     // ---- the expert cache (with a weight budget) ----

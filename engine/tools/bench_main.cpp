@@ -128,6 +128,17 @@ void reset_peak_rss() {
     std::ofstream("/proc/self/clear_refs") << "5"; // 5: the high-water mark back to the current RSS
 }
 
+// n token ids, 3 and above, the same for the same repetition on every device.
+std::vector<int32_t> random_prompt(int n, uint32_t n_vocab, int rep) {
+    std::vector<int32_t> prompt(static_cast<size_t>(n));
+    uint64_t st = 0x9E3779B97F4A7C15ull + uint64_t(rep);
+    for (auto& id : prompt) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        id = static_cast<int32_t>(3 + (st >> 33) % (n_vocab - 3));
+    }
+    return prompt;
+}
+
 // The JSON line write() prints: appended to json_file when set, on stdout when asked.
 void emit_json(const std::function<void(FILE*)>& write, const std::string& json_file, bool to_stdout) {
     if (!json_file.empty()) {
@@ -163,12 +174,7 @@ int run_on_device(const std::string& model_path, const std::string& device, size
     expert_cache_stats decode_cache{}; // the decode phases' expert cache counters, all repetitions
     for (int rep = 0; rep < reps; ++rep) {
         session s(*rt->mdl, *rt->be, n_ctx, n_batch);
-        std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
-        uint64_t st = 0x9E3779B97F4A7C15ull + uint64_t(rep);
-        for (auto& id : prompt) {
-            st = st * 6364136223846793005ull + 1442695040888963407ull;
-            id = static_cast<int32_t>(3 + (st >> 33) % (hp.n_vocab - 3));
-        }
+        const std::vector<int32_t> prompt = random_prompt(prompt_tokens, hp.n_vocab, rep);
         if (rep == 0) { // the weights go to the device the first time each is used
             const auto t = clock_type::now();
             s.eval(prompt.data(), std::min(n_batch, prompt_tokens));
@@ -422,12 +428,7 @@ int main(int argc, char** argv) {
                 used.push_back(f32_act ? peak.f32_act : peak.int8_act);
                 reset_peak_rss();
                 session s(*rt->mdl, *be, n_ctx, n_batch);
-                std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
-                uint64_t st = 0x9E3779B97F4A7C15ull + uint64_t(rep);
-                for (auto& id : prompt) {
-                    st = st * 6364136223846793005ull + 1442695040888963407ull;
-                    id = static_cast<int32_t>(3 + (st >> 33) % (hp.n_vocab - 3));
-                }
+                const std::vector<int32_t> prompt = random_prompt(prompt_tokens, hp.n_vocab, rep);
                 const auto t0 = clock_type::now();
                 for (int i = 0; i < prompt_tokens; i += n_batch) s.eval(prompt.data() + i, std::min(n_batch, prompt_tokens - i));
                 const float* l = s.logits();
