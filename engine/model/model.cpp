@@ -147,4 +147,20 @@ void model::count_params() {
     }
 }
 
+double model::decode_weight_bytes() const {
+    const auto& h = hp();
+    double bytes = double(output().size) + double(output_norm().size) + double(token_embd().size) / h.n_vocab;
+    for (const layer_weights& l : layers_) {
+        for (const tensor_view* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm,
+                                     l.ffn_norm, l.router, l.shared.gate, l.shared.up, l.shared.down, l.shared_gate,
+                                     l.dense.gate, l.dense.up, l.dense.down}) {
+            if (t != nullptr) bytes += double(t->size);
+        }
+        double experts = 0;
+        for (const expert_weights& e : l.experts) experts += double(e.gate->size + e.up->size + e.down->size);
+        if (!l.experts.empty()) bytes += experts / double(l.experts.size()) * h.n_expert_used;
+    }
+    return bytes;
+}
+
 } // namespace colibri

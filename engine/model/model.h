@@ -49,6 +49,10 @@ public:
 
     uint64_t n_params() const { return n_params_; }
     uint64_t n_params_active() const { return n_params_active_; }
+    /// Bytes of weights one decoded token reads: every layer's attention, norms and router,
+    /// as many experts as it selects (of their average size), shared and dense
+    /// feed-forwards, its embedding row, the output norm and the LM head.
+    double decode_weight_bytes() const;
 
 private:
     /// What dtypes a tensor may have.

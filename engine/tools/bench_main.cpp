@@ -9,9 +9,11 @@
 #include "cpu/vec.h"
 #include "cuda/cuda_backend.h"
 #include "model/session.h"
+#include "ops/profiled_backend.h"
 #include "sampling/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
@@ -84,23 +86,50 @@ pick_times time_picks(const std::vector<float>& logits) {
     return {time(greedy, 200), time(sampling_params{}, 200), time(all, 20)};
 }
 
-// Bytes of weights one decoded token reads: attention, router, the selected experts (their
-// average size), shared expert, LM head, norms, one embedding row.
-double weight_bytes_per_token(const model& m) {
-    const auto& hp = m.hp();
-    double bytes = double(m.output().size) + double(m.output_norm().size) +
-                   double(m.token_embd().size) / hp.n_vocab;
-    for (const layer_weights& l : m.layers()) {
-        for (const tensor_view* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm,
-                                     l.ffn_norm, l.router, l.shared.gate, l.shared.up, l.shared.down, l.shared_gate,
-                                     l.dense.gate, l.dense.up, l.dense.down}) {
-            if (t != nullptr) bytes += double(t->size);
+// --ops: a decode's operations, each as time per token, its share of the step, the bytes it
+// reads, their rate, that rate against the read bandwidth (probe, bytes/s), and its time
+// beyond what its bytes take at that bandwidth; then the time between operations (the
+// session's own work and the token's pick). Text, or one JSON object.
+using op_table = std::array<profiled_backend::op_stats, profiled_backend::op_count>;
+
+void print_ops(const op_table& ops, double probe, double seconds, int tokens) {
+    std::printf("  decode by operation (the last repetition through a timing wrapper; bytes against %.2f GB/s):\n", probe / 1e9);
+    std::printf("    %-18s %10s %7s %9s %7s %8s %11s %6s\n", "operation", "us/token", "share", "MB/token", "GB/s", "of probe",
+                "us beyond", "calls");
+    double in_ops = 0;
+    for (int i = 0; i < profiled_backend::op_count; ++i) {
+        const profiled_backend::op_stats& o = ops[size_t(i)];
+        if (o.calls == 0) continue;
+        in_ops += o.seconds;
+        const double us = o.seconds / tokens * 1e6, mb = o.bytes / tokens / 1e6;
+        std::printf("    %-18s %10.1f %6.1f%%", profiled_backend::op_name(static_cast<profiled_backend::op>(i)), us,
+                    100.0 * o.seconds / seconds);
+        if (o.bytes > 0) {
+            std::printf(" %9.2f %7.1f %8.3f %11.1f", mb, o.bytes / o.seconds / 1e9, o.bytes / o.seconds / probe,
+                        us - o.bytes / probe / tokens * 1e6);
+        } else {
+            std::printf(" %9s %7s %8s %11.1f", "-", "-", "-", us);
         }
-        double experts = 0;
-        for (const expert_weights& e : l.experts) experts += double(e.gate->size + e.up->size + e.down->size);
-        if (!l.experts.empty()) bytes += experts / double(l.experts.size()) * hp.n_expert_used;
+        std::printf(" %6.1f\n", double(o.calls) / tokens);
     }
-    return bytes;
+    std::printf("    %-18s %10.1f %6.1f%%\n", "between operations", (seconds - in_ops) / tokens * 1e6,
+                100.0 * (seconds - in_ops) / seconds);
+}
+
+void write_ops_json(FILE* f, const op_table& ops, double probe, double seconds, int tokens) {
+    std::fprintf(f, ",\"decode_ops\":{\"probe_gbs\":%.3f,\"step_us\":%.2f,\"ops\":[", probe / 1e9, seconds / tokens * 1e6);
+    double in_ops = 0;
+    bool first = true;
+    for (int i = 0; i < profiled_backend::op_count; ++i) {
+        const profiled_backend::op_stats& o = ops[size_t(i)];
+        if (o.calls == 0) continue;
+        in_ops += o.seconds;
+        std::fprintf(f, "%s{\"op\":\"%s\",\"us_per_token\":%.2f,\"bytes_per_token\":%.0f,\"calls_per_token\":%.2f}", first ? "" : ",",
+                     profiled_backend::op_name(static_cast<profiled_backend::op>(i)), o.seconds / tokens * 1e6, o.bytes / tokens,
+                     double(o.calls) / tokens);
+        first = false;
+    }
+    std::fprintf(f, "],\"between_us\":%.2f}", (seconds - in_ops) / tokens * 1e6);
 }
 
 struct route_counts {
@@ -168,7 +197,7 @@ int run_on_device(const std::string& model_path, const std::string& device, size
     }
     const double load_ms = ms_since(t_load);
     const double ready_ms = ms_since(process_start);
-    const double w_bytes = weight_bytes_per_token(*rt->mdl);
+    const double w_bytes = rt->mdl->decode_weight_bytes();
     std::vector<double> bw, ceilings, pre, dec, ttft, frac;
     double upload_ms = 0;
     expert_cache_stats decode_cache{}; // the decode phases' expert cache counters, all repetitions
@@ -283,6 +312,8 @@ int main(int argc, char** argv) {
         ("bandwidth-mib", po::value(&bandwidth_mib), "buffer of the bandwidth probe (default 1024 MiB)")
         ("f32-act", "keep activations in f32 for q8_0/q4_0 weights (default: int8 integer dot products)")
         ("routing", "print per-layer expert selection counts of the decode phase")
+        ("ops", "time the last repetition's decode by operation (on the CPU), each against its bytes at the read "
+                "bandwidth")
         ("json", "print one JSON object instead of text")
         ("json-file", po::value(&json_file), "also append the JSON object as one line to this file");
     po::variables_map vm;
@@ -306,6 +337,11 @@ int main(int argc, char** argv) {
         return 2;
     }
     const bool json = vm.count("json") > 0;
+    if (vm.count("ops") && parse_device(device).type != device_spec::kind::cpu) {
+        std::cerr << "colibri-bench: --ops times the CPU's operations; on a GPU, COLIBRI_CUDA_PROFILE=1 reports each "
+                     "operation's device time\n";
+        return 2;
+    }
     try {
         usable_device(device); // before a random model is written for nothing
         if (!shape.empty()) {
@@ -383,7 +419,7 @@ int main(int argc, char** argv) {
             page_in_ms = ms_since(t) + (sum == 1 ? 1e-9 : 0.0); // the sum keeps the reads
         }
 
-        const double w_bytes = weight_bytes_per_token(*rt->mdl);
+        const double w_bytes = rt->mdl->decode_weight_bytes();
         // the prefill kernel measured on cached data is the one the layers' matrices use
         const format::dtype matrix_type = rt->mdl->layers().front().wq->type;
         const double kv_bytes = double(kv_token_bytes) * (prompt_tokens + gen_tokens / 2.0);
@@ -400,6 +436,11 @@ int main(int argc, char** argv) {
             // every decode stretch of every repetition: the probe it is compared with
             // (bytes/s) and the fraction of that ceiling it read
             std::vector<std::pair<double, double>> stretches;
+            // --ops: the last repetition's decode by operation, its probes' mean (bytes/s),
+            // its decode time and tokens
+            op_table ops{};
+            double ops_probe = 0, ops_seconds = 0;
+            int ops_tokens = 0;
         };
         long model_rss_kib = 0;
         std::vector<result> results;
@@ -415,6 +456,7 @@ int main(int argc, char** argv) {
             co.int8_activations = vm.count("f32-act") == 0;
             const int64_t max_cols = std::max({hp.n_embd, hp.n_head * hp.head_dim, hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
             auto be = make_cpu_backend(co, max_cols);
+            profiled_backend profiled(*be, *rt->mdl);
             const bool f32_act = vm.count("f32-act") > 0;
             std::vector<double> bw, ceilings, machine, used, pre, dec, ttft, dec_frac, pre_frac, pre_used_frac;
             read_probe probe(nt, size_t(bandwidth_mib) << 20, vk);
@@ -427,7 +469,8 @@ int main(int argc, char** argv) {
                 machine.push_back(peak.machine_int8);
                 used.push_back(f32_act ? peak.f32_act : peak.int8_act);
                 reset_peak_rss();
-                session s(*rt->mdl, *be, n_ctx, n_batch);
+                const bool by_op = vm.count("ops") > 0 && rep == reps - 1;
+                session s(*rt->mdl, by_op ? static_cast<backend&>(profiled) : *be, n_ctx, n_batch);
                 const std::vector<int32_t> prompt = random_prompt(prompt_tokens, hp.n_vocab, rep);
                 const auto t0 = clock_type::now();
                 for (int i = 0; i < prompt_tokens; i += n_batch) s.eval(prompt.data() + i, std::min(n_batch, prompt_tokens - i));
@@ -444,6 +487,7 @@ int main(int argc, char** argv) {
                 for (int i = 0; i < gen_tokens; i += decode_stretch) {
                     const int n = std::min(decode_stretch, gen_tokens - i);
                     double bytes = 0;
+                    profiled.set_recording(by_op);
                     const auto t1 = clock_type::now();
                     for (int k = 0; k < n; ++k) {
                         bytes += w_bytes + double(kv_token_bytes) * (s.n_past() + 1); // the keys and values it reads
@@ -452,12 +496,20 @@ int main(int argc, char** argv) {
                         id = argmax(l, static_cast<int>(hp.n_vocab));
                     }
                     const double ms = ms_since(t1);
+                    profiled.set_recording(false);
                     t_dec += ms;
                     const double after = probe.measure(2);
                     bw.push_back(after);
                     stretch_frac.push_back(bytes * 1000.0 / ms / std::max(before, after));
                     r.stretches.emplace_back(std::max(before, after), stretch_frac.back());
+                    if (by_op) r.ops_probe += std::max(before, after) * n; // weighted by tokens
                     before = after;
+                }
+                if (by_op) {
+                    r.ops = profiled.stats();
+                    r.ops_probe /= gen_tokens;
+                    r.ops_seconds = t_dec / 1000.0;
+                    r.ops_tokens = gen_tokens;
                 }
                 last_logits.assign(l, l + hp.n_vocab);
                 pre.push_back(prompt_tokens * 1000.0 / t_first);
@@ -519,7 +571,9 @@ int main(int argc, char** argv) {
                 for (size_t k = 0; k < r.stretches.size(); ++k) {
                     std::fprintf(f, "%s[%.3f,%.4f]", k ? "," : "", r.stretches[k].first / 1e9, r.stretches[k].second);
                 }
-                std::fprintf(f, "]}");
+                std::fprintf(f, "]");
+                if (r.ops_tokens > 0) write_ops_json(f, r.ops, r.ops_probe, r.ops_seconds, r.ops_tokens);
+                std::fprintf(f, "}");
             }
             std::fprintf(f, "]}\n");
         };
@@ -549,6 +603,7 @@ int main(int argc, char** argv) {
                             r.machine_peak.median / 1e9, 100.0 * r.prefill_fraction.min, 100.0 * r.prefill_fraction.max,
                             100.0 * r.prefill_used_fraction.median, r.used_peak.median / 1e9);
                 std::printf("  time to first token %.1f ms [%.1f-%.1f]\n", r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max);
+                if (r.ops_tokens > 0) print_ops(r.ops, r.ops_probe, r.ops_seconds, r.ops_tokens);
             }
             std::printf("peak RSS %.1f MiB (the model running, without the probes)\n", model_rss_kib / 1024.0);
             std::printf("token pick on the last step's logits (%u tokens): greedy %.1f us, defaults (temperature 0.8, "

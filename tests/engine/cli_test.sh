@@ -86,6 +86,21 @@ pick='[0-9]+\.[0-9]{3}'
 check "colibri-bench times the token pick three ways" \
   grep -qE "\"pick_us\":\{\"greedy\":$pick,\"defaults\":$pick,\"top_k_0\":$pick\}" "$tmp/bench"
 check "no pick timed at zero" bash -c "! grep -qE '\"(greedy|defaults|top_k_0)\":0\.000' '$tmp/bench'"
+# --ops: the last repetition's decode by operation, in the JSON and as a table
+"$bin/colibri-bench" --model "$model" --threads 1 --reps 2 --prompt-tokens 8 --gen-tokens 16 --bandwidth-mib 16 \
+  --ops --json >"$tmp/ops" 2>"$tmp/err"; rc=$?
+check "colibri-bench --ops exits 0" test $rc -eq 0
+us='[0-9]+\.[0-9]{2}'
+for o in 'q/k/v' attention 'attention output' 'feed-forwards' 'LM head' RMSNorms; do
+  check "--ops times $o" grep -qE "\{\"op\":\"$o\",\"us_per_token\":$us,\"bytes_per_token\":[1-9][0-9]*,\"calls_per_token\":$us\}" "$tmp/ops"
+done
+check "--ops reports the time between operations" grep -qE "\"between_us\":-?$us\}" "$tmp/ops"
+"$bin/colibri-bench" --model "$model" --threads 1 --reps 1 --prompt-tokens 8 --gen-tokens 16 --bandwidth-mib 16 \
+  --ops >"$tmp/ops" 2>"$tmp/err"
+check "--ops prints its table" grep -qE "^    LM head +[0-9.]+ +[0-9.]+%" "$tmp/ops"
+"$bin/colibri-bench" --model "$model" --ops --device cuda:0 >/dev/null 2>"$tmp/err"; rc=$?
+check "colibri-bench: --ops on a GPU refused" test $rc -eq 2
+check "colibri-bench: the refusal points to the device profile" grep -q COLIBRI_CUDA_PROFILE "$tmp/err"
 "$bin/colibri-bench" --model "$tmp/missing.colibri" --reps 1 >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "colibri-bench: a missing model exits 1" test $rc -eq 1
 check "colibri-bench: the missing model is named" grep -q "missing.colibri" "$tmp/err"
