@@ -723,20 +723,26 @@ public:
         const int64_t jobs = static_cast<int64_t>(a.n) * a.n_head_kv; // a token's query heads of one kv head
         int64_t work = 0; // multiply-adds: two per cached key and head dimension
         for (int t = 0; t < a.n; ++t) work += 2LL * (a.pos[t] + 1) * a.head_dim * a.n_head;
+        // job: the keys' and values' offset in the caches, and their count
+        const auto kv_off = [&](int64_t job) { return (job % a.n_head_kv) * a.n_ctx * a.head_dim; };
+        const auto keys = [&](int64_t job) { return a.pos[job / a.n_head_kv] + 1; };
         auto body = [&](int ith, int nth) {
             float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
             for (int64_t job = ith; job < jobs; job += nth) {
                 const int t = static_cast<int>(job / a.n_head_kv), kvh = static_cast<int>(job % a.n_head_kv);
                 const int64_t head0 = t * q_stride + static_cast<int64_t>(kvh) * group * a.head_dim;
-                const int64_t kv_off = static_cast<int64_t>(kvh) * a.n_ctx * a.head_dim;
+                // the thread's next job, whose keys the kernel asks for as it ends
+                const int64_t next = job + nth < jobs ? job + nth : -1;
                 if (a.kv_f16) {
-                    vk_.attend_f16(a.q + head0, group, static_cast<const uint16_t*>(a.k_cache) + kv_off,
-                                   static_cast<const uint16_t*>(a.v_cache) + kv_off, a.pos[t] + 1, a.head_dim, a.scale,
-                                   scores, a.out + head0);
+                    const auto* k = static_cast<const uint16_t*>(a.k_cache);
+                    vk_.attend_f16(a.q + head0, group, k + kv_off(job), static_cast<const uint16_t*>(a.v_cache) + kv_off(job),
+                                   keys(job), a.head_dim, a.scale, scores, a.out + head0,
+                                   next >= 0 ? k + kv_off(next) : nullptr, next >= 0 ? keys(next) : 0);
                 } else {
-                    vk_.attend(a.q + head0, group, static_cast<const float*>(a.k_cache) + kv_off,
-                               static_cast<const float*>(a.v_cache) + kv_off, a.pos[t] + 1, a.head_dim, a.scale, scores,
-                               a.out + head0);
+                    const auto* k = static_cast<const float*>(a.k_cache);
+                    vk_.attend(a.q + head0, group, k + kv_off(job), static_cast<const float*>(a.v_cache) + kv_off(job),
+                               keys(job), a.head_dim, a.scale, scores, a.out + head0, next >= 0 ? k + kv_off(next) : nullptr,
+                               next >= 0 ? keys(next) : 0);
                 }
             }
         };

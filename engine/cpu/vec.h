@@ -70,11 +70,12 @@ struct vec_kernels {
     /// n_q query heads (head_dim apart) that share one key/value head, against its n cached
     /// keys and values (rows of head_dim, f32 or f16): for each query g,
     /// s = softmax(scale * q_g . k_j) over j, out_g = sum_j s_j v_j. scores: scratch of
-    /// n_q * n floats.
+    /// n_q * n floats. next_k (null: none) is the caller's next call's keys and next_n
+    /// their count: a hint, their first rows asked for from memory while this call ends.
     void (*attend)(const float* q, int n_q, const float* k, const float* v, int n, int head_dim, float scale,
-                   float* scores, float* out);
+                   float* scores, float* out, const float* next_k, int next_n);
     void (*attend_f16)(const float* q, int n_q, const uint16_t* k, const uint16_t* v, int n, int head_dim, float scale,
-                       float* scores, float* out);
+                       float* scores, float* out, const uint16_t* next_k, int next_n);
     /// gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i], each element by
     /// the same formula wherever it lies (so batching never changes a result).
     void (*swiglu)(float* gate, const float* up, int64_t n);

@@ -408,15 +408,16 @@ inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
 // s[h * n + j] = scale * q_h . k_j for H query heads (hd = 8 * nv apart) and n keys: two
-// keys from each half at a time, then the odd ones left.
+// keys from each half at a time, then the odd ones left; v_start (null: none): the values
+// whose first rows to ask for in the last steps.
 template <int H, int NV, class T>
-void attention_scores(const float* q, const T* k, int n, int nv, float scale, float* s) {
+void attention_scores(const float* q, const T* k, int n, int nv, float scale, float* s, const T* v_start) {
     if constexpr (NV > 0) nv = NV;
     const int hd = 8 * nv, half = attention_half(n), ahead = attention_ahead<T>(hd);
     const __m128 sc = _mm_set1_ps(scale);
     for (int j = 0; j < half; j += 2) {
         const T* key[4];
-        score_keys(k, j, half, hd, ahead, key);
+        score_keys(k, v_start, j, half, hd, ahead, key);
         __m256 acc[H][4];
         for (int h = 0; h < H; ++h) {
             for (int u = 0; u < 4; ++u) acc[h][u] = _mm256_setzero_ps();
@@ -444,9 +445,10 @@ void attention_scores(const float* q, const T* k, int n, int nv, float scale, fl
 
 // out_h = sum_j s[h * n + j] v_j for H heads (out rows hd = 8 * nv apart): a key from each
 // half at a time into the same sums, in chunks whose values stay in L1 across the passes
-// of four vectors (32 dimensions); the odd keys left come last.
+// of four vectors (32 dimensions); the odd keys left come last. next_k (null: none): the
+// keys whose first rows to ask for in the last steps.
 template <int H, int NV, class T>
-void attention_values(const float* s, const T* v, int n, int nv, float* out) {
+void attention_values(const float* s, const T* v, int n, int nv, float* out, const T* next_k, int next_n) {
     if constexpr (NV > 0) nv = NV;
     const int hd = 8 * nv, half = attention_half(n), ahead = attention_ahead<T>(hd);
     constexpr int chunk = 32;
@@ -468,6 +470,8 @@ void attention_values(const float* s, const T* v, int n, int nv, float* out) {
                     if (i0 == 0 && j + ahead < partner) { // on the first pass over the chunk
                         prefetch_rows(v + (j + ahead) * hd, 1, hd);
                         prefetch_rows(v + (j + partner + ahead) * hd, 1, hd);
+                    } else if (i0 == 0) {
+                        prefetch_next_keys(next_k, next_n, j, partner, hd, ahead);
                     }
                     __m256 pb[H];
                     for (int h = 0; h < H; ++h) pb[h] = _mm256_set1_ps(s[h * n + j + partner]);
@@ -491,32 +495,41 @@ void attention_values(const float* s, const T* v, int n, int nv, float* out) {
     pass(2 * half, n, 0);
 }
 
+// The last pass over the keys asks for the values' first rows, the last over the values for
+// the next keys' (vec_x86.h).
 template <int NV, class T>
 void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, float scale, float* scores,
-              float* out) {
+              float* out, const T* next_k, int next_n) {
     if constexpr (NV > 0) nv = NV;
     const int hd = 8 * nv;
     int g = 0;
-    for (; g + 2 <= n_q; g += 2) attention_scores<2, NV>(q + g * hd, k, n, nv, scale, scores + g * n);
-    if (g < n_q) attention_scores<1, NV>(q + g * hd, k, n, nv, scale, scores + g * n);
-    prefetch_values_start(v, n, hd);
+    for (; g + 2 <= n_q; g += 2) {
+        attention_scores<2, NV>(q + g * hd, k, n, nv, scale, scores + g * n, g + 2 == n_q ? v : nullptr);
+    }
+    if (g < n_q) attention_scores<1, NV>(q + g * hd, k, n, nv, scale, scores + g * n, v);
     for (g = 0; g < n_q; ++g) softmax_ps(scores + g * n, n);
-    for (g = 0; g + 2 <= n_q; g += 2) attention_values<2, NV>(scores + g * n, v, n, nv, out + g * hd);
-    if (g < n_q) attention_values<1, NV>(scores + g * n, v, n, nv, out + g * hd);
+    for (g = 0; g + 2 <= n_q; g += 2) {
+        const bool last = g + 2 == n_q;
+        attention_values<2, NV>(scores + g * n, v, n, nv, out + g * hd, last ? next_k : nullptr, next_n);
+    }
+    if (g < n_q) attention_values<1, NV>(scores + g * n, v, n, nv, out + g * hd, next_k, next_n);
 }
 
 template <class T>
 void attend(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores,
-            float* out) {
+            float* out, const T* next_k, int next_n) {
     if (head_dim % 8 != 0) {
-        if constexpr (std::is_same_v<T, float>) reference_vec_kernels().attend(q, n_q, k, v, n, head_dim, scale, scores, out);
-        else reference_vec_kernels().attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out);
+        if constexpr (std::is_same_v<T, float>) {
+            reference_vec_kernels().attend(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+        } else {
+            reference_vec_kernels().attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+        }
         return;
     }
     switch (head_dim) {
-    case 64: attend_t<8>(q, n_q, k, v, n, 8, scale, scores, out); return;
-    case 128: attend_t<16>(q, n_q, k, v, n, 16, scale, scores, out); return;
-    default: attend_t<0>(q, n_q, k, v, n, head_dim / 8, scale, scores, out); return;
+    case 64: attend_t<8>(q, n_q, k, v, n, 8, scale, scores, out, next_k, next_n); return;
+    case 128: attend_t<16>(q, n_q, k, v, n, 16, scale, scores, out, next_k, next_n); return;
+    default: attend_t<0>(q, n_q, k, v, n, head_dim / 8, scale, scores, out, next_k, next_n); return;
     }
 }
 

@@ -331,9 +331,10 @@ inline __m256 fold(__m512 v) {
 }
 
 // s[h * n + j] = scale * q_h . k_j for H query heads and n keys of NV vectors: two keys
-// from each half at a time, then the odd ones left.
+// from each half at a time, then the odd ones left; v_start (null: none): the values whose
+// first rows to ask for in the last steps.
 template <int H, int NV, class T>
-void attention_scores512(const float* q, const T* k, int n, float scale, float* s) {
+void attention_scores512(const float* q, const T* k, int n, float scale, float* s, const T* v_start) {
     constexpr int hd = 16 * NV;
     const int half = attention_half(n), ahead = attention_ahead<T>(hd);
     const __m128 sc = _mm_set1_ps(scale);
@@ -343,7 +344,7 @@ void attention_scores512(const float* q, const T* k, int n, float scale, float* 
     }
     for (int j = 0; j < half; j += 2) {
         const T* key[4];
-        score_keys(k, j, half, hd, ahead, key);
+        score_keys(k, v_start, j, half, hd, ahead, key);
         __m256 acc[H][4];
         for (int u = 0; u < 4; ++u) {
             __m512 a[H];
@@ -368,9 +369,10 @@ void attention_scores512(const float* q, const T* k, int n, float scale, float* 
 }
 
 // out_h = sum_j s[h * n + j] v_j for H heads: a key from each half at a time into the same
-// sums, then the odd keys left.
+// sums, then the odd keys left; next_k (null: none): the keys whose first rows to ask for
+// in the last steps.
 template <int H, int NV, class T>
-void attention_values512(const float* s, const T* v, int n, float* out) {
+void attention_values512(const float* s, const T* v, int n, float* out, const T* next_k, int next_n) {
     constexpr int hd = 16 * NV;
     const int half = attention_half(n), ahead = attention_ahead<T>(hd);
     __m512 acc[H][NV];
@@ -383,6 +385,8 @@ void attention_values512(const float* s, const T* v, int n, float* out) {
         if (j + ahead < half) {
             prefetch_rows(va + ahead * hd, 1, hd);
             prefetch_rows(vb + ahead * hd, 1, hd);
+        } else {
+            prefetch_next_keys(next_k, next_n, j, half, hd, ahead);
         }
         __m512 pa[H], pb[H];
         for (int h = 0; h < H; ++h) {
@@ -462,27 +466,38 @@ inline void softmax512(float* s, int n) {
     std::memcpy(s + n16, last, sizeof(float) * size_t(rest));
 }
 
+// The last pass over the keys asks for the values' first rows, the last over the values for
+// the next keys' (vec_x86.h).
 template <int NV, class T>
-void attend512_t(const float* q, int n_q, const T* k, const T* v, int n, float scale, float* scores, float* out) {
+void attend512_t(const float* q, int n_q, const T* k, const T* v, int n, float scale, float* scores, float* out,
+                 const T* next_k, int next_n) {
     constexpr int hd = 16 * NV;
     int g = 0;
-    for (; g + 2 <= n_q; g += 2) attention_scores512<2, NV>(q + g * hd, k, n, scale, scores + g * n);
-    if (g < n_q) attention_scores512<1, NV>(q + g * hd, k, n, scale, scores + g * n);
-    prefetch_values_start(v, n, hd);
+    for (; g + 2 <= n_q; g += 2) {
+        attention_scores512<2, NV>(q + g * hd, k, n, scale, scores + g * n, g + 2 == n_q ? v : nullptr);
+    }
+    if (g < n_q) attention_scores512<1, NV>(q + g * hd, k, n, scale, scores + g * n, v);
     for (g = 0; g < n_q; ++g) softmax512(scores + g * n, n);
-    for (g = 0; g + 2 <= n_q; g += 2) attention_values512<2, NV>(scores + g * n, v, n, out + g * hd);
-    if (g < n_q) attention_values512<1, NV>(scores + g * n, v, n, out + g * hd);
+    for (g = 0; g + 2 <= n_q; g += 2) {
+        const bool last = g + 2 == n_q;
+        attention_values512<2, NV>(scores + g * n, v, n, out + g * hd, last ? next_k : nullptr, next_n);
+    }
+    if (g < n_q) attention_values512<1, NV>(scores + g * n, v, n, out + g * hd, next_k, next_n);
 }
 
 // attend / attend_f16: head dimensions 64 and 128 here, the others on the AVX2 kernels.
 template <class T>
-void attend512(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores, float* out) {
+void attend512(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores, float* out,
+               const T* next_k, int next_n) {
     switch (head_dim) {
-    case 64: attend512_t<4>(q, n_q, k, v, n, scale, scores, out); return;
-    case 128: attend512_t<8>(q, n_q, k, v, n, scale, scores, out); return;
+    case 64: attend512_t<4>(q, n_q, k, v, n, scale, scores, out, next_k, next_n); return;
+    case 128: attend512_t<8>(q, n_q, k, v, n, scale, scores, out, next_k, next_n); return;
     default:
-        if constexpr (std::is_same_v<T, float>) avx2_vec_kernels()->attend(q, n_q, k, v, n, head_dim, scale, scores, out);
-        else avx2_vec_kernels()->attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out);
+        if constexpr (std::is_same_v<T, float>) {
+            avx2_vec_kernels()->attend(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+        } else {
+            avx2_vec_kernels()->attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+        }
     }
 }
 

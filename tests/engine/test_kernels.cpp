@@ -808,6 +808,40 @@ TEST_CASE("backend sums weighted rows in order as add_scaled does") {
     }
 }
 
+TEST_CASE("attention kernels give the same bits whatever the next keys they are told of") {
+    // the next call's keys are only asked for from memory: never read into a result
+    const auto next_f32 = random_vec(400 * 136, 41);
+    std::vector<uint16_t> next_f16(next_f32.size());
+    for (size_t i = 0; i < next_f32.size(); ++i) next_f16[i] = f32_to_f16(next_f32[i]);
+    for (const vec_kernels* vk : all_tables())
+    for (int hd : {8, 12, 64, 128, 136})
+    for (int n_q : {1, 2, 3, 4})
+    for (int n : {1, 6, 37, 70, 300}) {
+        const std::string table = vk->name;
+        CAPTURE(table);
+        CAPTURE(hd);
+        CAPTURE(n_q);
+        CAPTURE(n);
+        const auto q = random_vec(size_t(n_q) * hd, 42), k = random_vec(size_t(n) * hd, 43), v = random_vec(size_t(n) * hd, 44);
+        std::vector<uint16_t> k16(k.size()), v16(v.size());
+        for (size_t i = 0; i < k.size(); ++i) {
+            k16[i] = f32_to_f16(k[i]);
+            v16[i] = f32_to_f16(v[i]);
+        }
+        std::vector<float> scores(size_t(n_q) * n), want(size_t(n_q) * hd), got(want.size());
+        vk->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
+        for (int next_n : {1, 5, 64, 400}) {
+            vk->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), got.data(), next_f32.data(), next_n);
+            CHECK(got == want);
+        }
+        vk->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
+        for (int next_n : {1, 5, 64, 400}) {
+            vk->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), got.data(), next_f16.data(), next_n);
+            CHECK(got == want);
+        }
+    }
+}
+
 TEST_CASE("backend attention stores the batch and matches a direct computation with grouped heads") {
     for (const vec_kernels* vk : all_tables())
     for (bool f16 : {false, true})
