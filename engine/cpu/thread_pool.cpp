@@ -54,11 +54,13 @@ void thread_pool::dispatch(job_fn fn, void* ctx) {
     }
     fn(ctx, 0, n_threads_);
     for (int i = 1; i < n_threads_; ++i) {
-        for (int spin = 0; done_[size_t(i)].generation.load(std::memory_order_acquire) != gen; ++spin) {
-            if (spin < wait_spins) COLIBRI_PAUSE();
-            else std::this_thread::yield();
-        }
+        for (int spin = 0; done_[size_t(i)].generation.load(std::memory_order_acquire) != gen; ++spin) pause(spin);
     }
+}
+
+void thread_pool::pause(int spin) {
+    if (spin < wait_spins) COLIBRI_PAUSE();
+    else std::this_thread::yield();
 }
 
 bool thread_pool::take_half(int ith, int nth) {

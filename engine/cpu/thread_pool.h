@@ -68,24 +68,54 @@ public:
             return;
         }
         for (int p = 0; p < n_threads_; ++p) parts_[size_t(p)].range.store(pack(p, 0, steps(p)), std::memory_order_relaxed);
-        run([&](int ith, int nth) { // the dispatch publishes the ranges
-            std::atomic<uint64_t>& own = parts_[size_t(ith)].range;
-            for (;;) {
-                uint64_t r = own.load(std::memory_order_acquire);
-                const int64_t begin = int64_t(r >> 24 & 0xFFFFFF), end = int64_t(r & 0xFFFFFF);
-                if (begin < end) {
-                    const int64_t n = std::clamp<int64_t>((end - begin) / 8, 1, 4);
-                    if (own.compare_exchange_weak(r, pack(int(r >> 48), begin + n, end), std::memory_order_acq_rel)) {
-                        f(int(r >> 48), begin, begin + n);
-                    }
-                    continue;
-                }
-                if (!take_half(ith, nth)) return;
-            }
+        run([&](int ith, int nth) { walk_parts(ith, nth, f, false); }); // the dispatch publishes the ranges
+    }
+
+    /// parallel_parts after a prologue that is each thread's own: thread ith runs
+    /// prologue(ith), then walks part ith; a thread out of steps takes halves of the others'
+    /// parts, and waits for a thread still in its prologue rather than leave it its whole
+    /// part (a decode's feed-forwards: each thread's experts' gate and up products and
+    /// activations, then their down products, which any thread may run). One thread:
+    /// prologue(0), then part 0 in one call.
+    template <class P, class S, class F>
+    void parallel_parts_after(P&& prologue, S&& steps, F&& f) {
+        if (n_threads_ == 1) {
+            prologue(0);
+            f(0, int64_t(0), static_cast<int64_t>(steps(0)));
+            return;
+        }
+        for (int p = 0; p < n_threads_; ++p) parts_[size_t(p)].range.store(pack(p, 0, 0), std::memory_order_relaxed);
+        published_.store(0, std::memory_order_relaxed);
+        run([&](int ith, int nth) {
+            prologue(ith);
+            parts_[size_t(ith)].range.store(pack(ith, 0, steps(ith)), std::memory_order_release);
+            published_.fetch_add(1, std::memory_order_acq_rel);
+            walk_parts(ith, nth, f, true);
         });
     }
 
 private:
+    // A thread's walk of the parts: its own range a few steps per claim, then halves taken
+    // from the others; with wait_published, until every part was published.
+    template <class F>
+    void walk_parts(int ith, int nth, F& f, bool wait_published) {
+        std::atomic<uint64_t>& own = parts_[size_t(ith)].range;
+        for (int spin = 0;;) {
+            uint64_t r = own.load(std::memory_order_acquire);
+            const int64_t begin = int64_t(r >> 24 & 0xFFFFFF), end = int64_t(r & 0xFFFFFF);
+            if (begin < end) {
+                const int64_t n = std::clamp<int64_t>((end - begin) / 8, 1, 4);
+                if (own.compare_exchange_weak(r, pack(int(r >> 48), begin + n, end), std::memory_order_acq_rel)) {
+                    f(int(r >> 48), begin, begin + n);
+                }
+                continue;
+            }
+            if (take_half(ith, nth)) continue;
+            if (!wait_published || published_.load(std::memory_order_acquire) == nth) return;
+            pause(spin++); // a part not yet published: its thread is in its prologue
+        }
+    }
+    static void pause(int spin); // a short pause, a yield after a while
     using job_fn = void (*)(void*, int, int);
     // parallel_parts: part p's steps [begin, end) in one word
     static uint64_t pack(int p, int64_t begin, int64_t end) { return uint64_t(p) << 48 | uint64_t(begin) << 24 | uint64_t(end); }
@@ -117,6 +147,7 @@ private:
         std::atomic<uint64_t> range{0};
     };
     std::unique_ptr<part_range[]> parts_; // parallel_parts: each thread's range of steps
+    alignas(64) std::atomic<int> published_{0}; // parallel_parts_after: parts published
 };
 
 } // namespace colibri

@@ -478,6 +478,52 @@ TEST_CASE("thread pool parts run every step once and idle threads take halves of
     }
 }
 
+TEST_CASE("thread pool parts after prologues run no step before its part's prologue and share the rest") {
+    for (int threads : {1, 2, 3}) {
+        thread_pool pool(threads);
+        for (int slow : {-1, 0, 1}) { // a thread whose prologue sleeps (none, the caller, a worker)
+            CAPTURE(threads);
+            CAPTURE(slow);
+            const auto steps = [&](int p) { return int64_t(p == 1 ? 0 : 400 + 29 * p); }; // part 1 is empty
+            const size_t nt = static_cast<size_t>(threads);
+            std::vector<std::atomic<int>> prologues(nt);
+            std::vector<std::vector<std::atomic<int>>> seen;
+            for (int p = 0; p < threads; ++p) seen.emplace_back(size_t(steps(p)));
+            std::vector<std::vector<std::thread::id>> by(nt);
+            for (int p = 0; p < threads; ++p) by[size_t(p)].resize(size_t(steps(p)));
+            std::atomic<int> bad{0}; // calls out of range or before their part's prologue ended
+            pool.parallel_parts_after(
+                [&](int p) {
+                    if (p == slow) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+                    prologues[size_t(p)].fetch_add(1);
+                },
+                steps,
+                [&](int p, int64_t k0, int64_t k1) {
+                    if (p < 0 || p >= threads || k0 < 0 || k0 >= k1 || k1 > steps(p) || prologues[size_t(p)].load() != 1) {
+                        bad.fetch_add(1);
+                        return;
+                    }
+                    for (int64_t k = k0; k < k1; ++k) {
+                        seen[size_t(p)][size_t(k)].fetch_add(1);
+                        by[size_t(p)][size_t(k)] = std::this_thread::get_id();
+                    }
+                });
+            CHECK(bad.load() == 0);
+            for (int p = 0; p < threads; ++p) {
+                CHECK(prologues[size_t(p)].load() == 1);
+                for (int64_t k = 0; k < steps(p); ++k) REQUIRE(seen[size_t(p)][size_t(k)].load() == 1);
+            }
+            // the others wait out the slow prologue, then take from its part
+            if (slow >= 0 && slow < threads && steps(slow) > 0) {
+                const auto& b = by[size_t(slow)];
+                const auto others = std::count_if(b.begin(), b.end(), [&](std::thread::id t) { return t != b.front(); });
+                if (threads > 1) CHECK(others > 0);
+                else CHECK(others == 0);
+            }
+        }
+    }
+}
+
 TEST_CASE("the read probe keeps a buffer of whole 1 MiB chunks per thread and measures it again and again") {
     constexpr size_t mib = size_t(1) << 20;
     read_probe two(2, 5 * mib + 3, best_vec_kernels());
