@@ -27,16 +27,12 @@ profiled_backend::profiled_backend(backend& inner, const model& m) : inner_(inne
     const auto add = [&](const tensor_view* w, op kind) {
         if (w != nullptr) products_[w] = kind;
     };
-    const auto add_ffn = [&](const expert_weights& e) {
-        for (const tensor_view* w : {e.gate, e.up, e.down}) add(w, op::feed_forwards);
-    };
+    // the feed-forwards' weights come through ffn_many, a shared expert's gate after the
+    // router in one matmul_many
     for (const layer_weights& l : m.layers()) {
         for (const tensor_view* w : {l.wq, l.wk, l.wv}) add(w, op::qkv);
         add(l.wo, op::attention_output);
         add(l.router, op::router);
-        for (const expert_weights& e : l.experts) add_ffn(e);
-        add_ffn(l.shared);
-        add_ffn(l.dense);
     }
     add(&m.output(), op::lm_head);
 }

@@ -92,15 +92,19 @@ pick_times time_picks(const std::vector<float>& logits) {
 // session's own work and the token's pick). Text, or one JSON object.
 using op_table = std::array<profiled_backend::op_stats, profiled_backend::op_count>;
 
+// the step's time outside every operation
+double between_ops(const op_table& ops, double seconds) {
+    for (const profiled_backend::op_stats& o : ops) seconds -= o.seconds;
+    return seconds;
+}
+
 void print_ops(const op_table& ops, double probe, double seconds, int tokens) {
     std::printf("  decode by operation (the last repetition through a timing wrapper; bytes against %.2f GB/s):\n", probe / 1e9);
     std::printf("    %-18s %10s %7s %9s %7s %8s %11s %6s\n", "operation", "us/token", "share", "MB/token", "GB/s", "of probe",
                 "us beyond", "calls");
-    double in_ops = 0;
     for (int i = 0; i < profiled_backend::op_count; ++i) {
         const profiled_backend::op_stats& o = ops[size_t(i)];
         if (o.calls == 0) continue;
-        in_ops += o.seconds;
         const double us = o.seconds / tokens * 1e6, mb = o.bytes / tokens / 1e6;
         std::printf("    %-18s %10.1f %6.1f%%", profiled_backend::op_name(static_cast<profiled_backend::op>(i)), us,
                     100.0 * o.seconds / seconds);
@@ -112,24 +116,22 @@ void print_ops(const op_table& ops, double probe, double seconds, int tokens) {
         }
         std::printf(" %6.1f\n", double(o.calls) / tokens);
     }
-    std::printf("    %-18s %10.1f %6.1f%%\n", "between operations", (seconds - in_ops) / tokens * 1e6,
-                100.0 * (seconds - in_ops) / seconds);
+    const double between = between_ops(ops, seconds);
+    std::printf("    %-18s %10.1f %6.1f%%\n", "between operations", between / tokens * 1e6, 100.0 * between / seconds);
 }
 
 void write_ops_json(FILE* f, const op_table& ops, double probe, double seconds, int tokens) {
     std::fprintf(f, ",\"decode_ops\":{\"probe_gbs\":%.3f,\"step_us\":%.2f,\"ops\":[", probe / 1e9, seconds / tokens * 1e6);
-    double in_ops = 0;
     bool first = true;
     for (int i = 0; i < profiled_backend::op_count; ++i) {
         const profiled_backend::op_stats& o = ops[size_t(i)];
         if (o.calls == 0) continue;
-        in_ops += o.seconds;
         std::fprintf(f, "%s{\"op\":\"%s\",\"us_per_token\":%.2f,\"bytes_per_token\":%.0f,\"calls_per_token\":%.2f}", first ? "" : ",",
                      profiled_backend::op_name(static_cast<profiled_backend::op>(i)), o.seconds / tokens * 1e6, o.bytes / tokens,
                      double(o.calls) / tokens);
         first = false;
     }
-    std::fprintf(f, "],\"between_us\":%.2f}", (seconds - in_ops) / tokens * 1e6);
+    std::fprintf(f, "],\"between_us\":%.2f}", between_ops(ops, seconds) / tokens * 1e6);
 }
 
 struct route_counts {
