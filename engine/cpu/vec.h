@@ -83,9 +83,10 @@ struct vec_kernels {
     void (*to_f16)(const float* x, uint16_t* out, int64_t n);
     float (*dot_f16)(const void* row, const float* x, int64_t n);
     float (*dot_bf16)(const void* row, const float* x, int64_t n);
-    /// Reads `bytes` (a multiple of 512, 32-byte aligned) as fast as possible; returns a
-    /// checksum so the reads cannot be optimised away. For measuring memory bandwidth.
-    uint64_t (*read_sum)(const void* p, size_t bytes);
+    /// Reads `bytes` (a multiple of 64 * streams, 32-byte aligned) as `streams` equal parts
+    /// side by side (1, 2, 4 or 8), as fast as possible; returns the sum of its 64-bit words
+    /// (so the reads cannot be optimised away). For measuring memory bandwidth.
+    uint64_t (*read_sum)(const void* p, size_t bytes, int streams);
     /// iterations x 256 int8 multiply-adds with the table's integer dot-product
     /// instructions, on independent registers: the machine's int8 peak. Returns a checksum.
     uint64_t (*madd_loop)(int64_t iterations);

@@ -585,25 +585,34 @@ float dot_bf16(const void* row, const float* x, int64_t n) {
     return sum;
 }
 
-uint64_t read_sum(const void* p, size_t bytes) {
-    // eight independent streams (eighths of the range) read in lockstep: more hardware
-    // prefetch streams in flight than one sequential walk
-    constexpr int streams = 8;
+// S independent streams (equal parts of the range) read in lockstep, each into its own
+// register
+template <int S>
+uint64_t read_streams(const void* p, size_t bytes) {
     const auto* v = static_cast<const __m256i*>(p);
-    const size_t part = bytes / (32 * streams); // in 32-byte vectors
-    __m256i acc[streams];
+    const size_t part = bytes / (32 * S); // in 32-byte vectors
+    __m256i acc[S];
     for (auto& a : acc) a = _mm256_setzero_si256();
     for (size_t i = 0; i < part; i += 2) {
-        for (int k = 0; k < streams; ++k) {
+        for (int k = 0; k < S; ++k) {
             const __m256i* q = v + size_t(k) * part + i;
             acc[k] = _mm256_add_epi64(acc[k], _mm256_add_epi64(_mm256_load_si256(q), _mm256_load_si256(q + 1)));
         }
     }
     __m256i s = acc[0];
-    for (int k = 1; k < streams; ++k) s = _mm256_add_epi64(s, acc[k]);
+    for (int k = 1; k < S; ++k) s = _mm256_add_epi64(s, acc[k]);
     alignas(32) uint64_t out[4];
     _mm256_store_si256(reinterpret_cast<__m256i*>(out), s);
     return out[0] + out[1] + out[2] + out[3];
+}
+
+uint64_t read_sum(const void* p, size_t bytes, int streams) {
+    switch (streams) {
+    case 1: return read_streams<1>(p, bytes);
+    case 2: return read_streams<2>(p, bytes);
+    case 4: return read_streams<4>(p, bytes);
+    default: return read_streams<8>(p, bytes);
+    }
 }
 
 uint64_t madd_loop(int64_t iterations) {

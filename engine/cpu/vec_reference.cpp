@@ -177,16 +177,14 @@ void to_f16(const float* x, uint16_t* out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
 
-uint64_t read_sum(const void* p, size_t bytes) {
+uint64_t read_sum(const void* p, size_t bytes, int streams) {
     const auto* u = static_cast<const uint64_t*>(p);
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (size_t i = 0; i < bytes / 8; i += 4) {
-        a += u[i];
-        b += u[i + 1];
-        c += u[i + 2];
-        d += u[i + 3];
+    const size_t part = bytes / 8 / size_t(streams);
+    uint64_t s = 0;
+    for (size_t i = 0; i < part; ++i) {
+        for (int k = 0; k < streams; ++k) s += u[size_t(k) * part + i];
     }
-    return a + b + c + d;
+    return s;
 }
 
 uint64_t madd_loop(int64_t iterations) {

@@ -45,8 +45,10 @@ std::vector<int> parse_list(const std::string& s) {
     return v;
 }
 
-// Decoded tokens between two measurements of the read bandwidth.
+// Decoded tokens between two measurements of the read bandwidth, and the passes of each
+// (one of each of the probe's stream counts: read_probe::measure).
 constexpr int decode_stretch = 16;
+constexpr int probe_passes = 3;
 
 struct stats {
     double median = 0, min = 0, max = 0;
@@ -484,7 +486,7 @@ int main(int argc, char** argv) {
                 // measured just before and just after it (the higher of the two): the host's
                 // bandwidth can change within a second, so a probe taken once per repetition
                 // may meet another state than the tokens it is compared with.
-                double before = probe.measure(2), t_dec = 0;
+                double before = probe.measure(probe_passes), t_dec = 0;
                 std::vector<double> stretch_frac;
                 for (int i = 0; i < gen_tokens; i += decode_stretch) {
                     const int n = std::min(decode_stretch, gen_tokens - i);
@@ -500,7 +502,7 @@ int main(int argc, char** argv) {
                     const double ms = ms_since(t1);
                     profiled.set_recording(false);
                     t_dec += ms;
-                    const double after = probe.measure(2);
+                    const double after = probe.measure(probe_passes);
                     bw.push_back(after);
                     stretch_frac.push_back(bytes * 1000.0 / ms / std::max(before, after));
                     r.stretches.emplace_back(std::max(before, after), stretch_frac.back());

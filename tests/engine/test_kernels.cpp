@@ -10,6 +10,7 @@
 #include "sampling/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -522,6 +523,20 @@ TEST_CASE("thread pool parts after prologues run no step before its part's prolo
                 if (threads > 1) CHECK(others > 0);
                 else CHECK(others == 0);
             }
+        }
+    }
+}
+
+TEST_CASE("the read pass sums every word of its range whatever the number of streams") {
+    constexpr size_t bytes = 64 * 8 * 37; // 37 steps of every stream count
+    alignas(32) std::array<uint64_t, bytes / 8> words{};
+    uint64_t expected = 0;
+    for (size_t i = 0; i < words.size(); ++i) expected += (words[i] = 0x9E3779B97F4A7C15ull * (i + 1));
+    for (const vec_kernels* vk : all_tables()) {
+        for (int streams : {1, 2, 4, 8}) {
+            CAPTURE(vk->name);
+            CAPTURE(streams);
+            CHECK(vk->read_sum(words.data(), bytes, streams) == expected);
         }
     }
 }
