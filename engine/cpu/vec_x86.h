@@ -123,17 +123,11 @@ void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t 
     Tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
 }
 
-// q4_0x8 and q8_0x8 groups are one sequential stream each, read further ahead. Decode's
-// streams (Once) ask for each 64-byte line once, from the block in whose bytes ahead the
-// line starts. (Until commit 80bbc22 they asked for a line per 64 bytes of every block: 3
-// lines per 2.25 of a 144-byte q4_0x8 block, 5 per 4.25 of a 272-byte q8_0x8 one. Variants
-// alternating token by token, medians of 40-164 rounds: two threads 1.08-1.13x on the
-// mixtral-like shape and 1.02-1.04x on the fine-grained one, one thread 1.05x at q8_0x8 and
-// 1.00-1.01x at q4_0x8.) They read each weight once per token and ask for it as
-// non-temporal, so that hundreds of megabytes of weights do not push out of the caches
-// what a step reads again (activations, norms, the router, the KV cache). Prefill's tiles
-// read their blocks again from L2 for every chunk of tokens; a prefetch per 64 bytes of
-// each block.
+// q4_0x8 and q8_0x8 groups are one sequential stream each, read further ahead: every
+// 64-byte line of their blocks gets its prefetch. Decode's streams (Once) read each weight
+// once per token and ask for it as non-temporal, so that hundreds of megabytes of weights
+// do not push out of the caches what a step reads again (activations, norms, the router,
+// the KV cache); prefill's tiles read their blocks again from L2 for every chunk of tokens.
 // How far ahead, measured against 1,024 bytes (same process, alternating). Decode, in
 // points of the bandwidth ceiling: q4_0x8 at 1,536 +6 to +7 on two threads in the host's
 // faster state, +1 in the slower, +5 on one thread; q8_0x8 at 1,280 level on two threads
@@ -143,13 +137,9 @@ template <bool Once, class Block>
 [[gnu::always_inline]] inline void prefetch_x8_block(const Block& b) { // always inlined: see prefetch_rows
     constexpr int x8_prefetch_bytes = !Once ? 2048 : sizeof(Block) == sizeof(format::block_q4_0x8) ? 1536 : 1280;
     const char* ahead = reinterpret_cast<const char*>(&b) + x8_prefetch_bytes;
-    if constexpr (Once) {
-        const uintptr_t at = reinterpret_cast<uintptr_t>(ahead);
-        for (uintptr_t line = (at + 63) & ~uintptr_t(63); line < at + sizeof(Block); line += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_NTA);
-        }
-    } else {
-        for (size_t line = 0; line * 64 < sizeof(Block); ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+    for (size_t line = 0; line * 64 < sizeof(Block); ++line) {
+        if constexpr (Once) _mm_prefetch(ahead + 64 * line, _MM_HINT_NTA);
+        else _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
     }
 }
 
