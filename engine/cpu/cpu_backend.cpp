@@ -716,33 +716,18 @@ public:
         const int group = a.n_head / a.n_head_kv;
         const int64_t q_stride = static_cast<int64_t>(a.n_head) * a.head_dim;
         const int64_t kv_dim = static_cast<int64_t>(a.n_head_kv) * a.head_dim;
-        const size_t elem = a.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-        // token t's key and value of KV head h: where they go in the caches (each head's
-        // positions in a row), and their storing
-        const auto row_at = [&](int t, int h) { return size_t((int64_t(h) * a.n_ctx + a.pos[t]) * a.head_dim) * elem; };
-        const auto store = [&](int t, int h) {
-            const int64_t from = t * kv_dim + static_cast<int64_t>(h) * a.head_dim;
-            auto* k = static_cast<uint8_t*>(a.k_cache) + row_at(t, h);
-            auto* v = static_cast<uint8_t*>(a.v_cache) + row_at(t, h);
-            if (a.kv_f16) {
-                vk_.to_f16(a.k_new + from, reinterpret_cast<uint16_t*>(k), a.head_dim);
-                vk_.to_f16(a.v_new + from, reinterpret_cast<uint16_t*>(v), a.head_dim);
-            } else {
-                std::memcpy(k, a.k_new + from, sizeof(float) * size_t(a.head_dim));
-                std::memcpy(v, a.v_new + from, sizeof(float) * size_t(a.head_dim));
-            }
-        };
-        // A batch's keys and values are all stored first: a token attends to the batch's
-        // earlier ones, which other jobs take. One token's are stored by the job of their
-        // head, which reads them next: each thread's rows fetched for writing at once as the
-        // dispatch begins, not one after another on the calling thread before it
-        // (two threads, tokens alternating, medians of 100-300 rounds: decode +0.5% in the
-        // host's faster bandwidth state and level in the slower on fine-grained q4_0x8,
-        // +0.4% in both on mixtral-like q8_0x8).
-        const bool job_stores = a.n == 1;
-        if (!job_stores) {
-            for (int t = 0; t < a.n; ++t) {
-                for (int h = 0; h < a.n_head_kv; ++h) store(t, h);
+        // store the batch's keys and values, each head's positions in a row
+        for (int t = 0; t < a.n; ++t) {
+            for (int h = 0; h < a.n_head_kv; ++h) {
+                const int64_t from = t * kv_dim + static_cast<int64_t>(h) * a.head_dim;
+                const int64_t to = (static_cast<int64_t>(h) * a.n_ctx + a.pos[t]) * a.head_dim;
+                if (a.kv_f16) {
+                    vk_.to_f16(a.k_new + from, static_cast<uint16_t*>(a.k_cache) + to, a.head_dim);
+                    vk_.to_f16(a.v_new + from, static_cast<uint16_t*>(a.v_cache) + to, a.head_dim);
+                } else {
+                    std::memcpy(static_cast<float*>(a.k_cache) + to, a.k_new + from, sizeof(float) * size_t(a.head_dim));
+                    std::memcpy(static_cast<float*>(a.v_cache) + to, a.v_new + from, sizeof(float) * size_t(a.head_dim));
+                }
             }
         }
         const int64_t jobs = static_cast<int64_t>(a.n) * a.n_head_kv; // a token's query heads of one kv head
@@ -753,16 +738,8 @@ public:
         const auto keys = [&](int64_t job) { return a.pos[job / a.n_head_kv] + 1; };
         auto body = [&](int ith, int nth) {
             float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
-            // asked for here, not in a helper: GCC drops the calls of a function that only prefetches
-            for (int64_t job = ith; job_stores && job < jobs; job += nth) {
-                for (size_t b = 0; b < size_t(a.head_dim) * elem; b += 64) {
-                    __builtin_prefetch(static_cast<uint8_t*>(a.k_cache) + row_at(0, int(job)) + b, 1, 3);
-                    __builtin_prefetch(static_cast<uint8_t*>(a.v_cache) + row_at(0, int(job)) + b, 1, 3);
-                }
-            }
             for (int64_t job = ith; job < jobs; job += nth) {
                 const int t = static_cast<int>(job / a.n_head_kv), kvh = static_cast<int>(job % a.n_head_kv);
-                if (job_stores) store(t, kvh);
                 const int64_t head0 = t * q_stride + static_cast<int64_t>(kvh) * group * a.head_dim;
                 // the thread's next job, whose keys the kernel asks for as it ends
                 const int64_t next = job + nth < jobs ? job + nth : -1;
