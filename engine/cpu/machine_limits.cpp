@@ -66,10 +66,6 @@ double read_probe::measure(int passes) {
     return sink.load() == 42 ? best + 1e-9 : best; // keep the sums alive
 }
 
-double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const vec_kernels& vk) {
-    return read_probe(n_threads, bytes, vk).measure(repeats);
-}
-
 dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype weights) {
     const int64_t n = 4096, rows = 8, iters = 1000; // 8 rows of 4096: 34 KiB per thread at q8_0
     thread_pool pool(n_threads);

@@ -12,13 +12,11 @@ namespace colibri {
 struct vec_kernels;
 class thread_pool;
 
-/// Memory read bandwidth in bytes/s: n_threads read disjoint parts of a buffer of `bytes`
-/// (far larger than the caches), each in 1 MiB chunks of four, two or eight streams side by
-/// side (pass after pass in turn); best of `repeats` passes.
-double measure_read_bandwidth(int n_threads, size_t bytes, int repeats, const vec_kernels& vk);
-
-/// The same probe with its buffer and threads kept between measurements, to be taken often
-/// (colibri-bench measures it between every few decoded tokens). The buffer stays resident.
+/// The memory read bandwidth: n_threads read disjoint parts of a buffer of `bytes` (far
+/// larger than the caches), each in 1 MiB chunks of four, two or eight streams side by side
+/// (pass after pass in turn). Its buffer and threads are kept between measurements, to be
+/// taken often (colibri-bench measures it between every few decoded tokens); the buffer
+/// stays resident.
 class read_probe {
 public:
     read_probe(int n_threads, size_t bytes, const vec_kernels& vk);
@@ -26,7 +24,7 @@ public:
     read_probe(const read_probe&) = delete;
     read_probe& operator=(const read_probe&) = delete;
 
-    /// Bytes/s, the best of `passes` reads of the whole buffer (as measure_read_bandwidth).
+    /// Bytes/s, the best of `passes` reads of the whole buffer.
     double measure(int passes);
     size_t bytes() const { return bytes_; }
 

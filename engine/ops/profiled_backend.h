@@ -48,7 +48,6 @@ public:
 
     /// Operations are timed and counted only while recording (not at first).
     void set_recording(bool on) { recording_ = on; }
-    void reset() { stats_ = {}; }
     const std::array<op_stats, op_count>& stats() const { return stats_; }
 
     std::string name() const override { return inner_.name(); }
