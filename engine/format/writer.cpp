@@ -4,11 +4,14 @@
 #include "core/error.h"
 #include "model/tensor_names.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <memory>
+#include <fcntl.h>
+#include <unistd.h>
 #include <unordered_set>
+#include <utility>
 
 namespace colibri {
 
@@ -52,24 +55,66 @@ void model_writer::add_tensor(const std::string& name, dtype type, std::vector<u
 
 namespace {
 
-struct file_closer {
-    void operator()(FILE* f) const { std::fclose(f); }
+// The file written in whole chunks of 2 MiB at offsets that are multiples of 2 MiB (the
+// last one shorter): the page cache then holds it in 2 MiB folios, which a model's mapping
+// takes as 2 MiB pages, where smaller writes leave it in 4 KiB pages (Linux 6.18, ext4; a
+// probe over 2 MiB pages read 2-5% more than over 4 KiB ones on the Zen 5 host).
+class chunked_file {
+public:
+    static constexpr size_t chunk = size_t(2) << 20;
+
+    explicit chunked_file(std::string path) : path_(std::move(path)) {
+        fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666); // as fopen: the umask decides
+        if (fd_ < 0) throw error(errc::io, path_ + ": cannot create: " + std::strerror(errno));
+        buf_.reserve(chunk);
+    }
+    ~chunked_file() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    chunked_file(const chunked_file&) = delete;
+    chunked_file& operator=(const chunked_file&) = delete;
+
+    uint64_t pos() const { return written_ + buf_.size(); }
+
+    void append(const void* data, size_t n) {
+        const auto* p = static_cast<const uint8_t*>(data);
+        while (n > 0) {
+            const size_t take = std::min(n, chunk - buf_.size());
+            buf_.insert(buf_.end(), p, p + take);
+            p += take;
+            n -= take;
+            if (buf_.size() == chunk) flush();
+        }
+    }
+
+    void pad_to(uint64_t target) {
+        static const uint8_t zeros[alignment] = {};
+        while (pos() < target) append(zeros, size_t(std::min<uint64_t>(target - pos(), alignment)));
+    }
+
+    void close() {
+        flush();
+        const int fd = std::exchange(fd_, -1);
+        if (::close(fd) != 0) throw error(errc::io, path_ + ": write failed: " + std::strerror(errno));
+    }
+
+private:
+    void flush() {
+        for (size_t done = 0; done < buf_.size();) {
+            const ssize_t n = ::write(fd_, buf_.data() + done, buf_.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) throw error(errc::io, path_ + ": write failed: " + std::strerror(n < 0 ? errno : ENOSPC));
+            done += size_t(n);
+        }
+        written_ += buf_.size();
+        buf_.clear();
+    }
+
+    std::string path_;
+    int fd_ = -1;
+    uint64_t written_ = 0;
+    std::vector<uint8_t> buf_;
 };
-
-void write_all(FILE* f, const void* data, size_t n, const std::string& path) {
-    if (n != 0 && std::fwrite(data, 1, n, f) != n) {
-        throw error(errc::io, path + ": write failed: " + std::strerror(errno));
-    }
-}
-
-void pad_to(FILE* f, uint64_t& pos, uint64_t target, const std::string& path) {
-    static const uint8_t zeros[alignment] = {};
-    while (pos < target) {
-        const uint64_t n = std::min<uint64_t>(target - pos, alignment);
-        write_all(f, zeros, n, path);
-        pos += n;
-    }
-}
 
 } // namespace
 
@@ -115,19 +160,14 @@ uint64_t model_writer::write(const std::string& path, const progress& on_progres
     h.header_crc32 = crc32(&h, sizeof(h));
 
     const std::string tmp = path + ".partial";
-    std::unique_ptr<FILE, file_closer> f(std::fopen(tmp.c_str(), "wb"));
-    if (!f) throw error(errc::io, tmp + ": cannot create: " + std::strerror(errno));
     try {
-        uint64_t at = 0;
-        write_all(f.get(), &h, sizeof(h), tmp);
-        at += sizeof(h);
-        pad_to(f.get(), at, h.tokenizer.offset, tmp);
-        write_all(f.get(), tok_bytes.data(), tok_bytes.size(), tmp);
-        at += tok_bytes.size();
-        pad_to(f.get(), at, dir_offset, tmp);
-        write_all(f.get(), dir.data(), dir.size(), tmp);
-        at += dir.size();
-        pad_to(f.get(), at, data_offset, tmp);
+        chunked_file f(tmp);
+        f.append(&h, sizeof(h));
+        f.pad_to(h.tokenizer.offset);
+        f.append(tok_bytes.data(), tok_bytes.size());
+        f.pad_to(dir_offset);
+        f.append(dir.data(), dir.size());
+        f.pad_to(data_offset);
         std::vector<uint8_t> buf, rows;
         for (size_t i = 0; i < tensors_.size(); ++i) {
             const pending& t = tensors_[i];
@@ -139,18 +179,15 @@ uint64_t model_writer::write(const std::string& path, const progress& on_progres
                 buf.resize(t.size);
                 interleave_x8(t.type, rows.data(), t.shape[0], t.shape[1], buf.data());
             }
-            write_all(f.get(), buf.data(), buf.size(), tmp);
-            at += buf.size();
-            pad_to(f.get(), at, align_up(at), tmp);
+            f.append(buf.data(), buf.size());
+            f.pad_to(align_up(f.pos()));
             if (on_progress) on_progress(i + 1, tensors_.size(), t.name);
         }
-        if (std::fflush(f.get()) != 0) throw error(errc::io, tmp + ": write failed: " + std::strerror(errno));
-        f.reset();
+        f.close();
         if (std::rename(tmp.c_str(), path.c_str()) != 0) {
             throw error(errc::io, path + ": cannot rename into place: " + std::strerror(errno));
         }
     } catch (...) {
-        f.reset();
         std::remove(tmp.c_str());
         throw;
     }
