@@ -14,7 +14,8 @@ class thread_pool;
 
 /// The memory read bandwidth: n_threads read disjoint parts of a buffer of `bytes` (far
 /// larger than the caches), each in 1 MiB chunks of four, two or eight streams side by side
-/// (pass after pass in turn). Its buffer and threads are kept between measurements, to be
+/// (pass after pass in turn). The buffer is in 2 MiB pages where the kernel gives them (they
+/// read faster than 4 KiB ones). Its buffer and threads are kept between measurements, to be
 /// taken often (colibri-bench measures it between every few decoded tokens); the buffer
 /// stays resident.
 class read_probe {
@@ -31,7 +32,9 @@ public:
 private:
     const vec_kernels& vk_;
     size_t bytes_;
-    std::unique_ptr<uint8_t, void (*)(void*)> buf_;
+    void* map_ = nullptr; // the mapping behind buf_
+    size_t map_bytes_ = 0;
+    uint8_t* buf_ = nullptr;
     std::unique_ptr<thread_pool> pool_;
 };
 
