@@ -57,8 +57,9 @@ namespace {
 
 // The file written in whole chunks of 2 MiB at offsets that are multiples of 2 MiB (the
 // last one shorter): the page cache then holds it in 2 MiB folios, which a model's mapping
-// takes as 2 MiB pages, where smaller writes leave it in 4 KiB pages (Linux 6.18, ext4; a
-// probe over 2 MiB pages read 2-5% more than over 4 KiB ones on the Zen 5 host).
+// takes as 2 MiB pages, where smaller writes leave it in 4 KiB pages (Linux 6.18, ext4). On
+// the Zen 5 host the first pass over a 727 MB model's pages took 24 ms instead of 102, and
+// decode read 0-2% faster.
 class chunked_file {
 public:
     static constexpr size_t chunk = size_t(2) << 20;
