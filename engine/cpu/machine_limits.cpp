@@ -32,8 +32,8 @@ read_probe::read_probe(int n_threads, size_t bytes, const vec_kernels& vk)
     const size_t parts = size_t(pool_->size());
     bytes = std::max<size_t>(bytes / (probe_chunk * parts), 1) * probe_chunk * parts;
     // 2 MiB pages, asked for on a 2 MiB boundary: on the Zen 5 host two threads read 1.02x
-    // more through them than through 4 KiB pages when the host's bandwidth was below 55 GB/s
-    // and 1.05x above it (medians of 1,200 alternations), so without them the probe
+    // more through them than through 4 KiB pages when the host's bandwidth was below 50 GB/s
+    // and 1.05x above 60 GB/s (medians of 1,200 alternations), so without them the probe
     // under-read the machine. The model's weights get them from the page cache (the
     // converter writes its files for that, model_writer).
     constexpr size_t huge = size_t(2) << 20;

@@ -9,8 +9,12 @@
 #include "model/model.h"
 #include "test_util.h"
 
+#include <csignal>
 #include <cstring>
 #include <doctest/doctest.h>
+#include <filesystem>
+#include <memory>
+#include <sys/resource.h>
 
 using namespace colibri;
 
@@ -25,6 +29,30 @@ std::pair<errc, std::string> load_error(const std::string& path) {
     }
     FAIL("loading " << path << " did not fail");
     return {};
+}
+
+// The header of a small dense llama (one layer, dim 32, 512 tokens) and a sentencepiece
+// tokenizer's.
+std::pair<format::hparams, format::tokenizer_header> small_llama_header() {
+    format::hparams hp{};
+    hp.arch = static_cast<uint32_t>(format::arch::llama);
+    hp.n_layer = 1;
+    hp.n_embd = 32;
+    hp.n_head = 2;
+    hp.n_head_kv = 2;
+    hp.head_dim = 16;
+    hp.n_ff = 64;
+    hp.n_vocab = 512;
+    hp.n_ctx = 64;
+    hp.rope_theta = 10000;
+    hp.norm_eps = 1e-5f;
+    hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1;
+    format::tokenizer_header th{};
+    th.kind = 1;
+    th.bos_id = 1;
+    th.eos_id = 2;
+    th.pad_id = -1;
+    return {hp, th};
 }
 
 void fix_header_crc(std::vector<uint8_t>& bytes) {
@@ -168,24 +196,7 @@ TEST_CASE("a missing or mis-shaped tensor is named") {
     test::temp_dir dir;
     const std::string path = dir.file("m.colibri");
     // a well-formed file that lacks every layer tensor
-    format::hparams hp{};
-    hp.arch = static_cast<uint32_t>(format::arch::llama);
-    hp.n_layer = 1;
-    hp.n_embd = 32;
-    hp.n_head = 2;
-    hp.n_head_kv = 2;
-    hp.head_dim = 16;
-    hp.n_ff = 64;
-    hp.n_vocab = 512;
-    hp.n_ctx = 64;
-    hp.rope_theta = 10000;
-    hp.norm_eps = 1e-5f;
-    hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1;
-    format::tokenizer_header th{};
-    th.kind = 1;
-    th.bos_id = 1;
-    th.eos_id = 2;
-    th.pad_id = -1;
+    const auto [hp, th] = small_llama_header();
     auto proto = read_file_bytes(test::fixture("tokenizer/tokenizer.model"));
     {
         model_writer w(hp, th, proto);
@@ -202,6 +213,69 @@ TEST_CASE("a missing or mis-shaped tensor is named") {
         w.write(path);
         auto [code, msg] = load_error(path);
         CHECK(msg.find("'token_embd.weight' has shape [512, 31], expected [512, 32]") != std::string::npos);
+    }
+}
+
+TEST_CASE("the writer's bytes come back across its 2 MiB chunks and a failed write leaves nothing") {
+    test::temp_dir dir;
+    const auto [hp, th] = small_llama_header();
+    const auto proto = read_file_bytes(test::fixture("tokenizer/tokenizer.model"));
+    // sizes that put the 2 MiB chunks' ends inside a tensor, between two and at a tensor's end
+    const std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors = {
+        {"a", {3, 700001}}, {"b", {5}}, {"c", {2, 262144}}, {"d", {1, 1000003}}};
+    const auto pattern = [](size_t t, uint64_t i) { return uint8_t((i * 131 + t * 7) ^ (i >> 11)); };
+    const auto writer = [&] {
+        auto w = std::make_unique<model_writer>(hp, th, proto);
+        for (size_t t = 0; t < tensors.size(); ++t) {
+            const auto& [name, shape] = tensors[t];
+            uint64_t n = 4;
+            for (uint64_t d : shape) n *= d;
+            w->add_tensor(name, format::dtype::f32, shape, [&pattern, t, n](uint8_t* dst) {
+                for (uint64_t i = 0; i < n; ++i) dst[i] = pattern(t, i);
+            });
+        }
+        return w;
+    };
+
+    SUBCASE("the bytes") {
+        const std::string path = dir.file("m.colibri");
+        const uint64_t size = writer()->write(path);
+        CHECK(size > uint64_t(8400012 + 20 + 2097152 + 4000012)); // the tensors, with the header and tokenizer before them
+        CHECK_FALSE(std::filesystem::exists(path + ".partial"));
+        const model_file f(path);
+        CHECK(f.file_size() == size);
+        for (size_t t = 0; t < tensors.size(); ++t) {
+            const tensor_view* v = f.find(tensors[t].first);
+            REQUIRE(v != nullptr);
+            uint64_t wrong = 0;
+            for (uint64_t i = 0; i < v->size; ++i) wrong += v->data[i] != pattern(t, i);
+            CHECK_MESSAGE(wrong == 0, tensors[t].first);
+        }
+    }
+
+    SUBCASE("a write that fails midway") {
+        // the file size limit stops the writes at 3 MiB, inside the second chunk
+        rlimit old{};
+        REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+        rlimit lim = old;
+        lim.rlim_cur = rlim_t(3) << 20;
+        const auto old_handler = std::signal(SIGXFSZ, SIG_IGN); // EFBIG instead of the signal
+        REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+        const std::string path = dir.file("big.colibri");
+        std::string msg;
+        errc code{};
+        try {
+            writer()->write(path);
+        } catch (const error& e) {
+            msg = e.what();
+            code = e.code();
+        }
+        setrlimit(RLIMIT_FSIZE, &old);
+        std::signal(SIGXFSZ, old_handler);
+        CHECK(code == errc::io);
+        CHECK(msg.find("big.colibri.partial: write failed: File too large") != std::string::npos);
+        CHECK_FALSE(std::filesystem::exists(path));
+        CHECK_FALSE(std::filesystem::exists(path + ".partial"));
     }
 }
 
