@@ -218,7 +218,9 @@ TEST_CASE("a missing or mis-shaped tensor is named") {
 
 TEST_CASE("the writer's bytes come back across its 2 MiB chunks and a failed write leaves nothing") {
     test::temp_dir dir;
-    const auto [hp, th] = small_llama_header();
+    const auto header = small_llama_header(); // not bound by name: the lambda below takes them
+    const format::hparams& hp = header.first;
+    const format::tokenizer_header& th = header.second;
     const auto proto = read_file_bytes(test::fixture("tokenizer/tokenizer.model"));
     // sizes that put the 2 MiB chunks' ends inside a tensor, between two and at a tensor's end
     const std::vector<std::pair<std::string, std::vector<uint64_t>>> tensors = {
