@@ -44,9 +44,12 @@ typedef struct colibri_model_params {
     int n_threads;      /**< 0: the CPUs this process may use */
     int gpu_memory_mib; /**< on a GPU: device memory for the weights, MiB (0: no limit); the routed experts
                              that do not fit are copied in when a token needs them */
+    int page_in;        /**< 1: map the file's pages in on a background thread of the lowest priority
+                             after loading, so that the first request does not pay for the page faults
+                             (a server); 0: pages are mapped in as requests touch them */
 } colibri_model_params;
 
-/** Fills defaults: device "cpu", n_threads 0, gpu_memory_mib 0. */
+/** Fills defaults: device "cpu", n_threads 0, gpu_memory_mib 0, page_in 0. */
 void colibri_model_params_init(colibri_model_params* params);
 
 /** Maps and validates the file. On failure *out is NULL. */

@@ -46,6 +46,7 @@ public:
         mp.device = opts.device.c_str();
         mp.gpu_memory_mib = opts.gpu_memory_mib;
         mp.n_threads = opts.threads;
+        mp.page_in = 1; // requests come later: the first should not pay for the page faults
         if (auto s = colibri_model_load(opts.model.c_str(), &mp, &model_); s != COLIBRI_OK)
             throw std::runtime_error("cannot load model '" + opts.model + "': " + last_error(s));
         try {

@@ -72,6 +72,7 @@ void colibri_model_params_init(colibri_model_params* params) {
     params->device = "cpu";
     params->n_threads = 0;
     params->gpu_memory_mib = 0;
+    params->page_in = 0;
 }
 
 colibri_status colibri_model_load(const char* path, const colibri_model_params* params, colibri_model** out) {
@@ -85,6 +86,7 @@ colibri_status colibri_model_load(const char* path, const colibri_model_params* 
         if (p.gpu_memory_mib < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "gpu_memory_mib must not be negative");
         m->rt = colibri::load_runtime(path, p.device != nullptr ? p.device : "cpu", p.n_threads, false,
                                       size_t(p.gpu_memory_mib) << 20);
+        if (p.page_in != 0) colibri::start_page_in(*m->rt);
         m->quant = std::string(colibri::format::dtype_name(
             static_cast<colibri::format::dtype>(m->rt->mdl->hp().weight_type)));
         *out = m.release();

@@ -71,4 +71,9 @@ std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string
     return rt;
 }
 
+void start_page_in(runtime& rt) {
+    const auto bytes = rt.mdl->file().bytes();
+    rt.paging = std::make_unique<page_in>(bytes.data(), bytes.size());
+}
+
 } // namespace colibri

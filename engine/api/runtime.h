@@ -1,6 +1,7 @@
 #pragma once
 // A model ready to run: the validated file, its backend and its tokenizer.
 
+#include "core/page_in.h"
 #include "model/model.h"
 #include "ops/backend.h"
 #include "tokenizer/tokenizer.h"
@@ -27,7 +28,15 @@ struct runtime {
     std::unique_ptr<backend> be;
     std::unique_ptr<tokenizer> tok;
     std::string device; ///< "cpu" or "cuda:N"
+    /// The weights' pages mapped in on a background thread (start_page_in); stopped and
+    /// joined first when the runtime goes (the last member).
+    std::unique_ptr<page_in> paging;
 };
+
+/// Starts mapping the model file's pages into the process on a background thread of the
+/// lowest priority, so that the first request does not pay for the page faults (a server
+/// that loads a model, then waits for requests).
+void start_page_in(runtime& rt);
 
 /// Loads and validates `path` for `device` with n_threads (0: the CPUs this process may use).
 /// f32_activations keeps activations in f32 for q8_0/q4_0 weights (slower, see cpu_options).

@@ -37,6 +37,8 @@ public:
 
     const std::string& path() const { return file_.path(); }
     uint64_t file_size() const { return file_.size(); }
+    /// The whole mapped file.
+    std::span<const uint8_t> bytes() const { return {file_.data(), file_.size()}; }
     const format::header& header() const { return header_; }
     const format::hparams& hp() const { return header_.hp; }
     const format::tokenizer_header& tokenizer() const { return tokenizer_; }

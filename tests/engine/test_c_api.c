@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
     colibri_model_params mp;
     colibri_model_params_init(&mp);
     EXPECT(mp.gpu_memory_mib == 0);
+    EXPECT(mp.page_in == 0);
     mp.device = "tpu:0";
     EXPECT(colibri_model_load(argv[1], &mp, &model) == COLIBRI_ERR_INVALID_ARGUMENT);
     mp.device = "cpu";
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
 
     mp.device = "cpu";
     mp.n_threads = 2;
+    mp.page_in = 1; /* the pages mapped in while this test runs the model */
     EXPECT(colibri_model_load(argv[1], &mp, &model) == COLIBRI_OK);
     if (model == NULL) {
         fprintf(stderr, "cannot load %s: %s\n", argv[1], colibri_last_error());

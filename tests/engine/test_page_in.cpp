@@ -1,0 +1,77 @@
+// The background page-in maps a file's pages into the process, and a file cut short under
+// it ends the walk quietly instead of crashing the process.
+
+#include "core/mapped_file.h"
+#include "core/page_in.h"
+#include "test_util.h"
+
+#include <cstdio>
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+using namespace colibri;
+using namespace colibri::test;
+
+namespace {
+
+// Kilobytes of the mapping that holds addr mapped into this process (Rss in
+// /proc/self/smaps).
+long mapped_kib(const void* addr) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto a = reinterpret_cast<uintptr_t>(addr);
+    bool inside = false;
+    for (std::string line; std::getline(smaps, line);) {
+        unsigned long long lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+            if (inside) break;
+            inside = lo <= a && a < hi;
+        } else if (inside && line.rfind("Rss:", 0) == 0) {
+            return std::strtol(line.c_str() + 4, nullptr, 10);
+        }
+    }
+    FAIL("no mapping holds " << addr);
+    return -1;
+}
+
+// More than one step of the walk (8 MiB), ending in a partial page.
+constexpr size_t file_bytes = (size_t(9) << 20) + 100;
+
+} // namespace
+
+TEST_CASE("a page-in maps every page of the file into the process, by madvise or by reading each page") {
+    temp_dir dir;
+    const std::string path = dir.file("weights");
+    std::vector<uint8_t> bytes(file_bytes);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(i * 131 >> 7);
+    write_bytes(path, bytes);
+    const long page_kib = ::sysconf(_SC_PAGESIZE) / 1024;
+    const long all_kib = long((file_bytes + size_t(page_kib) * 1024 - 1) / (size_t(page_kib) * 1024)) * page_kib;
+    for (const auto how : {page_in::method::populate, page_in::method::touch}) {
+        CAPTURE(int(how));
+        mapped_file m(path); // a new mapping: none of its pages mapped in yet
+        CHECK(mapped_kib(m.data()) == 0);
+        page_in p(m.data(), m.size(), how);
+        p.wait();
+        CHECK(p.done());
+        CHECK(p.bytes() == file_bytes);
+        CHECK(mapped_kib(m.data()) == all_kib);
+        CHECK(std::equal(bytes.begin(), bytes.end(), m.data())); // the pages read what the file holds
+    }
+}
+
+TEST_CASE("a page-in over a file cut short after it was mapped stops where the file ends") {
+    temp_dir dir;
+    const std::string path = dir.file("weights");
+    write_bytes(path, std::vector<uint8_t>(file_bytes, 7));
+    mapped_file m(path);
+    std::filesystem::resize_file(path, size_t(3) << 20); // what another process may do to a model in use
+    page_in p(m.data(), m.size());
+    p.wait();
+    CHECK(p.done());
+    // the steps before the one that met the end: none past it
+    CHECK(p.bytes() == 0);
+    CHECK(mapped_kib(m.data()) <= 3 * 1024);
+}
