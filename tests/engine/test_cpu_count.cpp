@@ -1,0 +1,97 @@
+// The CPU quota that caps the default thread count, read from cgroup trees laid out as
+// systemd, a container and cgroup v1 lay them out.
+
+#include "core/cpu_count.h"
+#include "test_util.h"
+
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <sched.h>
+#include <fstream>
+#include <string>
+
+using namespace colibri;
+using namespace colibri::test;
+
+namespace {
+
+// A file under the fake root, its directories made as needed.
+void put(const temp_dir& root, const std::string& rel, const std::string& text) {
+    const std::filesystem::path p = root.file(rel);
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+}
+
+const char* const v2_mount = "30 24 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+const char* const other_mounts = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+                                 "25 22 0:5 / /proc rw,nosuid shared:12 - proc proc rw\n";
+
+} // namespace
+
+TEST_CASE("the CPU quota is the tightest on the process's cgroup and the cgroups above it") {
+    SUBCASE("a systemd service on cgroup v2, its own quota") {
+        temp_dir root;
+        put(root, "proc/self/mountinfo", std::string(other_mounts) + v2_mount);
+        put(root, "proc/self/cgroup", "0::/system.slice/colibrid.service\n");
+        put(root, "sys/fs/cgroup/cpu.max", "max 100000\n"); // what a root cgroup never has, harmless
+        put(root, "sys/fs/cgroup/system.slice/cpu.max", "max 100000\n");
+        put(root, "sys/fs/cgroup/system.slice/colibrid.service/cpu.max", "150000 100000\n");
+        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(1.5));
+    }
+    SUBCASE("the slice above it tighter") {
+        temp_dir root;
+        put(root, "proc/self/mountinfo", v2_mount);
+        put(root, "proc/self/cgroup", "0::/system.slice/colibrid.service\n");
+        put(root, "sys/fs/cgroup/system.slice/cpu.max", "50000 100000\n");
+        put(root, "sys/fs/cgroup/system.slice/colibrid.service/cpu.max", "300000 100000\n");
+        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(0.5));
+    }
+    SUBCASE("a container whose cgroup namespace shows its cgroup as the root") {
+        temp_dir root;
+        put(root, "proc/self/mountinfo", v2_mount);
+        put(root, "proc/self/cgroup", "0::/\n");
+        put(root, "sys/fs/cgroup/cpu.max", "200000 100000\n");
+        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(2.0));
+    }
+    SUBCASE("a mount of part of the tree: the path below the mount's root") {
+        temp_dir root;
+        put(root, "proc/self/mountinfo", "30 24 0:26 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+        put(root, "proc/self/cgroup", "0::/kubepods/pod1/c1\n");
+        put(root, "sys/fs/cgroup/cpu.max", "250000 100000\n"); // pod1
+        put(root, "sys/fs/cgroup/c1/cpu.max", "300000 100000\n");
+        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(2.5));
+    }
+    SUBCASE("cgroup v1, the cpu controller mounted with cpuacct") {
+        temp_dir root;
+        put(root, "proc/self/mountinfo",
+            std::string(other_mounts) +
+                "31 24 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:9 - cgroup cgroup rw,cpu,cpuacct\n"
+                "32 24 0:28 / /sys/fs/cgroup/cpuset rw,nosuid shared:10 - cgroup cgroup rw,cpuset\n");
+        put(root, "proc/self/cgroup", "5:cpuset:/\n4:cpu,cpuacct:/user.slice\n0::/user.slice\n");
+        put(root, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+        put(root, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+        put(root, "sys/fs/cgroup/cpu,cpuacct/user.slice/cpu.cfs_quota_us", "150000\n");
+        put(root, "sys/fs/cgroup/cpu,cpuacct/user.slice/cpu.cfs_period_us", "100000\n");
+        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(1.5));
+    }
+    SUBCASE("no quota anywhere, or one that cannot be read") {
+        temp_dir root;
+        put(root, "proc/self/mountinfo", v2_mount);
+        put(root, "proc/self/cgroup", "0::/user.slice/user-1000.slice\n");
+        put(root, "sys/fs/cgroup/user.slice/cpu.max", "max 100000\n");
+        CHECK(cgroup_cpu_quota(root.file("")) == 0.0);
+        put(root, "sys/fs/cgroup/user.slice/user-1000.slice/cpu.max", "lots 100000\n");
+        CHECK(cgroup_cpu_quota(root.file("")) == 0.0);
+        temp_dir empty; // no procfs at all
+        CHECK(cgroup_cpu_quota(empty.file("")) == 0.0);
+    }
+}
+
+TEST_CASE("the default thread count is at least one and at most the CPUs the process may run on") {
+    const int n = usable_cpu_count();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+    CHECK(n >= 1);
+    CHECK(n <= CPU_COUNT(&set));
+}
