@@ -46,7 +46,8 @@ typedef struct colibri_model_params {
                              that do not fit are copied in when a token needs them */
     int page_in;        /**< 1: map the file's pages in on a background thread of the lowest priority
                              after loading, so that the first request does not pay for the page faults
-                             (a server); 0: pages are mapped in as requests touch them */
+                             (a server), unless the file is larger than the memory available; 0: pages
+                             are mapped in as requests touch them */
 } colibri_model_params;
 
 /** Fills defaults: device "cpu", n_threads 0, gpu_memory_mib 0, page_in 0. */

@@ -71,9 +71,11 @@ std::unique_ptr<runtime> load_runtime(const std::string& path, const std::string
     return rt;
 }
 
-void start_page_in(runtime& rt) {
+bool start_page_in(runtime& rt, uint64_t available) {
     const auto bytes = rt.mdl->file().bytes();
+    if (available > 0 && bytes.size() > available) return false;
     rt.paging = std::make_unique<page_in>(bytes.data(), bytes.size());
+    return true;
 }
 
 } // namespace colibri

@@ -35,8 +35,10 @@ struct runtime {
 
 /// Starts mapping the model file's pages into the process on a background thread of the
 /// lowest priority, so that the first request does not pay for the page faults (a server
-/// that loads a model, then waits for requests).
-void start_page_in(runtime& rt);
+/// that loads a model, then waits for requests). Not when the file is larger than
+/// `available` bytes of memory (0: unknown, no limit): it would push out the rest of the
+/// page cache, then its own first pages. Returns whether it started.
+bool start_page_in(runtime& rt, uint64_t available = available_memory());
 
 /// Loads and validates `path` for `device` with n_threads (0: the CPUs this process may use).
 /// f32_activations keeps activations in f32 for q8_0/q4_0 weights (slower, see cpu_options).

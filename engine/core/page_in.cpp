@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
+#include <string>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -58,6 +60,16 @@ void page_in::walk(method how) {
     bytes_ = std::min(covered, size_);
     elapsed_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     done_.store(true, std::memory_order_release);
+}
+
+uint64_t available_memory() {
+    std::ifstream f("/proc/meminfo");
+    for (std::string key; f >> key;) {
+        uint64_t kib = 0;
+        if (key == "MemAvailable:" && f >> kib) return kib << 10;
+        f.ignore(1 << 10, '\n');
+    }
+    return 0;
 }
 
 } // namespace colibri

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <thread>
 
 namespace colibri {
@@ -44,5 +45,9 @@ private:
     size_t bytes_ = 0;      // written before done_
     std::thread thread_;
 };
+
+/// MemAvailable of /proc/meminfo in bytes (memory the kernel can hand out without swapping,
+/// reclaimable page cache included); 0 when unknown.
+uint64_t available_memory();
 
 } // namespace colibri

@@ -1,6 +1,8 @@
 // The background page-in maps a file's pages into the process, and a file cut short under
 // it ends the walk quietly instead of crashing the process.
 
+#include "api/runtime.h"
+#include "convert/convert.h"
 #include "core/mapped_file.h"
 #include "core/page_in.h"
 #include "test_util.h"
@@ -74,4 +76,26 @@ TEST_CASE("a page-in over a file cut short after it was mapped stops where the f
     // the steps before the one that met the end: none past it
     CHECK(p.bytes() == 0);
     CHECK(mapped_kib(m.data()) <= 3 * 1024);
+}
+
+TEST_CASE("a model's page-in starts only when the file fits in the memory available") {
+    temp_dir dir;
+    const std::string path = dir.file("m.colibri");
+    write_random_model(small_random_model(), path, format::dtype::q8_0, {});
+    const uint64_t size = std::filesystem::file_size(path);
+    {
+        auto rt = load_runtime(path, "cpu", 1);
+        CHECK_FALSE(start_page_in(*rt, size - 1)); // larger than what is available
+        CHECK(rt->paging == nullptr);
+        CHECK(mapped_kib(rt->mdl->file().bytes().data()) < long(size / 1024)); // only what loading read
+    }
+    for (const uint64_t available : {size, uint64_t(0)}) { // exactly fits; unknown
+        CAPTURE(available);
+        auto rt = load_runtime(path, "cpu", 1);
+        REQUIRE(start_page_in(*rt, available));
+        rt->paging->wait();
+        CHECK(rt->paging->bytes() == size);
+        CHECK(mapped_kib(rt->mdl->file().bytes().data()) * 1024 >= long(size));
+    }
+    CHECK(available_memory() > 0); // this machine's /proc/meminfo
 }
