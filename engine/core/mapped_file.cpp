@@ -3,8 +3,11 @@
 #include "core/error.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -69,6 +72,23 @@ void mapped_file::reset() noexcept {
         fd_ = -1;
     }
     size_ = 0;
+}
+
+long mapping_kib(const void* addr, const std::string& field) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto a = reinterpret_cast<uintptr_t>(addr);
+    const std::string key = field + ":";
+    bool inside = false;
+    for (std::string line; std::getline(smaps, line);) {
+        unsigned long long lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+            if (inside) break; // the next mapping
+            inside = lo <= a && a < hi;
+        } else if (inside && line.rfind(key, 0) == 0) {
+            return std::strtol(line.c_str() + key.size(), nullptr, 10);
+        }
+    }
+    return -1;
 }
 
 } // namespace colibri

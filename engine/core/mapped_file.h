@@ -32,4 +32,9 @@ private:
     size_t size_ = 0;
 };
 
+/// Kilobytes that a field of /proc/self/smaps ("Rss", "FilePmdMapped", ...) gives for the
+/// mapping that holds `addr`: how much of it is mapped into this process, and in which
+/// pages. -1 when procfs does not tell.
+long mapping_kib(const void* addr, const std::string& field);
+
 } // namespace colibri

@@ -5,6 +5,7 @@
 #include "convert/convert.h"
 #include "core/cpu_count.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "cpu/machine_limits.h"
 #include "cpu/vec.h"
 #include "cuda/cuda_backend.h"
@@ -166,22 +167,8 @@ void reset_peak_rss() {
 // holds it in 2 MiB folios when it was written in 2 MiB chunks (the converter) or read from
 // disk, and in 4 KiB pages after most other writers; 2 MiB pages read a few percent faster.
 double huge_page_share(const void* addr) {
-    std::ifstream smaps("/proc/self/smaps");
-    const auto a = reinterpret_cast<uintptr_t>(addr);
-    bool inside = false;
-    double rss = -1, pmd = -1;
-    for (std::string line; std::getline(smaps, line);) {
-        unsigned long long lo = 0, hi = 0;
-        if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
-            if (inside) break; // the next mapping
-            inside = lo <= a && a < hi;
-        } else if (inside && line.rfind("Rss:", 0) == 0) {
-            rss = std::strtod(line.c_str() + 4, nullptr);
-        } else if (inside && line.rfind("FilePmdMapped:", 0) == 0) {
-            pmd = std::strtod(line.c_str() + 14, nullptr);
-        }
-    }
-    return rss > 0 && pmd >= 0 ? pmd / rss : -1;
+    const long rss = mapping_kib(addr, "Rss"), pmd = mapping_kib(addr, "FilePmdMapped");
+    return rss > 0 && pmd >= 0 ? double(pmd) / double(rss) : -1;
 }
 
 // n token ids, 3 and above, the same for the same repetition on every device.

@@ -7,10 +7,8 @@
 #include "core/page_in.h"
 #include "test_util.h"
 
-#include <cstdio>
 #include <doctest/doctest.h>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <unistd.h>
 
@@ -19,23 +17,11 @@ using namespace colibri::test;
 
 namespace {
 
-// Kilobytes of the mapping that holds addr mapped into this process (Rss in
-// /proc/self/smaps).
+// Kilobytes of the mapping that holds addr mapped into this process.
 long mapped_kib(const void* addr) {
-    std::ifstream smaps("/proc/self/smaps");
-    const auto a = reinterpret_cast<uintptr_t>(addr);
-    bool inside = false;
-    for (std::string line; std::getline(smaps, line);) {
-        unsigned long long lo = 0, hi = 0;
-        if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
-            if (inside) break;
-            inside = lo <= a && a < hi;
-        } else if (inside && line.rfind("Rss:", 0) == 0) {
-            return std::strtol(line.c_str() + 4, nullptr, 10);
-        }
-    }
-    FAIL("no mapping holds " << addr);
-    return -1;
+    const long kib = mapping_kib(addr, "Rss");
+    REQUIRE(kib >= 0);
+    return kib;
 }
 
 // More than one step of the walk (8 MiB), ending in a partial page.
