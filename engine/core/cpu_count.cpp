@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sched.h>
 #include <sstream>
@@ -66,8 +67,10 @@ double quota_at(const std::string& dir, bool v2) {
         std::ifstream f(dir + "/cpu.max"); // "<quota|max> <period>"
         std::string quota;
         double period = 0;
-        if (f >> quota >> period && quota != "max" && period > 0) return std::stod(quota) / period;
-        return 0;
+        if (!(f >> quota >> period) || period <= 0) return 0;
+        char* end = nullptr;
+        const double q = std::strtod(quota.c_str(), &end); // "max" (or anything else unreadable): none
+        return end != quota.c_str() && *end == '\0' && q > 0 ? q / period : 0;
     }
     std::ifstream q(dir + "/cpu.cfs_quota_us"), p(dir + "/cpu.cfs_period_us"); // quota -1: unlimited
     double quota = 0, period = 0;
@@ -99,13 +102,9 @@ double hierarchy_quota(const std::string& root, bool v2) {
 } // namespace
 
 double cgroup_cpu_quota(const std::string& root) {
-    try {
-        const double v2 = hierarchy_quota(root, true), v1 = hierarchy_quota(root, false);
-        if (v2 > 0 && v1 > 0) return std::min(v2, v1);
-        return std::max(v2, v1);
-    } catch (...) { // a malformed cgroup file: no quota
-        return 0;
-    }
+    const double v2 = hierarchy_quota(root, true), v1 = hierarchy_quota(root, false);
+    if (v2 > 0 && v1 > 0) return std::min(v2, v1);
+    return std::max(v2, v1);
 }
 
 int usable_cpu_count() {

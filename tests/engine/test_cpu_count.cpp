@@ -6,8 +6,8 @@
 
 #include <doctest/doctest.h>
 #include <filesystem>
-#include <sched.h>
 #include <fstream>
+#include <sched.h>
 #include <string>
 
 using namespace colibri;
@@ -82,6 +82,8 @@ TEST_CASE("the CPU quota is the tightest on the process's cgroup and the cgroups
         CHECK(cgroup_cpu_quota(root.file("")) == 0.0);
         put(root, "sys/fs/cgroup/user.slice/user-1000.slice/cpu.max", "lots 100000\n");
         CHECK(cgroup_cpu_quota(root.file("")) == 0.0);
+        put(root, "sys/fs/cgroup/user.slice/cpu.max", "100000 100000\n"); // the one above still counts
+        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(1.0));
         temp_dir empty; // no procfs at all
         CHECK(cgroup_cpu_quota(empty.file("")) == 0.0);
     }
