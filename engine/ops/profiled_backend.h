@@ -49,6 +49,8 @@ public:
     /// Operations are timed and counted only while recording (not at first).
     void set_recording(bool on) { recording_ = on; }
     const std::array<op_stats, op_count>& stats() const { return stats_; }
+    /// Every count back to zero.
+    void reset() { stats_ = {}; }
 
     std::string name() const override { return inner_.name(); }
     int n_threads() const override { return inner_.n_threads(); }

@@ -123,6 +123,36 @@ void print_ops(const op_table& ops, double probe, double seconds, int tokens) {
     std::printf("    %-18s %10.1f %6.1f%%\n", "between operations", between / tokens * 1e6, 100.0 * between / seconds);
 }
 
+// --ops: the prompt's operations, each as its time, its share of the prompt and its calls
+// (prefill is bound by arithmetic, not by bytes).
+void print_prefill_ops(const op_table& ops, double seconds, int tokens) {
+    std::printf("  prefill of %d tokens by operation (the last repetition through the timing wrapper, %.1f ms):\n", tokens,
+                seconds * 1e3);
+    std::printf("    %-18s %10s %7s %6s\n", "operation", "ms", "share", "calls");
+    for (int i = 0; i < profiled_backend::op_count; ++i) {
+        const profiled_backend::op_stats& o = ops[size_t(i)];
+        if (o.calls == 0) continue;
+        std::printf("    %-18s %10.1f %6.1f%% %6llu\n", profiled_backend::op_name(static_cast<profiled_backend::op>(i)),
+                    o.seconds * 1e3, 100.0 * o.seconds / seconds, static_cast<unsigned long long>(o.calls));
+    }
+    const double between = between_ops(ops, seconds);
+    std::printf("    %-18s %10.1f %6.1f%%\n", "between operations", between * 1e3, 100.0 * between / seconds);
+}
+
+void write_prefill_ops_json(FILE* f, const op_table& ops, double seconds) {
+    std::fprintf(f, ",\"prefill_ops\":{\"ms\":%.2f,\"ops\":[", seconds * 1e3);
+    bool first = true;
+    for (int i = 0; i < profiled_backend::op_count; ++i) {
+        const profiled_backend::op_stats& o = ops[size_t(i)];
+        if (o.calls == 0) continue;
+        std::fprintf(f, "%s{\"op\":\"%s\",\"ms\":%.3f,\"calls\":%llu}", first ? "" : ",",
+                     profiled_backend::op_name(static_cast<profiled_backend::op>(i)), o.seconds * 1e3,
+                     static_cast<unsigned long long>(o.calls));
+        first = false;
+    }
+    std::fprintf(f, "],\"between_ms\":%.3f}", between_ops(ops, seconds) * 1e3);
+}
+
 void write_ops_json(FILE* f, const op_table& ops, double probe, double seconds, int tokens) {
     std::fprintf(f, ",\"decode_ops\":{\"probe_gbs\":%.3f,\"step_us\":%.2f,\"ops\":[", probe / 1e9, seconds / tokens * 1e6);
     bool first = true;
@@ -326,8 +356,8 @@ int main(int argc, char** argv) {
         ("bandwidth-mib", po::value(&bandwidth_mib), "buffer of the bandwidth probe (default 1024 MiB)")
         ("f32-act", "keep activations in f32 for q8_0/q4_0 weights (default: int8 integer dot products)")
         ("routing", "print per-layer expert selection counts of the decode phase")
-        ("ops", "time the last repetition's decode by operation (on the CPU), each against its bytes at the read "
-                "bandwidth")
+        ("ops", "time the last repetition's prefill and decode by operation (on the CPU), decode's each against its "
+                "bytes at the read bandwidth")
         ("json", "print one JSON object instead of text")
         ("json-file", po::value(&json_file), "also append the JSON object as one line to this file");
     po::variables_map vm;
@@ -452,10 +482,12 @@ int main(int argc, char** argv) {
             // (bytes/s) and the fraction of that ceiling it read
             std::vector<std::pair<double, double>> stretches;
             // --ops: the last repetition's decode by operation, its probes' mean (bytes/s),
-            // its decode time and tokens
+            // its decode time and tokens; its prompt by operation and the prompt's time
             op_table ops{};
             double ops_probe = 0, ops_seconds = 0;
             int ops_tokens = 0;
+            op_table prefill_ops{};
+            double prefill_ops_seconds = 0;
         };
         long model_rss_kib = 0;
         std::vector<result> results;
@@ -487,11 +519,18 @@ int main(int argc, char** argv) {
                 const bool by_op = vm.count("ops") > 0 && rep == reps - 1;
                 session s(*rt->mdl, by_op ? static_cast<backend&>(profiled) : *be, n_ctx, n_batch);
                 const std::vector<int32_t> prompt = random_prompt(prompt_tokens, hp.n_vocab, rep);
+                profiled.set_recording(by_op);
                 const auto t0 = clock_type::now();
                 for (int i = 0; i < prompt_tokens; i += n_batch) s.eval(prompt.data() + i, std::min(n_batch, prompt_tokens - i));
                 const float* l = s.logits();
                 int32_t id = argmax(l, static_cast<int>(hp.n_vocab)); // greedy, as the sampler picks
                 const double t_first = ms_since(t0);
+                profiled.set_recording(false);
+                if (by_op) {
+                    r.prefill_ops = profiled.stats();
+                    r.prefill_ops_seconds = t_first / 1000.0;
+                    profiled.reset();
+                }
                 if (rep == reps - 1 && vm.count("routing")) s.set_route_observer({route_counts::observe, &routes});
                 // Decode in stretches of decode_stretch tokens, each against the read bandwidth
                 // measured just before and just after it (the higher of the two): the host's
@@ -588,6 +627,7 @@ int main(int argc, char** argv) {
                 }
                 std::fprintf(f, "]");
                 if (r.ops_tokens > 0) write_ops_json(f, r.ops, r.ops_probe, r.ops_seconds, r.ops_tokens);
+                if (r.prefill_ops_seconds > 0) write_prefill_ops_json(f, r.prefill_ops, r.prefill_ops_seconds);
                 std::fprintf(f, "}");
             }
             std::fprintf(f, "]}\n");
@@ -622,6 +662,7 @@ int main(int argc, char** argv) {
                             r.machine_peak.median / 1e9, 100.0 * r.prefill_fraction.min, 100.0 * r.prefill_fraction.max,
                             100.0 * r.prefill_used_fraction.median, r.used_peak.median / 1e9);
                 std::printf("  time to first token %.1f ms [%.1f-%.1f]\n", r.ttft_ms.median, r.ttft_ms.min, r.ttft_ms.max);
+                if (r.prefill_ops_seconds > 0) print_prefill_ops(r.prefill_ops, r.prefill_ops_seconds, prompt_tokens);
                 if (r.ops_tokens > 0) print_ops(r.ops, r.ops_probe, r.ops_seconds, r.ops_tokens);
             }
             std::printf("peak RSS %.1f MiB (the model running, without the probes)\n", model_rss_kib / 1024.0);

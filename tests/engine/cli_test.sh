@@ -95,9 +95,20 @@ for o in 'q/k/v' attention 'attention output' 'feed-forwards' 'LM head' RMSNorms
   check "--ops times $o" grep -qE "\{\"op\":\"$o\",\"us_per_token\":$us,\"bytes_per_token\":[1-9][0-9]*,\"calls_per_token\":$us\}" "$tmp/ops"
 done
 check "--ops reports the time between operations" grep -qE "\"between_us\":-?$us\}" "$tmp/ops"
+# the prompt's operations too, and apart: a decode step makes one attention call a layer, the
+# prompt (one batch) as many
+ms='[0-9]+\.[0-9]{3}'
+for o in 'q/k/v' attention 'feed-forwards' 'LM head'; do
+  check "--ops times the prompt's $o" grep -qE "\"prefill_ops\":\{\"ms\":[0-9.]+,\"ops\":\[.*\{\"op\":\"$o\",\"ms\":$ms,\"calls\":[1-9][0-9]*\}.*\],\"between_ms\":-?$ms\}" "$tmp/ops"
+done
+layers=$(grep -oE '"op":"attention","ms":[0-9.]+,"calls":[0-9]+' "$tmp/ops" | grep -oE '[0-9]+$')
+check "the prompt's attention calls counted" test "${layers:-0}" -ge 1
+check "decode's attention: one call a layer a token, none of the prompt's" \
+  grep -qE "\{\"op\":\"attention\",\"us_per_token\":$us,\"bytes_per_token\":[0-9]+,\"calls_per_token\":$layers\.00\}" "$tmp/ops"
 "$bin/colibri-bench" --model "$model" --threads 1 --reps 1 --prompt-tokens 8 --gen-tokens 16 --bandwidth-mib 16 \
   --ops >"$tmp/ops" 2>"$tmp/err"
 check "--ops prints its table" grep -qE "^    LM head +[0-9.]+ +[0-9.]+%" "$tmp/ops"
+check "--ops prints the prompt's table" grep -qE "^  prefill of 8 tokens by operation" "$tmp/ops"
 "$bin/colibri-bench" --model "$model" --ops --device cuda:0 >/dev/null 2>"$tmp/err"; rc=$?
 check "colibri-bench: --ops on a GPU refused" test $rc -eq 2
 check "colibri-bench: the refusal points to the device profile" grep -q COLIBRI_CUDA_PROFILE "$tmp/err"
