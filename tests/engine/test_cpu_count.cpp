@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sched.h>
 #include <string>
+#include <utility>
+#include <vector>
 
 using namespace colibri;
 using namespace colibri::test;
@@ -28,65 +30,63 @@ const char* const other_mounts = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/
 
 } // namespace
 
+// A cgroup tree: /proc/self/mountinfo, /proc/self/cgroup, then files under the root.
+struct tree {
+    const char* what;
+    std::string mountinfo, cgroup;
+    std::vector<std::pair<std::string, std::string>> files;
+    double quota;
+};
+
 TEST_CASE("the CPU quota is the tightest on the process's cgroup and the cgroups above it") {
-    SUBCASE("a systemd service on cgroup v2, its own quota") {
+    const std::string v1_mounts = std::string(other_mounts) +
+                                  "31 24 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:9 - cgroup cgroup rw,cpu,cpuacct\n"
+                                  "32 24 0:28 / /sys/fs/cgroup/cpuset rw,nosuid shared:10 - cgroup cgroup rw,cpuset\n";
+    const tree trees[] = {
+        {"a systemd service on cgroup v2, its own quota", std::string(other_mounts) + v2_mount,
+         "0::/system.slice/colibrid.service\n",
+         {{"sys/fs/cgroup/cpu.max", "max 100000\n"}, // what a root cgroup never has, harmless
+          {"sys/fs/cgroup/system.slice/cpu.max", "max 100000\n"},
+          {"sys/fs/cgroup/system.slice/colibrid.service/cpu.max", "150000 100000\n"}},
+         1.5},
+        {"the slice above it tighter", v2_mount, "0::/system.slice/colibrid.service\n",
+         {{"sys/fs/cgroup/system.slice/cpu.max", "50000 100000\n"},
+          {"sys/fs/cgroup/system.slice/colibrid.service/cpu.max", "300000 100000\n"}},
+         0.5},
+        {"a container whose cgroup namespace shows its cgroup as the root", v2_mount, "0::/\n",
+         {{"sys/fs/cgroup/cpu.max", "200000 100000\n"}},
+         2.0},
+        {"a mount of part of the tree: the path below the mount's root",
+         "30 24 0:26 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "0::/kubepods/pod1/c1\n",
+         {{"sys/fs/cgroup/cpu.max", "250000 100000\n"}, {"sys/fs/cgroup/c1/cpu.max", "300000 100000\n"}},
+         2.5},
+        {"cgroup v1, the cpu controller mounted with cpuacct", v1_mounts, "5:cpuset:/\n4:cpu,cpuacct:/user.slice\n0::/user.slice\n",
+         {{"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n"},
+          {"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n"},
+          {"sys/fs/cgroup/cpu,cpuacct/user.slice/cpu.cfs_quota_us", "150000\n"},
+          {"sys/fs/cgroup/cpu,cpuacct/user.slice/cpu.cfs_period_us", "100000\n"}},
+         1.5},
+        {"no quota anywhere", v2_mount, "0::/user.slice/user-1000.slice\n",
+         {{"sys/fs/cgroup/user.slice/cpu.max", "max 100000\n"}},
+         0.0},
+        {"a quota that cannot be read", v2_mount, "0::/user.slice/user-1000.slice\n",
+         {{"sys/fs/cgroup/user.slice/user-1000.slice/cpu.max", "lots 100000\n"}},
+         0.0},
+        {"one that cannot be read below one that can", v2_mount, "0::/user.slice/user-1000.slice\n",
+         {{"sys/fs/cgroup/user.slice/cpu.max", "100000 100000\n"},
+          {"sys/fs/cgroup/user.slice/user-1000.slice/cpu.max", "lots 100000\n"}},
+         1.0},
+    };
+    for (const tree& t : trees) {
+        CAPTURE(t.what);
         temp_dir root;
-        put(root, "proc/self/mountinfo", std::string(other_mounts) + v2_mount);
-        put(root, "proc/self/cgroup", "0::/system.slice/colibrid.service\n");
-        put(root, "sys/fs/cgroup/cpu.max", "max 100000\n"); // what a root cgroup never has, harmless
-        put(root, "sys/fs/cgroup/system.slice/cpu.max", "max 100000\n");
-        put(root, "sys/fs/cgroup/system.slice/colibrid.service/cpu.max", "150000 100000\n");
-        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(1.5));
+        put(root, "proc/self/mountinfo", t.mountinfo);
+        put(root, "proc/self/cgroup", t.cgroup);
+        for (const auto& [path, text] : t.files) put(root, path, text);
+        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(t.quota));
     }
-    SUBCASE("the slice above it tighter") {
-        temp_dir root;
-        put(root, "proc/self/mountinfo", v2_mount);
-        put(root, "proc/self/cgroup", "0::/system.slice/colibrid.service\n");
-        put(root, "sys/fs/cgroup/system.slice/cpu.max", "50000 100000\n");
-        put(root, "sys/fs/cgroup/system.slice/colibrid.service/cpu.max", "300000 100000\n");
-        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(0.5));
-    }
-    SUBCASE("a container whose cgroup namespace shows its cgroup as the root") {
-        temp_dir root;
-        put(root, "proc/self/mountinfo", v2_mount);
-        put(root, "proc/self/cgroup", "0::/\n");
-        put(root, "sys/fs/cgroup/cpu.max", "200000 100000\n");
-        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(2.0));
-    }
-    SUBCASE("a mount of part of the tree: the path below the mount's root") {
-        temp_dir root;
-        put(root, "proc/self/mountinfo", "30 24 0:26 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
-        put(root, "proc/self/cgroup", "0::/kubepods/pod1/c1\n");
-        put(root, "sys/fs/cgroup/cpu.max", "250000 100000\n"); // pod1
-        put(root, "sys/fs/cgroup/c1/cpu.max", "300000 100000\n");
-        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(2.5));
-    }
-    SUBCASE("cgroup v1, the cpu controller mounted with cpuacct") {
-        temp_dir root;
-        put(root, "proc/self/mountinfo",
-            std::string(other_mounts) +
-                "31 24 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:9 - cgroup cgroup rw,cpu,cpuacct\n"
-                "32 24 0:28 / /sys/fs/cgroup/cpuset rw,nosuid shared:10 - cgroup cgroup rw,cpuset\n");
-        put(root, "proc/self/cgroup", "5:cpuset:/\n4:cpu,cpuacct:/user.slice\n0::/user.slice\n");
-        put(root, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
-        put(root, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
-        put(root, "sys/fs/cgroup/cpu,cpuacct/user.slice/cpu.cfs_quota_us", "150000\n");
-        put(root, "sys/fs/cgroup/cpu,cpuacct/user.slice/cpu.cfs_period_us", "100000\n");
-        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(1.5));
-    }
-    SUBCASE("no quota anywhere, or one that cannot be read") {
-        temp_dir root;
-        put(root, "proc/self/mountinfo", v2_mount);
-        put(root, "proc/self/cgroup", "0::/user.slice/user-1000.slice\n");
-        put(root, "sys/fs/cgroup/user.slice/cpu.max", "max 100000\n");
-        CHECK(cgroup_cpu_quota(root.file("")) == 0.0);
-        put(root, "sys/fs/cgroup/user.slice/user-1000.slice/cpu.max", "lots 100000\n");
-        CHECK(cgroup_cpu_quota(root.file("")) == 0.0);
-        put(root, "sys/fs/cgroup/user.slice/cpu.max", "100000 100000\n"); // the one above still counts
-        CHECK(cgroup_cpu_quota(root.file("")) == doctest::Approx(1.0));
-        temp_dir empty; // no procfs at all
-        CHECK(cgroup_cpu_quota(empty.file("")) == 0.0);
-    }
+    temp_dir empty; // no procfs at all
+    CHECK(cgroup_cpu_quota(empty.file("")) == 0.0);
 }
 
 TEST_CASE("the default thread count is at least one and at most the CPUs the process may run on") {
