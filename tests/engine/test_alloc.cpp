@@ -16,13 +16,16 @@ std::atomic<bool> counting{false};
 std::atomic<long> allocations{0};
 } // namespace
 
-void* operator new(size_t n) {
+// Not inlined into the test, nor the operator deletes below: GCC would then see free() on
+// what operator new returned, or the other way round, and warn of a mismatch
+// (-Wmismatched-new-delete), as it does in the ThreadSanitizer build.
+[[gnu::noinline]] void* operator new(size_t n) {
     if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
     if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
     throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 using namespace colibri;
 
