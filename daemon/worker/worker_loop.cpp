@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -61,6 +62,15 @@ struct shared_state {
     std::atomic<std::uint64_t> current{0};   ///< job being generated
     std::atomic<std::uint64_t> cancelled{0}; ///< job asked to stop
     std::atomic<bool> stopping{false};
+};
+
+/// What the reader thread and the job loop share. The reader is detached (it may block in
+/// read() until the process exits) and holds its own reference, as the job loop may return
+/// before it stops: after a device failure, or a shutdown while it sends a pong.
+struct worker_link {
+    explicit worker_link(int fd) : ch(fd) {}
+    channel ch;
+    shared_state st;
 };
 
 void reader_loop(channel& ch, shared_state& st) {
@@ -230,7 +240,8 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
 }
 
 int run_worker(const worker_options& opts, const generator_factory& make) {
-    channel ch(opts.fd);
+    const auto link = std::make_shared<worker_link>(opts.fd);
+    channel& ch = link->ch;
     std::unique_ptr<generator> gen;
     try {
         gen = make(opts);
@@ -240,8 +251,8 @@ int run_worker(const worker_options& opts, const generator_factory& make) {
     }
     if (!ch.send(w::ready_msg{gen->info()})) return 1;
 
-    shared_state st;
-    std::thread reader([&] { reader_loop(ch, st); });
+    shared_state& st = link->st;
+    std::thread reader([link] { reader_loop(link->ch, link->st); });
     reader.detach(); // it may block in read() until the process exits
 
     for (;;) {
