@@ -65,8 +65,9 @@ struct shared_state {
 };
 
 /// What the reader thread and the job loop share. The reader is detached (it may block in
-/// read() until the process exits) and holds its own reference, as the job loop may return
-/// before it stops: after a device failure, or a shutdown while it sends a pong.
+/// read() until the process exits) and holds its own reference: the job loop may return
+/// while it still runs, as after a device failure, when the reader wakes only once the
+/// supervisor closes the socket.
 struct worker_link {
     explicit worker_link(int fd) : ch(fd) {}
     channel ch;
