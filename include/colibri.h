@@ -136,6 +136,10 @@ typedef struct colibri_generate_params {
      *  CodeLlama, Colibri's default model). 0: prefix-suffix-middle. -1 (default): the
      *  order the model file records (colibri_model_info.fim_spm). */
     int fim_spm;
+    /** Nonzero: text in the prompt or suffix that spells a special token (`<|endoftext|>`,
+     *  `<fim_prefix>`) becomes that token. 0 (default): user text is always encoded as
+     *  text, and only BOS and the FIM framing are control tokens. */
+    int parse_special;
 } colibri_generate_params;
 
 void colibri_generate_params_init(colibri_generate_params* params);
@@ -202,7 +206,8 @@ size_t colibri_session_token_bytes(const colibri_session* session);
 /** Bytes of memory the session's buffers and KV cache take at most (0 for NULL). */
 size_t colibri_session_memory(const colibri_session* session);
 
-/** Tokenizes text into ids (no BOS). Returns the number of ids; writes at most capacity. */
+/** Tokenizes text into ids (no BOS); text that spells a special token stays text. Returns
+ *  the number of ids; writes at most capacity. */
 colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len,
                                 int32_t* ids, size_t capacity, size_t* n_ids);
 

@@ -181,6 +181,7 @@ void colibri_generate_params_init(colibri_generate_params* p) {
     p->max_lines = 0;
     p->stop_on_dedent = 0;
     p->fim_spm = -1;
+    p->parse_special = 0;
 }
 
 namespace {
@@ -204,6 +205,7 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
     if (p.max_lines < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "max_lines must be >= 0");
     req.max_lines = p.max_lines;
     req.stop_on_dedent = p.stop_on_dedent != 0;
+    req.specials = p.parse_special != 0 ? colibri::special_tokens::parsed : colibri::special_tokens::as_text;
     if (p.fim_spm >= 0) req.order = p.fim_spm != 0 ? colibri::fim_order::spm : colibri::fim_order::psm;
     if (p.suffix != nullptr) req.suffix = std::string_view(p.suffix, p.suffix_len);
     if (p.fim != nullptr && std::string_view(p.fim) != "auto") {

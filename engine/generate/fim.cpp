@@ -94,15 +94,15 @@ fim_template fim_for(const tokenizer& tok, fim_kind kind) {
     return {};
 }
 
-void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix,
-                      std::string_view suffix, fim_order order, std::vector<int32_t>& out) {
+void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix, std::string_view suffix,
+                      fim_order order, std::vector<int32_t>& out, special_tokens specials) {
     COLIBRI_ASSERT(t.kind != fim_kind::none);
     out.push_back(t.prefix);
-    if (order == fim_order::psm) tok.encode(prefix, out);
+    if (order == fim_order::psm) tok.encode(prefix, out, specials);
     out.push_back(t.suffix);
-    tok.encode(suffix, out);
+    tok.encode(suffix, out, specials);
     out.push_back(t.middle);
-    if (order == fim_order::spm) tok.encode(prefix, out);
+    if (order == fim_order::spm) tok.encode(prefix, out, specials);
 }
 
 } // namespace colibri

@@ -39,8 +39,10 @@ enum class fim_order { psm, spm };
 /// Parses "psm" / "spm"; false when it is neither.
 bool parse_fim_order(std::string_view name, fim_order& out);
 
-/// Appends the FIM prompt for prefix and suffix to out, in the given order.
-void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix,
-                      std::string_view suffix, fim_order order, std::vector<int32_t>& out);
+/// Appends the FIM prompt for prefix and suffix to out, in the given order. Only the
+/// framing tokens are control tokens: prefix and suffix are encoded as `specials` says.
+void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix, std::string_view suffix,
+                      fim_order order, std::vector<int32_t>& out,
+                      special_tokens specials = special_tokens::as_text);
 
 } // namespace colibri

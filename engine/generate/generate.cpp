@@ -114,9 +114,9 @@ std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request&
     if (req.suffix) fim = req.fim ? fim_for(tok, *req.fim) : detect_fim(tok);
     if (fim.kind != fim_kind::none) {
         const fim_order order = req.order ? *req.order : tok.fim_suffix_first() ? fim_order::spm : fim_order::psm;
-        build_fim_prompt(tok, fim, req.prompt, *req.suffix, order, tokens);
+        build_fim_prompt(tok, fim, req.prompt, *req.suffix, order, tokens, req.specials);
     } else {
-        tok.encode(req.prompt, tokens);
+        tok.encode(req.prompt, tokens, req.specials);
     }
     if (fim_out != nullptr) *fim_out = std::move(fim);
     return tokens;

@@ -33,6 +33,10 @@ struct generate_request {
     sampling_params sampling;
     std::vector<std::string> stop; ///< generation ends before the first match; never emitted
     int add_bos = -1;              ///< -1: the model's default
+    /// Text that spells a special token stays text unless parsed is asked for: only BOS and
+    /// the FIM framing are control tokens, so a file holding `<|endoftext|>` cannot end or
+    /// steer its completion.
+    special_tokens specials = special_tokens::as_text;
     /// Completion text ends before the newline that would start line max_lines + 1 (the
     /// first line is the rest of the cursor's line); 0: no limit.
     int max_lines = 0;

@@ -6,6 +6,14 @@
 
 namespace colibri {
 
+bool looks_special(std::string_view s) {
+    const auto wrapped = [s](std::string_view open, std::string_view close) {
+        return s.size() >= open.size() + close.size() && s.starts_with(open) && s.ends_with(close);
+    };
+    return s == "<pad>" || s == "<mask>" || wrapped("<|", "|>") || wrapped("<\xEF\xBD\x9C", "\xEF\xBD\x9C>") || // U+FF5C
+           wrapped("<unused", ">") || wrapped("<fim_", ">") || wrapped("<fim-", ">");
+}
+
 void added_token_matcher::add(std::string_view content, token t) {
     if (content.empty()) return;
     uint32_t at = 0;

@@ -10,6 +10,12 @@
 
 namespace colibri {
 
+/// True for an added token that is a control token in all but its flag: tokenizer.json files
+/// mark some FIM and chat tokens (`<|fim_prefix|>`, `<｜fim▁begin｜>`) as not special. The
+/// spellings llama.cpp's converter reads as control: `<|…|>`, `<｜…｜>`, `<pad>`, `<mask>`,
+/// `<unused…>`; and FIM tokens spelled `<fim_…>` or `<fim-…>`.
+bool looks_special(std::string_view content);
+
 class added_token_matcher {
 public:
     /// What a match yields.

@@ -139,6 +139,7 @@ struct encode_state {
     std::vector<std::pair<span_t, bool>> matches;
     std::vector<int32_t> word;
     merge_scratch merge;
+    special_tokens specials = special_tokens::as_text;
 };
 
 class bpe_tokenizer final : public tokenizer {
@@ -158,7 +159,7 @@ public:
         }
     }
 
-    void encode(std::string_view text, std::vector<int32_t>& out) const override {
+    void encode(std::string_view text, std::vector<int32_t>& out, special_tokens specials) const override {
         // The reference takes Unicode strings: ill-formed UTF-8 is read as U+FFFD, the way
         // Python's bytes.decode(errors="replace") reads it.
         std::string clean;
@@ -167,7 +168,8 @@ public:
             text = clean;
         }
         encode_state st;
-        raw_added_.split(
+        st.specials = specials;
+        raw_added_[size_t(specials)].split(
             text, [&](std::string_view seg) { encode_segment(seg, st, out); },
             [&](int32_t id) { out.push_back(id); });
     }
@@ -211,6 +213,15 @@ public:
 
 private:
     void read(payload_reader& r, uint32_t n_vocab);
+    // Adds an added token to the matchers of the modes that match it: text never becomes a
+    // special token, nor one that only its spelling shows to be a control token.
+    void add_matched(added_token_matcher (&m)[2], std::string_view content, added_token_matcher::token t) const {
+        const int32_t a = added_index_[size_t(t.id)];
+        if (!added_special_[size_t(a)] && !looks_special(added_content_[size_t(a)])) {
+            m[size_t(special_tokens::as_text)].add(content, t);
+        }
+        m[size_t(special_tokens::parsed)].add(content, t);
+    }
     void read_steps(payload_reader& r);
 
     std::string_view token_at(int32_t id) const {
@@ -252,7 +263,9 @@ private:
     std::vector<std::string_view> added_views_;
     std::vector<bool> added_special_;
     std::unordered_map<std::string, int32_t> added_by_content_;
-    added_token_matcher raw_added_, normalized_added_;
+    // Added tokens matched whole in the text, [special_tokens]: as_text, the non-special
+    // ones only (text never becomes a control token); parsed, all of them.
+    added_token_matcher raw_added_[2], normalized_added_[2];
 
     std::vector<normalizer_step> normalizers_;
     std::vector<split_step> splits_;
@@ -336,7 +349,7 @@ void bpe_tokenizer::read(payload_reader& r, uint32_t n_vocab) {
         const added_token_matcher::token t{static_cast<int32_t>(id), (flags & added_lstrip) != 0,
                                            (flags & added_rstrip) != 0};
         if (flags & added_normalized) normalized_pending.emplace_back(content, t);
-        else raw_added_.add(content, t);
+        else add_matched(raw_added_, content, t);
     }
     for (const auto& c : added_content_) added_views_.emplace_back(c);
 
@@ -346,7 +359,7 @@ void bpe_tokenizer::read(payload_reader& r, uint32_t n_vocab) {
     for (auto& [content, t] : normalized_pending) {
         std::string tmp;
         normalize(content, tmp);
-        normalized_added_.add(content, t);
+        add_matched(normalized_added_, content, t);
     }
     if (!r.at_end()) r.fail(std::to_string(r.left()) + " unexpected bytes after the last field");
 
@@ -501,7 +514,7 @@ void bpe_tokenizer::encode_segment(std::string_view seg, encode_state& st, std::
         normalize(st.normalized, st.tmp);
         seg = st.normalized;
     }
-    normalized_added_.split(
+    normalized_added_[size_t(st.specials)].split(
         seg, [&](std::string_view text) { encode_pieces(text, st, out); },
         [&](int32_t id) { out.push_back(id); });
 }

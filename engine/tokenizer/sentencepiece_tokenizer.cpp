@@ -1,9 +1,13 @@
 // Sentencepiece tokenizer: the payload is the serialized ModelProto, loaded as is.
 
 #include "core/error.h"
+#include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_text.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <sentencepiece_processor.h>
 
 namespace colibri {
@@ -27,13 +31,24 @@ public:
         eos_ = th.eos_id;
         add_bos_ = (th.flags & format::tok_add_bos) != 0;
         fim_suffix_first_ = (th.flags & format::tok_fim_spm) != 0;
+        for (int id = 0; id < sp_.GetPieceSize(); ++id) {
+            if (sp_.IsControl(id)) controls_.add(sp_.IdToPiece(id), {id, false, false});
+            if (!sp_.IsControl(id) && !sp_.IsUnknown(id) && looks_special(sp_.IdToPiece(id))) spelled_out_.push_back(id);
+        }
     }
 
-    void encode(std::string_view text, std::vector<int32_t>& out) const override {
-        std::vector<int> ids;
-        const auto status = sp_.Encode(text, &ids);
-        if (!status.ok()) throw error(errc::invalid_argument, "tokenizer: " + status.ToString());
-        out.insert(out.end(), ids.begin(), ids.end());
+    // Sentencepiece itself never matches a control piece in text. Parsed, the text is cut
+    // at control pieces and each stretch encoded on its own, as the reference's slow
+    // tokenizer does.
+    void encode(std::string_view text, std::vector<int32_t>& out, special_tokens specials) const override {
+        if (specials == special_tokens::as_text) {
+            const size_t first = out.size();
+            encode_text(text, out);
+            if (!spelled_out_.empty()) spell_out_control_like(out, first);
+            return;
+        }
+        controls_.split(
+            text, [&](std::string_view seg) { encode_text(seg, out); }, [&](int32_t id) { out.push_back(id); });
     }
 
     std::string decode(std::span<const int32_t> ids) const override {
@@ -83,7 +98,46 @@ public:
     int32_t n_vocab() const override { return sp_.GetPieceSize(); }
 
 private:
+    // Sentencepiece matches user-defined pieces in text, FIM tokens among them
+    // (`<fim_prefix>`): from `first` on, each piece that looks special is replaced by its
+    // text, one character piece (or byte piece) at a time.
+    void spell_out_control_like(std::vector<int32_t>& ids, size_t first) const {
+        std::vector<int32_t> rest(ids.begin() + std::ptrdiff_t(first), ids.end());
+        ids.resize(first);
+        for (const int32_t id : rest) {
+            if (!std::binary_search(spelled_out_.begin(), spelled_out_.end(), id)) {
+                ids.push_back(id);
+                continue;
+            }
+            const std::string p = sp_.IdToPiece(id);
+            for (size_t i = 0; i < p.size();) {
+                const size_t len = std::min(p.size() - i, unicode::char_length(static_cast<unsigned char>(p[i])));
+                const int ch = sp_.PieceToId(p.substr(i, len));
+                if (ch != sp_.unk_id() && !sp_.IsControl(ch)) {
+                    ids.push_back(ch);
+                } else {
+                    for (size_t b = i; b < i + len; ++b) {
+                        char name[8];
+                        std::snprintf(name, sizeof(name), "<0x%02X>", static_cast<unsigned char>(p[b]));
+                        const int byte = sp_.PieceToId(name);
+                        ids.push_back(sp_.IsByte(byte) ? byte : sp_.unk_id());
+                    }
+                }
+                i += len;
+            }
+        }
+    }
+
+    void encode_text(std::string_view text, std::vector<int32_t>& out) const {
+        std::vector<int> ids;
+        const auto status = sp_.Encode(text, &ids);
+        if (!status.ok()) throw error(errc::invalid_argument, "tokenizer: " + status.ToString());
+        out.insert(out.end(), ids.begin(), ids.end());
+    }
+
     sentencepiece::SentencePieceProcessor sp_;
+    added_token_matcher controls_;     // every control piece, for special_tokens::parsed
+    std::vector<int32_t> spelled_out_; // pieces that look special (not control ones), ascending
 };
 
 } // namespace

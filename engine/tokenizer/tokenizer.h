@@ -12,12 +12,20 @@
 
 namespace colibri {
 
+/// What becomes of text that spells a special token (`<|endoftext|>`, `<fim_prefix>`).
+enum class special_tokens {
+    as_text, ///< encoded as the characters it is: user text never becomes a control token
+    parsed,  ///< becomes the token (an explicit opt-in, as the reference library's default)
+};
+
 class tokenizer {
 public:
     virtual ~tokenizer() = default;
 
-    /// Appends the ids of `text` (no BOS/EOS) to `out`.
-    virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
+    /// Appends the ids of `text` (no BOS/EOS) to `out`. Only special tokens (control tokens)
+    /// depend on `specials`; added tokens that are not special are always matched.
+    virtual void encode(std::string_view text, std::vector<int32_t>& out,
+                        special_tokens specials = special_tokens::as_text) const = 0;
     /// Text of a sequence of ids, as the reference library decodes it.
     virtual std::string decode(std::span<const int32_t> ids) const = 0;
     /// Appends the raw bytes one id stands for inside a text (sentencepiece: U+2581 as a

@@ -99,7 +99,9 @@ int main(int argc, char** argv) {
         ("tokens", po::value(&tokens), "comma-separated token ids for --dump-logits")
         ("perplexity", po::value(&ppl_path), "print the perplexity of the model over a text FILE (sliding windows of "
                                               "--ctx_size tokens, each half a window after the last; see docs/engine.md)")
-        ("route-debug", "print each token's chosen experts and weights per layer to standard error");
+        ("route-debug", "print each token's chosen experts and weights per layer to standard error")
+        ("parse-special", "text in --prompt and --suffix that spells a special token (<|endoftext|>) becomes that token; "
+                          "by default it is encoded as text");
     both("max_tokens", po::value(&req.max_tokens), po::value(&req.max_tokens), "tokens to generate at most (default 128)");
     both("max_lines", po::value(&req.max_lines), po::value(&req.max_lines),
          "end before line N+1 of the completion (1: the rest of the cursor's line); 0: no limit (default)");
@@ -174,6 +176,7 @@ int main(int argc, char** argv) {
         }
         req.prompt = prompt;
         req.stop = stops;
+        if (vm.count("parse-special")) req.specials = special_tokens::parsed;
         if (vm.count("suffix")) req.suffix = suffix;
         if (fim != "auto") {
             fim_kind k;

@@ -73,7 +73,9 @@ int tokenize_main(int argc, char** argv) {
         ("file,f", po::value(&text_file), "encode the contents of FILE")
         ("decode,d", po::value(&decode), "comma-separated ids to decode instead")
         ("bos", "start with the BOS token when the tokenizer adds one to prompts")
-        ("pieces", "print one 'id<TAB>piece' line per token instead of the id list");
+        ("pieces", "print one 'id<TAB>piece' line per token instead of the id list")
+        ("parse-special", "text that spells a special token (<|endoftext|>) becomes that token, as Hugging Face "
+                          "tokenizers and llama.cpp's tokenizer tests read it; by default it is encoded as text");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -109,7 +111,7 @@ int tokenize_main(int argc, char** argv) {
         }
         std::vector<int32_t> ids;
         if (vm.count("bos") && tok->add_bos() && tok->bos_id() >= 0) ids.push_back(tok->bos_id());
-        tok->encode(text, ids);
+        tok->encode(text, ids, vm.count("parse-special") ? special_tokens::parsed : special_tokens::as_text);
         if (vm.count("pieces")) {
             for (int32_t id : ids) std::printf("%d\t%s\n", id, tok->piece(id).c_str());
         } else {

@@ -31,10 +31,11 @@ struct reference_params {
     int max_lines = 0;
     bool stop_on_dedent = false;
     int fim_spm = -1; // -1: the model file's FIM order
+    bool parse_special = false;
 };
 
 /// The completion the engine produces in-process for the same request.
-std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
+std::string in_process(const reference_params& rp, int* n_tokens = nullptr, int* n_prompt_tokens = nullptr) {
     colibri_model* model = nullptr;
     REQUIRE(colibri_model_load(rp.model.c_str(), nullptr, &model) == COLIBRI_OK);
     colibri_session* session = nullptr;
@@ -51,6 +52,7 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
     gp.max_lines = rp.max_lines;
     gp.stop_on_dedent = rp.stop_on_dedent ? 1 : 0;
     gp.fim_spm = rp.fim_spm;
+    gp.parse_special = rp.parse_special ? 1 : 0;
     std::vector<const char*> stop;
     for (const auto& s : rp.stop) stop.push_back(s.c_str());
     gp.stop = stop.empty() ? nullptr : stop.data();
@@ -69,6 +71,7 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr) {
                 },
                 &text, &r) == COLIBRI_OK);
     if (n_tokens) *n_tokens = r.n_generated_tokens;
+    if (n_prompt_tokens) *n_prompt_tokens = r.n_prompt_tokens;
     colibri_session_free(session);
     colibri_model_free(model);
     return text;
@@ -194,6 +197,24 @@ TEST_CASE("engine: a suffix (fill-in-the-middle) gives what the engine gives in-
     auto events = c.until_final(1, std::chrono::seconds(20));
     CHECK(events.back()["event"] == "done");
     CHECK(concat_pieces(events) == in_process(rp));
+}
+
+TEST_CASE("engine: a prompt and suffix that spell control tokens are completed as text") {
+    reference_params rp;
+    rp.model = COLIBRI_DEFAULT_MODEL;
+    rp.prompt = "END = '</s>'\nFIM = ('<fim_prefix>', '<fim_suffix>', \"";
+    rp.suffix = "<fim_middle>\")\n";
+    rp.max_tokens = 8;
+    daemon_process d(engine_daemon(COLIBRI_DEFAULT_MODEL));
+    client c(d.socket_path());
+    const json done = complete(c, "fim", rp);
+    REQUIRE(done["event"] == "done");
+    int as_text = 0, parsed = 0;
+    CHECK(done["text"] == in_process(rp, nullptr, &as_text));
+    CHECK(done["usage"]["prompt_tokens"].get<int>() == as_text);
+    rp.parse_special = true; // what the old behaviour read: five control tokens in the user's text
+    in_process(rp, nullptr, &parsed);
+    CHECK(as_text > parsed + 20);
 }
 
 TEST_CASE("engine: a prompt that extends the previous one reuses the cached prefix") {

@@ -72,6 +72,25 @@ check "tokenize --decode gives the text back" test "$("$bin/colibri" tokenize --
 "$bin/colibri" tokenize --model "$tmp/g.colibri" --decode 1,x >/dev/null 2>&1; rc=$?
 check "tokenize refuses a bad id" test $rc -eq 1
 
+# Text that spells a control token stays text unless --parse-special asks otherwise: the
+# Qwen3 vocabulary's <|endoftext|> is 151643, and its <|fim_prefix|> 151659.
+qwen3="$fixtures/tokenizers/qwen3/tokenizer.json"
+special_text='x = "<|endoftext|><|fim_prefix|>"'
+as_text=$("$bin/colibri" tokenize --model "$qwen3" --text "$special_text" 2>/dev/null)
+parsed=$("$bin/colibri" tokenize --model "$qwen3" --parse-special --text "$special_text" 2>/dev/null)
+check "tokenize keeps <|endoftext|> as text" bash -c "! grep -qE '(^|,)(151643|151659)(,|$)' <<<'$as_text'"
+check "tokenize --decode gives the special-looking text back" test "$("$bin/colibri" tokenize --model "$qwen3" --decode "$as_text")" = "$special_text"
+check "tokenize --parse-special makes them control tokens" grep -qE '^[0-9,]*,151643,151659,[0-9,]*$' <<<"$parsed"
+# colibri: the same prompt is longer in tokens as text than parsed
+default_model="$fixtures/../../models/default.colibri"
+fim_prompt='x = "<fim_middle><fim_suffix>"'
+"$bin/colibri" --model "$default_model" --prompt "$fim_prompt" --max_tokens 1 >/dev/null 2>"$tmp/err_text"
+"$bin/colibri" --model "$default_model" --prompt "$fim_prompt" --max_tokens 1 --parse-special >/dev/null 2>"$tmp/err_parsed"
+n_text=$(sed -n 's/.*prompt: \([0-9]*\) tokens.*/\1/p' "$tmp/err_text")
+n_parsed=$(sed -n 's/.*prompt: \([0-9]*\) tokens.*/\1/p' "$tmp/err_parsed")
+check "colibri encodes the prompt's FIM spellings as text ($n_text tokens), --parse-special as tokens ($n_parsed)" \
+  test "${n_text:-0}" -gt $(( ${n_parsed:-99} + 10 ))
+
 # colibri-bench: a short run on the test model, its JSON (one decode stretch per 16 tokens
 # for each thread count, each with its probe and fraction), and its refusals
 "$bin/colibri-bench" --model "$model" --threads 1,2 --reps 1 --prompt-tokens 8 --batch 4 --gen-tokens 32 \

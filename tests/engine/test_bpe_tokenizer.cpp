@@ -12,6 +12,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_text.h"
 
+#include <algorithm>
 #include <doctest/doctest.h>
 #include <filesystem>
 #include <fstream>
@@ -56,9 +57,11 @@ int check_against_reference(const std::string& name) {
         const std::string text = case_text(c);
         CAPTURE(name);
         CAPTURE(c["name"].get<std::string>());
-        std::vector<int32_t> ids;
-        tok->encode(text, ids);
+        std::vector<int32_t> ids, as_text;
+        tok->encode(text, ids, special_tokens::parsed);
         CHECK(ids == c["ids"].get<std::vector<int32_t>>());
+        tok->encode(text, as_text);
+        CHECK(as_text == c["ids_as_text"].get<std::vector<int32_t>>());
         const std::string decoded = tok->decode(ids);
         CHECK(decoded == c["decoded"].get<std::string>());
         if (c["lossless"].get<bool>()) {
@@ -217,7 +220,7 @@ TEST_CASE("threads encoding at once through the shared word cache get the refere
                 for (size_t k = 0; k < all.size(); ++k) {
                     const json& c = all[(k + t * 7) % all.size()];
                     std::vector<int32_t> ids;
-                    tok->encode(case_text(c), ids);
+                    tok->encode(case_text(c), ids, special_tokens::parsed);
                     if (ids != c["ids"].get<std::vector<int32_t>>()) ++mismatches[t];
                 }
             }
@@ -322,11 +325,11 @@ TEST_CASE("every step kind of the payload round-trips through a small tokenizer"
     CHECK(ids == std::vector<int32_t>{6, 5, 6, 4});
     CHECK(tok->decode(ids) == "abc ab");
     ids.clear();
-    tok->encode("a<s>b", ids); // each stretch between added tokens is normalised alone
+    tok->encode("a<s>b", ids, special_tokens::parsed); // each stretch between added tokens is normalised alone
     CHECK(ids == std::vector<int32_t>{6, 1, 11, 6, 2});
     CHECK(tok->decode(ids) == "a b");
     ids.clear();
-    tok->encode("a  <mask>  b", ids); // lstrip and rstrip swallow the spaces around <mask>
+    tok->encode("a  <mask>  b", ids, special_tokens::parsed); // lstrip and rstrip swallow the spaces around <mask>
     CHECK(ids == std::vector<int32_t>{6, 1, 12, 6, 2});
     CHECK(tok->decode(ids) == "a<mask> b");
     ids.clear();
@@ -343,14 +346,33 @@ TEST_CASE("tokens matched in normalised text are normalised themselves, as the r
     j["added_tokens"][1]["rstrip"] = false;
     const auto tok = load(tiny_section(dir, j));
     std::vector<int32_t> ids;
-    tok->encode("a <mask> b", ids);
+    tok->encode("a <mask> b", ids, special_tokens::parsed);
     CHECK(ids == std::vector<int32_t>{6, 1, 12, 6, 2});
     ids.clear();
-    tok->encode("a<mask>b", ids); // no "▁<mask>" here: the characters are ordinary text
+    tok->encode("a<mask>b", ids, special_tokens::parsed); // no "▁<mask>" here: the characters are ordinary text
     CHECK(ids == std::vector<int32_t>{6, 1, 0, 1, 0, 2});
     ids.clear();
-    tok->encode("<mask>", ids);
+    tok->encode("<mask>", ids, special_tokens::parsed);
     CHECK(ids == std::vector<int32_t>{12});
+}
+
+TEST_CASE("user text that spells a control token is encoded as text unless parsing is asked for") {
+    const auto tok = load(import_tokenizer_json(tokenizer_dir("qwen3") + "/tokenizer.json"));
+    const int32_t endoftext = tok->piece_to_id("<|endoftext|>"), fim_prefix = tok->piece_to_id("<|fim_prefix|>");
+    REQUIRE(endoftext == 151643);
+    REQUIRE(fim_prefix == 151659); // not special in tokenizer.json, a control token all the same
+    const std::string text = "x = '<|endoftext|>' + \"<|fim_prefix|>\" <think>";
+    std::vector<int32_t> ids;
+    tok->encode(text, ids);
+    CHECK(std::find(ids.begin(), ids.end(), endoftext) == ids.end());
+    CHECK(std::find(ids.begin(), ids.end(), fim_prefix) == ids.end());
+    CHECK(std::find(ids.begin(), ids.end(), tok->piece_to_id("<think>")) != ids.end()); // an ordinary added token
+    CHECK(tok->decode(ids) == text);
+    for (int32_t id : ids) CHECK_FALSE(tok->is_control(id));
+    std::vector<int32_t> parsed;
+    tok->encode(text, parsed, special_tokens::parsed);
+    CHECK(std::count(parsed.begin(), parsed.end(), endoftext) == 1);
+    CHECK(std::count(parsed.begin(), parsed.end(), fim_prefix) == 1);
 }
 
 TEST_CASE("corrupt BPE payloads are refused with a clear error") {

@@ -257,9 +257,11 @@ TEST_CASE("a byte-level BPE vocabulary from GGUF gives the reference ids") {
             if (!c.contains("ids") || !c.contains("text") || c.contains("bytes_hex")) continue;
             const std::string text = c["text"].get<std::string>();
             CAPTURE(text);
-            std::vector<int32_t> ids;
-            tok->encode(text, ids);
+            std::vector<int32_t> ids, as_text;
+            tok->encode(text, ids, special_tokens::parsed);
             CHECK(ids == c["ids"].get<std::vector<int32_t>>());
+            tok->encode(text, as_text);
+            CHECK(as_text == c["ids_as_text"].get<std::vector<int32_t>>());
             ++n;
         }
         CHECK(n > 30);

@@ -11,7 +11,10 @@ the package named in its SOURCE file), encodes a fixed corpus with the Hugging F
   encode() does not add them either);
 - decoded: Tokenizer.decode(ids, skip_special_tokens=True) (special tokens decode to
   nothing in the engine, as control tokens do);
-- lossless: decoded == text.
+- lossless: decoded == text;
+- ids_as_text: the ids with special tokens encoded as text (Tokenizer.encode_special_tokens),
+  added tokens that look special (`<|...|>`, `<｜...｜>`, `<pad>`, `<mask>`, `<unused...>`, as
+  llama.cpp's converter reads them, and `<fim_...>`, `<fim-...>`) marked special first: the engine's default for user text.
 
 Invalid UTF-8: the library takes Python str, so it cannot be given ill-formed bytes. A
 case with "bytes_hex" holds raw bytes; the reference encodes
@@ -154,21 +157,42 @@ INVALID = [
 ]
 
 
+def looks_special(s):
+    wrapped = lambda a, b: len(s) >= len(a) + len(b) and s.startswith(a) and s.endswith(b)
+    return s in ("<pad>", "<mask>") or wrapped("<|", "|>") or wrapped("<\uff5c", "\uff5c>") or wrapped("<unused", ">") \
+        or wrapped("<fim_", ">") or wrapped("<fim-", ">")
+
+
+def as_text_tokenizer(path):
+    """The tokenizer with look-special added tokens marked special, encoding specials as text."""
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    for a in j["added_tokens"]:
+        a["special"] = a["special"] or looks_special(a["content"])
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.encode_special_tokens = True
+    return tok
+
+
 def main():
     for name in NAMES:
-        tok = Tokenizer.from_file(os.path.join(ROOT, name, "tokenizer.json"))
+        path = os.path.join(ROOT, name, "tokenizer.json")
+        tok = Tokenizer.from_file(path)
+        as_text = as_text_tokenizer(path)
         cases = []
         for case_name, text in TEXTS:
             ids = tok.encode(text, add_special_tokens=False).ids
             decoded = tok.decode(ids, skip_special_tokens=True)
             cases.append({"name": case_name, "text": text, "ids": ids, "decoded": decoded,
-                          "lossless": decoded == text})
+                          "lossless": decoded == text,
+                          "ids_as_text": as_text.encode(text, add_special_tokens=False).ids})
         for case_name, raw in INVALID:
             text = raw.decode("utf-8", errors="replace")
             ids = tok.encode(text, add_special_tokens=False).ids
             decoded = tok.decode(ids, skip_special_tokens=True)
             cases.append({"name": case_name, "bytes_hex": raw.hex(), "ids": ids, "decoded": decoded,
-                          "lossless": False})
+                          "lossless": False,
+                          "ids_as_text": as_text.encode(text, add_special_tokens=False).ids})
         out = os.path.join(ROOT, name, "cases.json")
         with open(out, "w", encoding="utf-8") as f:
             json.dump({"generator": "tests/reference/generate_bpe.py",
