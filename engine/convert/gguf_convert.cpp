@@ -1,6 +1,6 @@
 // GGUF file -> .colibri: metadata to hyperparameters, tensors to ours (experts split,
 // llama.cpp's rotary row order undone), the embedded vocabulary to a tokenizer section.
-// Every architecture's quirks are in the table below; docs/gguf.md describes the mapping.
+// Every architecture's quirks are in the family registry; docs/gguf.md describes the mapping.
 
 #include "convert/convert.h"
 
@@ -9,6 +9,7 @@
 #include "convert/gguf_tokenizer.h"
 #include "core/error.h"
 #include "cpu/kernels.h"
+#include "model/family_registry.h"
 #include "model/tensor_names.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,25 +22,6 @@ namespace colibri {
 using namespace format;
 
 namespace {
-
-/// One supported general.architecture.
-struct gguf_arch_desc {
-    std::string_view name;
-    arch moe_arch;          // with experts
-    arch dense_arch;        // without
-    qk_norm qk;
-    bool permuted_qk;       // llama.cpp's converter reordered q/k rows for its interleaved RoPE
-    bool norm_topk_default; // renormalise the top-k weights unless expert_weights_norm says
-    bool granite;           // embedding / residual / attention / logit scales
-};
-
-constexpr gguf_arch_desc archs[] = {
-    {"llama", arch::mixtral, arch::llama, qk_norm::none, true, true, false},
-    {"qwen2moe", arch::qwen2_moe, arch::qwen2_moe, qk_norm::none, false, false, false},
-    {"qwen3moe", arch::qwen3_moe, arch::qwen3_moe, qk_norm::per_head, false, true, false},
-    {"olmoe", arch::olmoe, arch::olmoe, qk_norm::full, false, false, false},
-    {"granitemoe", arch::granite_moe, arch::granite_moe, qk_norm::none, true, true, true},
-};
 
 /// ggml types whose blocks are byte for byte one of ours.
 bool same_layout(uint32_t ggml_type, dtype t) {
@@ -152,14 +134,9 @@ struct gguf_plan {
 
 gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<type_conversion>& conv) {
     const std::string a = f.string_of("general.architecture");
-    const gguf_arch_desc* desc = nullptr;
-    for (const gguf_arch_desc& d : archs) {
-        if (d.name == a) desc = &d;
-    }
-    if (desc == nullptr) {
-        std::string known;
-        for (const gguf_arch_desc& d : archs) known += (known.empty() ? "" : ", ") + std::string(d.name);
-        throw error(errc::unsupported, f.path() + ": architecture '" + a + "' is not supported (supported: " + known + ")");
+    if (find_gguf_family(a, false) == nullptr) {
+        throw error(errc::unsupported, f.path() + ": architecture '" + a + "' is not supported (supported: " +
+                                           known_gguf_architectures() + ")");
     }
     auto key = [&a](std::string_view k) { return a + "." + std::string(k); };
     auto u32 = [&](std::string_view k, std::optional<uint32_t> fallback = std::nullopt) -> uint32_t {
@@ -200,7 +177,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     if (const auto g = f.get_uint(key("expert_gating_func")); g && *g != 1) unsupported("expert gating other than softmax");
     hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;
     hp.attention_scale = 0.0f;
-    if (desc->granite) {
+    const family_info* desc = find_gguf_family(a, u32("expert_count", 0) > 0);
+    if (desc->granite_scales) {
         hp.embedding_scale = static_cast<float>(f.get_float(key("embedding_scale")).value_or(1.0));
         hp.residual_scale = static_cast<float>(f.get_float(key("residual_scale")).value_or(1.0));
         hp.attention_scale = static_cast<float>(f.get_float(key("attention.scale")).value_or(0.0));
@@ -213,9 +191,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     if (hp.n_expert > 0 && (hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert)) {
         f.fail(key("expert_used_count") + " must be in 1.." + key("expert_count"));
     }
-    const arch fam = hp.n_expert > 0 ? desc->moe_arch : desc->dense_arch;
-    hp.arch = static_cast<uint32_t>(fam);
-    p.family = std::string(arch_name(fam));
+    hp.arch = static_cast<uint32_t>(desc->arch);
+    p.family = std::string(desc->name());
     hp.qk_norm = static_cast<uint32_t>(desc->qk);
     if (hp.n_expert > 0 && f.get_bool(key("expert_weights_norm")).value_or(desc->norm_topk_default)) hp.flags |= flag_norm_topk_prob;
 
@@ -236,13 +213,13 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
         const int l = static_cast<int>(il);
         auto n = [l](std::string_view s) { return names::layer(l, s); };
         pl.vector(n(names::blk::attn_norm), n(names::blk::attn_norm), hp.n_embd);
-        const uint32_t qp = desc->permuted_qk ? hp.n_head : 0, kp = desc->permuted_qk ? hp.n_head_kv : 0;
+        const uint32_t qp = desc->gguf_permuted_qk ? hp.n_head : 0, kp = desc->gguf_permuted_qk ? hp.n_head_kv : 0;
         pl.matrix(n(names::blk::attn_q), n(names::blk::attn_q), q_dim, hp.n_embd, false, qp);
         pl.matrix(n(names::blk::attn_k), n(names::blk::attn_k), kv_dim, hp.n_embd, false, kp);
         pl.matrix(n(names::blk::attn_v), n(names::blk::attn_v), kv_dim, hp.n_embd);
         pl.matrix(n(names::blk::attn_output), n(names::blk::attn_output), hp.n_embd, q_dim);
         if (hp.flags & flag_attn_bias) {
-            if (desc->permuted_qk) unsupported("q/k biases with llama's rotary row order");
+            if (desc->gguf_permuted_qk) unsupported("q/k biases with llama's rotary row order");
             pl.vector(n(names::blk::attn_q_bias), n(names::blk::attn_q_bias), q_dim);
             pl.vector(n(names::blk::attn_k_bias), n(names::blk::attn_k_bias), kv_dim);
             pl.vector(n(names::blk::attn_v_bias), n(names::blk::attn_v_bias), kv_dim);

@@ -1,9 +1,10 @@
 // Hugging Face config.json + tensor names -> .colibri hyperparameters and tensor plan.
-// Every family's quirks live in the table below; the runtime sees flat flags.
+// Every family's quirks live in the family registry; the runtime sees flat flags.
 
 #include "convert/convert.h"
 #include "convert/safetensors.h"
 #include "core/error.h"
+#include "model/family_registry.h"
 #include "model/tensor_names.h"
 
 #include <algorithm>
@@ -18,42 +19,6 @@ using json = nlohmann::json;
 using namespace format;
 
 namespace {
-
-/// How a family names and shapes its MoE block. "{e}" stands for the expert index.
-struct family_desc {
-    std::string_view hf_arch;
-    arch a;
-    std::string_view moe_prefix;   // under model.layers.N.
-    std::string_view router;       // under moe_prefix
-    std::string_view expert_gate;  // per-expert names under moe_prefix; empty: fused (Granite)
-    std::string_view expert_up;
-    std::string_view expert_down;
-    std::string_view n_expert_key;
-    std::string_view n_ff_exp_key;
-    qk_norm qk;
-    bool norm_topk_default;      // when config has no norm_topk_prob
-    bool norm_topk_configurable; // read norm_topk_prob from config
-    bool shared_expert;          // Qwen2-MoE shared expert with its sigmoid gate
-    bool granite;                // multipliers, fused input/output linear experts
-};
-
-constexpr family_desc families[] = {
-    {"LlamaForCausalLM", arch::llama, "mlp", "", "", "", "", "", "", qk_norm::none, false, false, false, false},
-    {"MixtralForCausalLM", arch::mixtral, "block_sparse_moe", "gate.weight", "experts.{e}.w1.weight",
-     "experts.{e}.w3.weight", "experts.{e}.w2.weight", "num_local_experts", "intermediate_size",
-     qk_norm::none, true, false, false, false},
-    {"Qwen2MoeForCausalLM", arch::qwen2_moe, "mlp", "gate.weight", "experts.{e}.gate_proj.weight",
-     "experts.{e}.up_proj.weight", "experts.{e}.down_proj.weight", "num_experts",
-     "moe_intermediate_size", qk_norm::none, false, true, true, false},
-    {"Qwen3MoeForCausalLM", arch::qwen3_moe, "mlp", "gate.weight", "experts.{e}.gate_proj.weight",
-     "experts.{e}.up_proj.weight", "experts.{e}.down_proj.weight", "num_experts",
-     "moe_intermediate_size", qk_norm::per_head, true, true, false, false},
-    {"OlmoeForCausalLM", arch::olmoe, "mlp", "gate.weight", "experts.{e}.gate_proj.weight",
-     "experts.{e}.up_proj.weight", "experts.{e}.down_proj.weight", "num_experts", "intermediate_size",
-     qk_norm::full, false, true, false, false},
-    {"GraniteMoeForCausalLM", arch::granite_moe, "block_sparse_moe", "router.layer.weight", "", "", "",
-     "num_local_experts", "intermediate_size", qk_norm::none, true, false, false, true},
-};
 
 std::string with_expert(std::string_view pattern, int e) {
     std::string s(pattern);
@@ -178,20 +143,15 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         cfg.fail("architectures", "is missing");
     }
     const std::string hf_arch = cfg.raw("architectures")[0].get<std::string>();
-    const family_desc* fam = nullptr;
-    for (const family_desc& f : families) {
-        if (f.hf_arch == hf_arch) fam = &f;
-    }
+    const family_info* fam = find_hf_family(hf_arch);
     if (fam == nullptr) {
-        std::string known;
-        for (const family_desc& f : families) known += (known.empty() ? "" : ", ") + std::string(f.hf_arch);
-        cfg.unsupported("architecture " + hf_arch + " is not supported (supported: " + known + ")");
+        cfg.unsupported("architecture " + hf_arch + " is not supported (supported: " + known_hf_architectures() + ")");
     }
 
     checkpoint_plan plan;
-    plan.family = std::string(arch_name(fam->a));
+    plan.family = std::string(fam->name());
     hparams& hp = plan.hp;
-    hp.arch = static_cast<uint32_t>(fam->a);
+    hp.arch = static_cast<uint32_t>(fam->arch);
     hp.n_layer = cfg.u32("num_hidden_layers");
     hp.n_embd = cfg.u32("hidden_size");
     hp.n_head = cfg.u32("num_attention_heads");
@@ -223,7 +183,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     hp.residual_scale = 1.0f;
     hp.logit_scale = 1.0f;
     hp.attention_scale = 0.0f;
-    if (fam->granite) {
+    if (fam->granite_scales) {
         hp.embedding_scale = cfg.f32("embedding_multiplier", 1.0f);
         hp.residual_scale = cfg.f32("residual_multiplier", 1.0f);
         hp.attention_scale = cfg.f32("attention_multiplier", 1.0f / std::sqrt(float(hp.head_dim)));
@@ -231,14 +191,15 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         if (!(ls > 0)) cfg.fail("logits_scaling", "must be positive");
         hp.logit_scale = 1.0f / ls;
     }
-    if (fam->n_expert_key.empty()) {
+    const hf_moe_names& moe_names = fam->hf_moe;
+    if (!fam->moe) {
         hp.n_ff = cfg.u32("intermediate_size");
     } else {
         // newer transformers write num_local_experts where older configs had num_experts
-        const std::string_view other = fam->n_expert_key == "num_experts" ? "num_local_experts" : "num_experts";
-        hp.n_expert = cfg.has(fam->n_expert_key) || !cfg.has(other) ? cfg.u32(fam->n_expert_key) : cfg.u32(other);
+        const std::string_view other = moe_names.n_expert_key == "num_experts" ? "num_local_experts" : "num_experts";
+        hp.n_expert = cfg.has(moe_names.n_expert_key) || !cfg.has(other) ? cfg.u32(moe_names.n_expert_key) : cfg.u32(other);
         hp.n_expert_used = cfg.u32("num_experts_per_tok");
-        hp.n_ff_exp = cfg.u32(fam->n_ff_exp_key);
+        hp.n_ff_exp = cfg.u32(moe_names.n_ff_exp_key);
         if (hp.n_expert == 0 || hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert) {
             cfg.fail("num_experts_per_tok", "must be in 1..number of experts");
         }
@@ -285,19 +246,19 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         }
         p.vector(name(names::blk::ffn_norm), pre + "post_attention_layernorm.weight", hp.n_embd);
 
-        const std::string moe = pre + std::string(fam->moe_prefix) + ".";
-        const std::string router = moe + std::string(fam->router);
+        const std::string moe = pre + std::string(moe_names.prefix) + ".";
+        const std::string router = moe + std::string(moe_names.router);
         if (hp.n_expert > 0 && p.has(router)) {
             p.matrix(name(names::blk::ffn_gate_inp), router, hp.n_expert, hp.n_embd, 0, 0, true);
             for (int e = 0; e < static_cast<int>(hp.n_expert); ++e) {
-                if (fam->granite) { // input_linear [E, 2*n_ff, n_embd]: gate rows, then up rows
+                if (moe_names.expert_gate.empty()) { // input_linear [E, 2*n_ff, n_embd]: gate rows, then up rows
                     p.matrix(names::expert(l, e, names::exp::gate), moe + "input_linear.weight", hp.n_ff_exp, hp.n_embd, e, 0);
                     p.matrix(names::expert(l, e, names::exp::up), moe + "input_linear.weight", hp.n_ff_exp, hp.n_embd, e, hp.n_ff_exp);
                     p.matrix(names::expert(l, e, names::exp::down), moe + "output_linear.weight", hp.n_embd, hp.n_ff_exp, e, 0);
                 } else {
-                    p.matrix(names::expert(l, e, names::exp::gate), moe + with_expert(fam->expert_gate, e), hp.n_ff_exp, hp.n_embd);
-                    p.matrix(names::expert(l, e, names::exp::up), moe + with_expert(fam->expert_up, e), hp.n_ff_exp, hp.n_embd);
-                    p.matrix(names::expert(l, e, names::exp::down), moe + with_expert(fam->expert_down, e), hp.n_embd, hp.n_ff_exp);
+                    p.matrix(names::expert(l, e, names::exp::gate), moe + with_expert(moe_names.expert_gate, e), hp.n_ff_exp, hp.n_embd);
+                    p.matrix(names::expert(l, e, names::exp::up), moe + with_expert(moe_names.expert_up, e), hp.n_ff_exp, hp.n_embd);
+                    p.matrix(names::expert(l, e, names::exp::down), moe + with_expert(moe_names.expert_down, e), hp.n_embd, hp.n_ff_exp);
                 }
             }
             if (hp.n_ff_shexp > 0) {

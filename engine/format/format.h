@@ -85,7 +85,8 @@ void interleave_x8(dtype t, const void* plain_rows, uint64_t rows, uint64_t cols
 /// (row_type(t)).
 void x8_row(dtype t, const void* matrix, uint64_t cols, uint64_t r, void* out_row);
 
-/// Model families. The runtime reads only the flat hyperparameters; this is informative.
+/// Model families (model/family_registry.h describes each). The runtime reads only the flat
+/// hyperparameters; this is informative.
 enum class arch : uint32_t {
     llama = 1,
     mixtral = 2,
@@ -93,8 +94,11 @@ enum class arch : uint32_t {
     qwen3_moe = 4,
     olmoe = 5,
     granite_moe = 6,
+    qwen2 = 7,
+    qwen3 = 8,
+    granite = 9,
 };
-inline constexpr uint32_t arch_max = 6;
+inline constexpr uint32_t arch_max = 9;
 std::string_view arch_name(arch a);
 
 /// How q and k are normalised after projection (before RoPE).

@@ -34,9 +34,9 @@ std::unique_ptr<runtime> convert_and_load(const std::string& family, format::dty
     return load_runtime(path, "cpu", 2, f32_activations);
 }
 
-const std::string families[] = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "llama"};
+const std::vector<std::string> fixture_families = test::family_names();
 
-// Error budgets of the weight types against the reference, over all six families
+// Error budgets of the weight types against the reference, over every family
 // (measured values in docs/model-format.md). The fixtures are random networks with large
 // weights, which amplify weight error about 15x into the logits; trained models are far
 // less sensitive, so these budgets are loose for real models but still catch a broken
@@ -62,7 +62,7 @@ const budget budgets[] = {
 } // namespace
 
 TEST_CASE("f32 logits at every position match transformers") {
-    for (const std::string& family : families) {
+    for (const std::string& family : fixture_families) {
         CAPTURE(family);
         const reference r = load_reference(family);
         test::temp_dir dir;
@@ -79,7 +79,7 @@ TEST_CASE("f32 logits at every position match transformers") {
 }
 
 TEST_CASE("f32 greedy continuation matches transformers token for token") {
-    for (const std::string& family : families) {
+    for (const std::string& family : fixture_families) {
         CAPTURE(family);
         const reference r = load_reference(family);
         test::temp_dir dir;
@@ -123,7 +123,7 @@ TEST_CASE("mixtral routing matches transformers in layer 0") {
 }
 
 TEST_CASE("quantised types stay within their error budgets") {
-    for (const std::string& family : families) {
+    for (const std::string& family : fixture_families) {
         const reference r = load_reference(family);
         test::temp_dir dir;
         for (const budget& b : budgets) {

@@ -338,7 +338,7 @@ TEST_CASE("whole models of every family give the CPU's logits on the device") {
     if (!gpu_present()) return;
     test::temp_dir dir;
     const std::vector<int32_t> prompt = {1, 15, 27, 3, 99, 4, 250};
-    for (const char* family : {"llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe"}) {
+    for (const std::string& family : test::family_names()) {
         for (format::dtype quant : {format::dtype::f32, format::dtype::q8_0, format::dtype::q4_0}) {
             CAPTURE(family);
             CAPTURE(format::dtype_name(quant));
@@ -420,7 +420,7 @@ TEST_CASE("under a device weight budget experts are copied in when used - the lo
 TEST_CASE("routing on the device picks the experts and weights the session picks on the host") {
     if (!gpu_present()) return;
     test::temp_dir dir;
-    for (const char* family : {"qwen2_moe", "qwen3_moe", "olmoe", "granite_moe"}) {
+    for (const std::string& family : test::family_names(true)) {
         for (format::dtype quant : {format::dtype::f32, format::dtype::q8_0}) {
             CAPTURE(family);
             CAPTURE(format::dtype_name(quant));

@@ -22,7 +22,7 @@ using namespace colibri;
 
 namespace {
 
-const std::string families[] = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "llama"};
+const std::vector<std::string> fixture_families = test::family_names();
 
 std::string gguf_fixture(const std::string& name) { return test::fixture("gguf/" + name + ".gguf"); }
 
@@ -70,13 +70,13 @@ TEST_CASE("ggml blocks dequantise exactly as the gguf package does") {
 }
 
 TEST_CASE("every family converted from GGUF matches transformers") {
-    for (const std::string& family : families) {
+    for (const std::string& family : fixture_families) {
         CAPTURE(family);
         const test::reference r = test::load_reference(family);
         test::temp_dir dir;
         const std::string out = dir.file(family + ".colibri");
         const convert_summary s = convert_gguf(gguf_fixture(family), out, format::dtype::f32, {});
-        CHECK(s.family == (family == "mixtral" ? "mixtral" : family));
+        CHECK(s.family == family);
         auto rt = load_runtime(out, "cpu", 2);
         REQUIRE(rt->mdl->hp().n_vocab == uint32_t(r.n_vocab));
         const test::error_stats st = test::compare(r, test::run_logits(*rt, r.prompt, 7));

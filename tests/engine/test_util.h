@@ -2,6 +2,7 @@
 // Helpers shared by the engine tests.
 
 #include "convert/convert.h"
+#include "model/family_registry.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -21,6 +22,15 @@ inline std::string fixtures_dir() {
     return dir != nullptr ? dir : COLIBRI_FIXTURES_DIR;
 }
 inline std::string fixture(const std::string& rel) { return fixtures_dir() + "/" + rel; }
+
+/// Every registered family's name (each has a fixture of that name), or only the MoE ones.
+inline std::vector<std::string> family_names(bool moe_only = false) {
+    std::vector<std::string> out;
+    for (const family_info& f : families()) {
+        if (!moe_only || f.moe) out.emplace_back(f.name());
+    }
+    return out;
+}
 
 /// A fresh directory removed with its contents at scope exit.
 class temp_dir {

@@ -290,6 +290,53 @@ FAMILIES = {
             mlp_bias=False,
         ),
     ),
+    "qwen2": dict(  # Qwen2.5-Coder: q/k/v biases, tied embeddings on small sizes
+        config="Qwen2Config",
+        model="Qwen2ForCausalLM",
+        dtype="bfloat16",
+        base_seed=7000,
+        std=0.2,
+        cfg=dict(
+            intermediate_size=96,
+            rope_theta=1000000.0,
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+            sliding_window=None,
+        ),
+    ),
+    "qwen3": dict(  # Qwen3 dense: per-head q/k RMSNorm
+        config="Qwen3Config",
+        model="Qwen3ForCausalLM",
+        dtype="bfloat16",
+        base_seed=8000,
+        std=0.2,
+        cfg=dict(
+            head_dim=32,
+            intermediate_size=96,
+            rope_theta=1000000.0,
+            attention_bias=False,
+            use_sliding_window=False,
+            sliding_window=None,
+        ),
+    ),
+    "granite": dict(  # Granite dense: the four multipliers without experts
+        config="GraniteConfig",
+        model="GraniteForCausalLM",
+        dtype="float32",
+        base_seed=9000,
+        std=0.2,
+        std_overrides={"embed_tokens": 0.1, "o_proj": 1.0, "down_proj": 1.5},
+        cfg=dict(
+            intermediate_size=96,
+            embedding_multiplier=6.0,
+            residual_multiplier=0.22,
+            attention_multiplier=0.125,
+            logits_scaling=1.25,
+            attention_bias=False,
+            mlp_bias=False,
+            tie_word_embeddings=True,
+        ),
+    ),
 }
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -470,7 +517,7 @@ def numpy_forward(path, family, ids):
     D = cfg.get("head_dim") or hid // H
     eps = cfg["rms_norm_eps"]
     theta = cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"]
-    granite = family == "granite_moe"
+    granite = family in ("granite_moe", "granite")
     scale = cfg["attention_multiplier"] if granite else D ** -0.5
     resid = cfg["residual_multiplier"] if granite else 1.0
     T = len(ids)
@@ -496,7 +543,7 @@ def numpy_forward(path, family, ids):
             q = np_rmsnorm(q, W[p + "self_attn.q_norm.weight"], eps)
             k = np_rmsnorm(k, W[p + "self_attn.k_norm.weight"], eps)
         q, k, v = q.reshape(T, H, D), k.reshape(T, KV, D), v.reshape(T, KV, D)
-        if family == "qwen3_moe":  # q/k norm per head
+        if family in ("qwen3_moe", "qwen3"):  # q/k norm per head
             q = np_rmsnorm(q, W[p + "self_attn.q_norm.weight"], eps)
             k = np_rmsnorm(k, W[p + "self_attn.k_norm.weight"], eps)
         q, k = np_rope(q, theta), np_rope(k, theta)
@@ -507,7 +554,7 @@ def numpy_forward(path, family, ids):
             att[:, hh, :] = np_softmax(s) @ v[:, kh, :]
         x = x + lin(att.reshape(T, H * D), p + "self_attn.o_proj") * resid
         h = np_rmsnorm(x, W[p + "post_attention_layernorm.weight"], eps)
-        if family == "llama" or (family == "qwen2_moe" and li in cfg["mlp_only_layers"]):
+        if family in ("llama", "qwen2", "qwen3", "granite") or (family == "qwen2_moe" and li in cfg["mlp_only_layers"]):
             y = mlp(h, p + "mlp")
         elif family == "mixtral":
             E, K = cfg["num_local_experts"], cfg["num_experts_per_tok"]

@@ -32,8 +32,8 @@ from gguf import GGMLQuantizationType as Q
 from safetensors.numpy import load_file
 
 GGUF_ARCH = {"llama": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
-             "olmoe": "olmoe", "granite_moe": "granitemoe"}
-PERMUTED = {"llama", "granitemoe"}  # llama.cpp's converter reorders q/k rows for these
+             "olmoe": "olmoe", "granite_moe": "granitemoe", "qwen2": "qwen2", "qwen3": "qwen3", "granite": "granite"}
+PERMUTED = {"llama", "granitemoe", "granite"}  # llama.cpp's converter reorders q/k rows for these
 DTYPES = {"float32": Q.F32, "float16": Q.F16, "bfloat16": Q.BF16}
 QUANTS = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
 READABLE = [Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
@@ -170,7 +170,7 @@ def write_family(fixtures, family, out_path, matrix_type=None):
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if family == "qwen2_moe":
         w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
-    if family == "granite_moe":
+    if family in ("granite_moe", "granite"):
         w.add_embedding_scale(cfg["embedding_multiplier"])
         w.add_residual_scale(cfg["residual_multiplier"])
         w.add_attention_scale(cfg["attention_multiplier"])

@@ -1,0 +1,53 @@
+#pragma once
+// The one list of model families: how each is recognised (Hugging Face architecture, GGUF
+// general.architecture), how its checkpoint names its MoE block, and which blocks and
+// settings it uses. The converters, the loader's messages and the tests iterate it; the
+// runtime itself reads only the flat hyperparameters the converters derive from it.
+
+#include "format/format.h"
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace colibri {
+
+/// How a Hugging Face checkpoint names its MoE block; "{e}" stands for the expert index.
+struct hf_moe_names {
+    std::string_view prefix;      ///< under model.layers.N.
+    std::string_view router;      ///< under prefix
+    std::string_view expert_gate; ///< per-expert names under prefix; empty: fused (Granite)
+    std::string_view expert_up;
+    std::string_view expert_down;
+    std::string_view n_expert_key; ///< config key of the expert count
+    std::string_view n_ff_exp_key; ///< config key of one expert's width
+};
+
+struct family_info {
+    format::arch arch;
+    std::string_view hf_arch;   ///< config.json architectures[0]
+    std::string_view gguf_arch; ///< general.architecture
+    bool moe;                   ///< routed experts (a GGUF arch name may cover a dense and an MoE family)
+    hf_moe_names hf_moe;        ///< empty for dense families
+    format::qk_norm qk;         ///< q/k normalisation after projection
+    bool norm_topk_default;      ///< renormalise the top-k weights when the config does not say
+    bool norm_topk_configurable; ///< norm_topk_prob (HF) / expert_weights_norm (GGUF) is read
+    bool shared_expert;          ///< a shared expert with a sigmoid gate (Qwen2-MoE)
+    bool granite_scales;         ///< embedding, residual, attention and logit multipliers
+    bool gguf_permuted_qk;       ///< llama.cpp's converter reordered q/k rows for interleaved RoPE
+
+    std::string_view name() const { return format::arch_name(arch); }
+};
+
+/// Every family, in the order of format::arch.
+std::span<const family_info> families();
+/// The family of a Hugging Face architecture; nullptr when none.
+const family_info* find_hf_family(std::string_view hf_arch);
+/// The family of a GGUF architecture with or without experts (the dense or the MoE family
+/// of that name, else whichever there is); nullptr when none.
+const family_info* find_gguf_family(std::string_view gguf_arch, bool has_experts);
+/// "A, B, C": the Hugging Face or GGUF names, for messages.
+std::string known_hf_architectures();
+std::string known_gguf_architectures();
+
+} // namespace colibri
