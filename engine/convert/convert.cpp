@@ -134,6 +134,12 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
     model_writer w(plan.hp, th, std::move(payload));
     std::vector<std::pair<std::string, uint64_t>> sizes;
     for (const tensor_plan& tp : plan.tensors) {
+        if (!tp.values.empty()) {
+            w.add_tensor(tp.name, dtype::f32, tp.shape, [values = tp.values](uint8_t* dst) {
+                std::memcpy(dst, values.data(), values.size() * sizeof(float));
+            });
+            continue; // not a parameter
+        }
         const st_tensor* src = &ckpt.get(tp.src.name);
         const uint64_t rows = tp.shape.size() == 2 ? tp.shape[0] : 1;
         const uint64_t cols = tp.shape.back();

@@ -5,6 +5,7 @@
 #include "convert/convert.h"
 
 #include "convert/ggml_quants.h"
+#include "convert/rope_scaling.h"
 #include "convert/gguf_file.h"
 #include "convert/gguf_tokenizer.h"
 #include "core/error.h"
@@ -49,6 +50,7 @@ struct planned {
     uint64_t index = 0;          // matrix of a stacked 3-D source
     uint32_t perm_heads = 0;     // undo the rotary row permutation over this many heads
     size_t conversion = 0;       // index into the summary's conversions
+    std::vector<float> values;   // computed by the converter (src null)
 };
 
 std::string shape_text(const std::vector<uint64_t>& s) {
@@ -88,7 +90,12 @@ public:
         const gguf_tensor& t = get(src);
         if (t.torch_shape() != std::vector<uint64_t>{n}) bad_shape(t, shape_text({n}));
         check_readable(t);
-        plan.push_back({name, dtype::f32, {n}, &t, 0, 0, conversion(t.type, dtype::f32, same_layout(t.type, dtype::f32))});
+        plan.push_back({name, dtype::f32, {n}, &t, 0, 0, conversion(t.type, dtype::f32, same_layout(t.type, dtype::f32)), {}});
+    }
+
+    /// A vector the converter computed.
+    void computed(const std::string& name, std::vector<float> values) {
+        plan.push_back({name, dtype::f32, {values.size()}, nullptr, 0, 0, 0, std::move(values)});
     }
 
     std::vector<planned> plan;
@@ -110,7 +117,7 @@ private:
         check_readable(t);
         dtype type = router ? dtype::f32 : quant_.value_or(kept_type(t.type));
         if (row_bytes(type, shape[1]) == 0) type = dtype::f16; // rows that do not fill whole blocks
-        plan.push_back({name, type, std::move(shape), &t, index, perm_heads, conversion(t.type, type, same_layout(t.type, type))});
+        plan.push_back({name, type, std::move(shape), &t, index, perm_heads, conversion(t.type, type, same_layout(t.type, type)), {}});
     }
     size_t conversion(uint32_t from, dtype to, bool copied) {
         const std::string name = ggml::type_name(from);
@@ -165,8 +172,18 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     if (hp.head_dim == 0 || hp.head_dim % 2 != 0) f.fail(key("attention.key_length") + " must be even");
     hp.n_ctx = u32("context_length", 4096);
     hp.rope_theta = static_cast<float>(f.get_float(key("rope.freq_base")).value_or(10000.0));
-    if (const auto st = f.get_string(key("rope.scaling.type")); st && *st != "none") unsupported("RoPE scaling '" + *st + "'");
-    if (const auto sf = f.get_float(key("rope.scaling.factor")); sf && *sf != 0.0 && *sf != 1.0) unsupported("RoPE scaling");
+    // RoPE scaling: linear by its factor; llama3 comes as the rope_freqs tensor llama.cpp's
+    // converter computed, read below
+    rope_scaling rope;
+    const std::string scaling_type = f.get_string(key("rope.scaling.type")).value_or("none");
+    const double scaling_factor = f.get_float(key("rope.scaling.factor")).value_or(0.0);
+    if (scaling_type == "linear" || (scaling_type == "none" && scaling_factor != 0.0 && scaling_factor != 1.0)) {
+        if (!(scaling_factor > 0)) f.fail(key("rope.scaling.factor") + " must be positive");
+        rope.type = rope_scaling::kind::linear;
+        rope.factor = scaling_factor;
+    } else if (scaling_type != "none") {
+        unsupported("RoPE scaling '" + scaling_type + "' (" + key("rope.scaling.type") + ")");
+    }
     const auto eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
     if (!eps) {
         if (f.find(key("attention.layer_norm_epsilon"))) unsupported("LayerNorm (" + key("attention.layer_norm_epsilon") + ")");
@@ -263,6 +280,12 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     }
     pl.vector(std::string(names::output_norm), std::string(names::output_norm), hp.n_embd);
     if (!tied) pl.matrix(std::string(names::output), std::string(names::output), hp.n_vocab, hp.n_embd);
+    if (pl.has(std::string(names::rope_freqs))) {
+        if (rope.type != rope_scaling::kind::none) unsupported("RoPE scaling and a rope_freqs tensor together");
+        pl.vector(std::string(names::rope_freqs), std::string(names::rope_freqs), hp.head_dim / 2);
+    } else if (rope.type != rope_scaling::kind::none) {
+        pl.computed(std::string(names::rope_freqs), rope_freq_factors(rope, hp.rope_theta, static_cast<int>(hp.head_dim)));
+    }
     hp.weight_type = static_cast<uint32_t>(matmul_storage(pl.plan[2].type, pl.plan[2].shape[0])); // as blk.0.attn_q is stored (informative)
     p.tensors = std::move(pl.plan);
     return p;
@@ -287,6 +310,12 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
     model_writer w(plan.hp, tok.header, std::move(tok.payload));
     std::vector<std::pair<std::string, uint64_t>> sizes;
     for (const planned& t : plan.tensors) {
+        if (t.src == nullptr) { // computed: not a parameter, no conversion
+            w.add_tensor(t.name, t.type, t.shape, [values = t.values](uint8_t* dst) {
+                std::memcpy(dst, values.data(), values.size() * sizeof(float));
+            });
+            continue;
+        }
         const uint64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, cols = t.shape.back();
         type_conversion& c = (*conv)[t.conversion];
         c.n_tensors += 1;

@@ -2,6 +2,7 @@
 // Every family's quirks live in the family registry; the runtime sees flat flags.
 
 #include "convert/convert.h"
+#include "convert/rope_scaling.h"
 #include "convert/safetensors.h"
 #include "core/error.h"
 #include "model/family_registry.h"
@@ -90,13 +91,13 @@ public:
         if (!ok) bad_shape(src, t, shape_text({rows, cols}));
         dtype type = keep_f32 ? dtype::f32 : quant_;
         if (row_bytes(type, cols) == 0) type = dtype::f16; // rows that do not fill whole blocks
-        plan_.tensors.push_back({name, type, {rows, cols}, {src, index, row0}});
+        plan_.tensors.push_back({name, type, {rows, cols}, {src, index, row0}, {}});
     }
 
     void vector(const std::string& name, const std::string& src, uint64_t n) {
         const st_tensor& t = ckpt_.get(src);
         if (t.shape.size() != 1 || t.shape[0] != n) bad_shape(src, t, shape_text({n}));
-        plan_.tensors.push_back({name, dtype::f32, {n}, {src, 0, 0}});
+        plan_.tensors.push_back({name, dtype::f32, {n}, {src, 0, 0}, {}});
     }
 
     bool has(const std::string& src) const { return ckpt_.find(src) != nullptr; }
@@ -113,6 +114,50 @@ private:
 };
 
 checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, dtype quant);
+
+// rope_scaling (rope_parameters in newer configs, which also hold rope_theta): the types
+// transformers computes frequencies for that the runtime can express.
+rope_scaling read_rope_scaling(const config_reader& cfg, hparams& hp) {
+    rope_scaling rs;
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+        if (!cfg.has(key)) continue;
+        const json& r = cfg.raw(key);
+        if (!r.is_object()) cfg.fail(key, "is not an object");
+        if (r.contains("rope_theta") && r["rope_theta"].is_number()) hp.rope_theta = r["rope_theta"].get<float>();
+        const std::string type = r.value("rope_type", r.value("type", std::string("default")));
+        if (type == "default") continue;
+        auto number = [&](const char* field, std::optional<double> fallback) -> double {
+            if (!r.contains(field) || r[field].is_null()) {
+                if (!fallback) cfg.fail(std::string(key) + "." + field, "is missing");
+                return *fallback;
+            }
+            if (!r[field].is_number() || !(r[field].get<double>() > 0)) cfg.fail(std::string(key) + "." + field, "is not a positive number");
+            return r[field].get<double>();
+        };
+        rs.factor = number("factor", std::nullopt);
+        if (type == "linear") {
+            rs.type = rope_scaling::kind::linear;
+        } else if (type == "llama3") {
+            rs.type = rope_scaling::kind::llama3;
+            rs.low_freq_factor = number("low_freq_factor", std::nullopt);
+            rs.high_freq_factor = number("high_freq_factor", std::nullopt);
+            rs.original_ctx = number("original_max_position_embeddings", std::nullopt);
+            if (!(rs.high_freq_factor > rs.low_freq_factor)) cfg.fail(std::string(key) + ".high_freq_factor", "must exceed low_freq_factor");
+        } else if (type == "yarn") {
+            rs.type = rope_scaling::kind::yarn;
+            rs.original_ctx = number("original_max_position_embeddings", double(hp.n_ctx));
+            rs.beta_fast = number("beta_fast", 32.0);
+            rs.beta_slow = number("beta_slow", 1.0);
+            if (r.contains("attention_factor") && !r["attention_factor"].is_null()) rs.attention_factor = number("attention_factor", std::nullopt);
+            rs.mscale = r.contains("mscale") && !r["mscale"].is_null() ? number("mscale", std::nullopt) : 0.0;
+            rs.mscale_all_dim = r.contains("mscale_all_dim") && !r["mscale_all_dim"].is_null() ? number("mscale_all_dim", std::nullopt) : 0.0;
+            if (r.contains("truncate") && r["truncate"].is_boolean()) rs.truncate = r["truncate"].get<bool>();
+        } else {
+            cfg.unsupported(std::string(key) + " of type '" + type + "' is not supported (linear, llama3, yarn)");
+        }
+    }
+    return rs;
+}
 
 } // namespace
 
@@ -165,13 +210,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     hp.norm_eps = cfg.f32("rms_norm_eps", 1e-6f);
     // rope_theta moved into rope_parameters in newer configs
     hp.rope_theta = cfg.f32("rope_theta", 10000.0f);
-    for (const char* key : {"rope_scaling", "rope_parameters"}) {
-        if (!cfg.has(key)) continue;
-        const json& r = cfg.raw(key);
-        const std::string type = r.value("rope_type", r.value("type", std::string("default")));
-        if (type != "default") cfg.unsupported(std::string(key) + " of type '" + type + "' is not supported");
-        if (r.contains("rope_theta") && r["rope_theta"].is_number()) hp.rope_theta = r["rope_theta"].get<float>();
-    }
+    const rope_scaling rope = read_rope_scaling(cfg, hp);
     const std::string act = j.value("hidden_act", std::string("silu"));
     if (act != "silu") cfg.unsupported("hidden_act '" + act + "' is not supported (silu)");
     if (cfg.has("clip_qkv")) cfg.unsupported("clip_qkv is not supported");
@@ -277,6 +316,12 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     }
     p.vector(std::string(names::output_norm), "model.norm.weight", hp.n_embd);
     if (!tied) p.matrix(std::string(names::output), "lm_head.weight", hp.n_vocab, hp.n_embd);
+    if (rope.type != rope_scaling::kind::none) {
+        hp.rope_attn_factor = rope_attn_factor(rope);
+        tensor_plan freqs{std::string(names::rope_freqs), dtype::f32, {hp.head_dim / 2}, {}, {}};
+        freqs.values = rope_freq_factors(rope, hp.rope_theta, static_cast<int>(hp.head_dim));
+        plan.tensors.push_back(std::move(freqs));
+    }
     return plan;
 }
 

@@ -674,23 +674,29 @@ public:
         }
     }
 
-    void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) override {
+    void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const rope_params& p) override {
         const int half = head_dim / 2;
+        const float* factors = p.freq_factors != nullptr ? reinterpret_cast<const float*>(p.freq_factors->data) : nullptr;
         // The angles depend on the position only: computed once per batch for every head
         // and layer (the same positions come back for k, and for every layer).
-        const bool same = rope_theta_ == theta && rope_half_ == half &&
-                          rope_pos_.size() == size_t(n) && std::equal(pos, pos + n, rope_pos_.begin());
+        const bool same = rope_theta_ == p.theta && rope_factors_ == factors && rope_attn_ == p.attn_factor &&
+                          rope_half_ == half && rope_pos_.size() == size_t(n) &&
+                          std::equal(pos, pos + n, rope_pos_.begin());
         if (!same) {
-            rope_theta_ = theta;
+            rope_theta_ = p.theta;
+            rope_factors_ = factors;
+            rope_attn_ = p.attn_factor;
             rope_half_ = half;
             rope_pos_.assign(pos, pos + n);
             rope_cs_.resize(size_t(n) * size_t(half) * 2); // grows, then stays
             for (int t = 0; t < n; ++t) {
                 float* cs = rope_cs_.data() + size_t(t) * size_t(half) * 2;
                 for (int i = 0; i < half; ++i) {
-                    const double angle = pos[t] * std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
-                    cs[i] = static_cast<float>(std::cos(angle));
-                    cs[half + i] = static_cast<float>(std::sin(angle));
+                    double freq = std::pow(static_cast<double>(p.theta), -2.0 * i / head_dim);
+                    if (factors != nullptr) freq /= factors[i];
+                    const double angle = pos[t] * freq;
+                    cs[i] = static_cast<float>(p.attn_factor * std::cos(angle));
+                    cs[half + i] = static_cast<float>(p.attn_factor * std::sin(angle));
                 }
             }
         }
@@ -852,6 +858,8 @@ private:
     std::vector<int32_t> rope_pos_;
     std::vector<float> rope_cs_;
     float rope_theta_ = 0.0f;
+    const float* rope_factors_ = nullptr;
+    float rope_attn_ = 1.0f;
     int rope_half_ = 0;
 };
 

@@ -225,13 +225,15 @@ void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
     }
 }
 
-void rope_head(float* x, int head_dim, int pos, float theta) {
+void rope_head(float* x, int head_dim, int pos, float theta, const float* freq_factors, float attn_factor) {
     const int half = head_dim / 2;
     for (int i = 0; i < half; ++i) {
         // frequency of pair i, angle at this position
-        const double freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+        double freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+        if (freq_factors != nullptr) freq /= freq_factors[i];
         const double angle = pos * freq;
-        const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+        const float c = static_cast<float>(attn_factor * std::cos(angle));
+        const float s = static_cast<float>(attn_factor * std::sin(angle));
         const float a = x[i], b = x[i + half];
         x[i] = a * c - b * s;
         x[i + half] = b * c + a * s;

@@ -36,7 +36,10 @@ void from_f32_row(format::dtype t, const float* x, void* out, int64_t n);
 
 /// Rotary embedding, "rotate half" (NeoX / Hugging Face) layout, on one head of head_dim:
 /// pairs (i, i + head_dim/2) rotate by pos * theta^(-2i/head_dim).
-void rope_head(float* x, int head_dim, int pos, float theta);
+/// Rotates pairs (i, i + head_dim/2) of one head by pos * theta^(-2i/head_dim) / freq_factors[i]
+/// (freq_factors null: 1), cos and sin multiplied by attn_factor.
+void rope_head(float* x, int head_dim, int pos, float theta, const float* freq_factors = nullptr,
+               float attn_factor = 1.0f);
 
 /// gate[i] = silu(gate[i]) * up[i]
 void swiglu(float* gate, const float* up, int64_t n);

@@ -365,17 +365,20 @@ __global__ void add_bias_kernel(float* y, const float* b, int64_t total, int dim
     if (i < total) y[i] += b[i % dim];
 }
 
-// Pairs (i, i + head_dim / 2) of each head rotated by pos * theta^(-2i / head_dim), the
-// angle in double as on the CPU.
-__global__ void rope_kernel(float* x, int64_t pairs, int n_heads, int head_dim, const int32_t* pos, float theta) {
+// Pairs (i, i + head_dim / 2) of each head rotated by pos * theta^(-2i / head_dim) / ff[i]
+// (ff null: 1), cos and sin times attn; the angle in double as on the CPU.
+__global__ void rope_kernel(float* x, int64_t pairs, int n_heads, int head_dim, const int32_t* pos, float theta,
+                            const float* ff, float attn) {
     const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= pairs) return;
     const int half = head_dim / 2;
     const int i = int(idx % half);
     const int64_t head = idx / half; // token * n_heads + h
     const int t = int(head / n_heads);
-    const double angle = double(pos[t]) * pow(double(theta), -2.0 * i / head_dim);
-    const float c = float(cos(angle)), s = float(sin(angle));
+    double freq = pow(double(theta), -2.0 * i / head_dim);
+    if (ff != nullptr) freq /= double(ff[i]);
+    const double angle = double(pos[t]) * freq;
+    const float c = float(double(attn) * cos(angle)), s = float(double(attn) * sin(angle));
     float* v = x + head * head_dim;
     const float a = v[i], b = v[i + half];
     v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
@@ -689,12 +692,14 @@ public:
         COLIBRI_LAUNCHED("add_bias");
     }
 
-    void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) override {
+    void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const rope_params& rp) override {
         select();
         const op_timer timer(*this, "rope");
         const int32_t* p = upload(pos, size_t(n), position_slot);
+        const float* ff = rp.freq_factors != nullptr ? weights(*rp.freq_factors).f32() : nullptr;
         const int64_t pairs = int64_t(n) * n_heads * (head_dim / 2);
-        COLIBRI_LAUNCH(rope_kernel, blocks_for(pairs, 256), 256, 0, stream_)(x, pairs, n_heads, head_dim, p, theta);
+        COLIBRI_LAUNCH(rope_kernel, blocks_for(pairs, 256), 256, 0, stream_)(x, pairs, n_heads, head_dim, p, rp.theta,
+                                                                             ff, rp.attn_factor);
         COLIBRI_LAUNCHED("rope");
     }
 

@@ -9,7 +9,10 @@
 namespace colibri::format {
 
 inline constexpr uint8_t magic[8] = {0xC0, 0x4C, 0x31, 0x42, 0x52, 0x31, 0x00, 0x00};
-inline constexpr uint32_t version = 1;
+/// Version 2 added rope_attn_factor and the rope_freqs tensor; version 1 files (all zero
+/// there, no such tensor) read as version 2 files without RoPE scaling.
+inline constexpr uint32_t version = 2;
+inline constexpr uint32_t min_version = 1;
 inline constexpr uint64_t alignment = 64; ///< every section and tensor starts on this
 inline constexpr size_t header_size = 512;
 inline constexpr size_t tensor_entry_size = 128;
@@ -142,7 +145,8 @@ struct hparams {
     float residual_scale;   // block outputs are multiplied by this before the residual add
     float attention_scale;  // q.k scale; 0 means 1/sqrt(head_dim)
     float logit_scale;      // logits are multiplied by this (Granite: 1/logits_scaling)
-    uint8_t reserved[40];
+    float rope_attn_factor; // RoPE's cos and sin are multiplied by this (YaRN); 0 means 1
+    uint8_t reserved[36];
 };
 
 struct section {

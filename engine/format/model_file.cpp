@@ -58,7 +58,7 @@ void model_file::check_header() {
                         " is newer than this build supports (" + std::to_string(format::version) +
                         "); upgrade Colibri");
     }
-    if (header_.version != format::version) {
+    if (header_.version < format::min_version) {
         fail("unsupported format version " + std::to_string(header_.version));
     }
     if (header_.header_size != header_size) {
@@ -138,6 +138,9 @@ void model_file::check_hparams() const {
     }
     if (!std::isfinite(hp.attention_scale) || hp.attention_scale < 0) {
         fail("hyperparameter attention_scale is not a non-negative number");
+    }
+    if (!std::isfinite(hp.rope_attn_factor) || hp.rope_attn_factor < 0) {
+        fail("hyperparameter rope_attn_factor is not a non-negative number");
     }
 }
 

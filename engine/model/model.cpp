@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "model/tensor_names.h"
 
+#include <cmath>
 #include <unordered_set>
 
 namespace colibri {
@@ -30,6 +31,16 @@ model::model(const std::string& path) : file_(path) {
     output_ = (hp.flags & flag_tie_embeddings)
                   ? token_embd_
                   : require(std::string(names::output), {hp.n_vocab, n_embd}, kind::matrix);
+
+    rope_freqs_ = optional(std::string(names::rope_freqs), {hp.head_dim / 2}, kind::vector);
+    if (rope_freqs_ != nullptr) {
+        const auto* f = reinterpret_cast<const float*>(rope_freqs_->data);
+        for (uint64_t i = 0; i < hp.head_dim / 2; ++i) {
+            if (!std::isfinite(f[i]) || f[i] <= 0) {
+                throw error(errc::format, file_.path() + ": tensor 'rope_freqs.weight' holds a value that is not a positive number");
+            }
+        }
+    }
 
     layers_.resize(hp.n_layer);
     for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {

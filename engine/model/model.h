@@ -45,6 +45,8 @@ public:
     const tensor_view& token_embd() const { return *token_embd_; }
     const tensor_view& output_norm() const { return *output_norm_; }
     const tensor_view& output() const { return *output_; }
+    /// RoPE frequency divisors [head_dim / 2]; null without RoPE scaling.
+    const tensor_view* rope_freqs() const { return rope_freqs_; }
     const std::vector<layer_weights>& layers() const { return layers_; }
 
     uint64_t n_params() const { return n_params_; }
@@ -67,6 +69,7 @@ private:
     const tensor_view* token_embd_ = nullptr;
     const tensor_view* output_norm_ = nullptr;
     const tensor_view* output_ = nullptr;
+    const tensor_view* rope_freqs_ = nullptr;
     std::vector<layer_weights> layers_;
     uint64_t n_params_ = 0;
     uint64_t n_params_active_ = 0;

@@ -176,8 +176,9 @@ void session::attention_block(int il, int n) {
         be_.rmsnorm(k_->data(), *l.k_norm, n, kv_dim, hp.norm_eps, k_->data());
         break;
     }
-    be_.rope(q_->data(), n, static_cast<int>(hp.n_head), hd, pos_.data(), hp.rope_theta);
-    be_.rope(k_->data(), n, static_cast<int>(hp.n_head_kv), hd, pos_.data(), hp.rope_theta);
+    const rope_params rope{hp.rope_theta, model_.rope_freqs(), hp.rope_attn_factor > 0 ? hp.rope_attn_factor : 1.0f};
+    be_.rope(q_->data(), n, static_cast<int>(hp.n_head), hd, pos_.data(), rope);
+    be_.rope(k_->data(), n, static_cast<int>(hp.n_head_kv), hd, pos_.data(), rope);
 
     // this layer's cache; the backend stores the new keys and values at pos_ first
     const size_t layer_bytes = size_t(n_ctx_) * size_t(kv_dim) * kv_elem_bytes();

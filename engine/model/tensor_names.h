@@ -10,6 +10,9 @@ namespace colibri::names {
 inline constexpr std::string_view token_embd = "token_embd.weight";   // [n_vocab, n_embd]
 inline constexpr std::string_view output_norm = "output_norm.weight"; // [n_embd]
 inline constexpr std::string_view output = "output.weight";           // [n_vocab, n_embd]
+/// [head_dim / 2], optional: pair i's RoPE frequency is divided by it (scaled RoPE:
+/// linear, llama3, YaRN; llama.cpp's rope_freqs)
+inline constexpr std::string_view rope_freqs = "rope_freqs.weight";
 
 /// Per-layer tensors: "blk.<il>.<suffix>".
 namespace blk {

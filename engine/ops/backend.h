@@ -30,6 +30,15 @@ public:
     }
 };
 
+/// Rotary embedding settings: pair i of a head (elements i and i + head_dim/2) turns by
+/// pos * theta^(-2i/head_dim) / freq_factors[i], and its cos and sin are multiplied by
+/// attn_factor (scaled RoPE: linear, llama3, YaRN).
+struct rope_params {
+    float theta;
+    const tensor_view* freq_factors = nullptr; ///< [head_dim / 2] f32; null: all 1
+    float attn_factor = 1.0f;
+};
+
 struct attention_args {
     const float* q;       // [n, n_head*head_dim]
     const float* k_new;   // [n, n_head_kv*head_dim]: this batch's keys, stored at pos[t] first
@@ -115,7 +124,7 @@ public:
     /// y[t] += b for n rows of dim
     virtual void add_bias(float* y, const tensor_view& b, int n, int dim) = 0;
     /// Rotary embedding on x [n, n_heads*head_dim] at positions pos[n].
-    virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) = 0;
+    virtual void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const rope_params& p) = 0;
     /// Stores the batch's keys and values in the cache, then causal attention over it,
     /// grouped-query heads.
     virtual void attention(const attention_args& a) = 0;

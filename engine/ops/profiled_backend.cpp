@@ -70,9 +70,9 @@ void profiled_backend::add_bias(float* y, const tensor_view& b, int n, int dim) 
     inner_.add_bias(y, b, n, dim);
 }
 
-void profiled_backend::rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, float theta) {
+void profiled_backend::rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const rope_params& p) {
     const timing t{this, op::rope, 0};
-    inner_.rope(x, n, n_heads, head_dim, pos, theta);
+    inner_.rope(x, n, n_heads, head_dim, pos, p);
 }
 
 void profiled_backend::attention(const attention_args& a) {

@@ -14,7 +14,8 @@
 namespace colibri::test {
 
 struct reference {
-    std::string family;
+    std::string family;       // the fixture's name
+    std::string architecture; // its Hugging Face class
     std::vector<int32_t> prompt, greedy;
     int n_vocab = 0;
     std::vector<float> logits; // [n_prompt][n_vocab]
@@ -26,6 +27,7 @@ inline reference load_reference(const std::string& family) {
     const auto j = nlohmann::json::parse(in);
     reference r;
     r.family = family;
+    r.architecture = j["architecture"].get<std::string>();
     r.prompt = j["prompt_ids"].get<std::vector<int32_t>>();
     r.greedy = j["greedy_ids"].get<std::vector<int32_t>>();
     r.n_vocab = j["n_vocab"].get<int>();

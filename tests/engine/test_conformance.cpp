@@ -3,6 +3,7 @@
 // tests/reference/generate.py (computed in float64 from the stored weights).
 
 #include "api/runtime.h"
+#include "core/error.h"
 #include "convert/convert.h"
 #include "generate/generate.h"
 #include "generate/perplexity.h"
@@ -34,7 +35,7 @@ std::unique_ptr<runtime> convert_and_load(const std::string& family, format::dty
     return load_runtime(path, "cpu", 2, f32_activations);
 }
 
-const std::vector<std::string> fixture_families = test::family_names();
+const std::vector<std::string> fixture_families = test::conformance_fixtures();
 
 // Error budgets of the weight types against the reference, over every family
 // (measured values in docs/model-format.md). The fixtures are random networks with large
@@ -123,7 +124,7 @@ TEST_CASE("mixtral routing matches transformers in layer 0") {
 }
 
 TEST_CASE("quantised types stay within their error budgets") {
-    for (const std::string& family : fixture_families) {
+    for (const std::string& family : test::family_names()) { // the weight types, not the RoPE settings
         const reference r = load_reference(family);
         test::temp_dir dir;
         for (const budget& b : budgets) {
@@ -172,6 +173,40 @@ TEST_CASE("the converter reads the config spellings of newer transformers releas
     CHECK(rt->mdl->hp().rope_theta == 1e6f);
     const reference r = load_reference("qwen3_moe");
     CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel < 1e-5);
+}
+
+TEST_CASE("linear RoPE scaling divides every frequency by its factor; unknown scalings are refused by name") {
+    test::temp_dir dir;
+    auto with_scaling = [&](const nlohmann::json& scaling, const std::string& name) {
+        const std::string ckpt = dir.file(name);
+        std::filesystem::copy(test::fixture("llama"), ckpt);
+        nlohmann::json cfg;
+        {
+            std::ifstream in(ckpt + "/config.json");
+            cfg = nlohmann::json::parse(in);
+        }
+        cfg["rope_scaling"] = scaling;
+        std::ofstream(ckpt + "/config.json") << cfg.dump(2);
+        return ckpt;
+    };
+    const std::string path = dir.file("linear.colibri");
+    convert_checkpoint(with_scaling({{"rope_type", "linear"}, {"factor", 2.0}}, "linear"), path, format::dtype::f32, {});
+    auto rt = load_runtime(path, "cpu", 1);
+    REQUIRE(rt->mdl->rope_freqs() != nullptr);
+    const auto* f = reinterpret_cast<const float*>(rt->mdl->rope_freqs()->data);
+    for (uint64_t i = 0; i < rt->mdl->hp().head_dim / 2; ++i) CHECK(f[i] == 2.0f);
+    CHECK(rt->mdl->hp().rope_attn_factor == 1.0f);
+    const reference r = load_reference("llama");
+    CHECK(compare(r, run_logits(*rt, r.prompt, 8)).max_rel > 1e-2); // the positions now turn half as fast
+
+    try {
+        convert_checkpoint(with_scaling({{"rope_type", "dynamic"}, {"factor", 2.0}}, "dynamic"), dir.file("d.colibri"),
+                           format::dtype::f32, {});
+        FAIL("dynamic NTK scaling was accepted");
+    } catch (const colibri::error& e) {
+        CHECK(e.code() == errc::unsupported);
+        CHECK(std::string(e.what()).find("rope_scaling of type 'dynamic' is not supported") != std::string::npos);
+    }
 }
 
 TEST_CASE("the shipped default model loads and fills in the middle with its StarCoder tokens") {

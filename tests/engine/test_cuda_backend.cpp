@@ -221,12 +221,18 @@ TEST_CASE("RMSNorm, RoPE, biases, SwiGLU and the element-wise operations match t
     SUBCASE("rope") {
         compare([&](backend& be, buffers& b) {
             float* in = b.put(x);
-            be.rope(in, n, heads, hd, pos.data(), 10000.0f);
+            be.rope(in, n, heads, hd, pos.data(), {10000.0f});
             return b.get(in, x.size());
         });
         compare([&](backend& be, buffers& b) {
             float* in = b.put(x);
-            be.rope(in, n, 3, 32, pos.data(), 1e6f);
+            be.rope(in, n, 3, 32, pos.data(), {1e6f});
+            return b.get(in, x.size());
+        });
+        const test::test_matrix factors = test::make_vector(16, 9, 4.0f); // scaled RoPE: llama3, YaRN
+        compare([&](backend& be, buffers& b) {
+            float* in = b.put(x);
+            be.rope(in, n, 3, 32, pos.data(), {5e5f, &factors.view, 1.2f});
             return b.get(in, x.size());
         });
     }

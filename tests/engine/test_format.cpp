@@ -143,12 +143,12 @@ TEST_CASE("broken model files are refused with a clear error") {
     }
     SUBCASE("newer version") {
         auto b = bytes;
-        const uint32_t v = 2;
+        const uint32_t v = 3;
         std::memcpy(b.data() + 8, &v, 4);
         fix_header_crc(b);
-        auto [code, msg] = load_error(variant("v2.colibri", b));
+        auto [code, msg] = load_error(variant("v3.colibri", b));
         CHECK(code == errc::unsupported);
-        CHECK(msg.find("version 2") != std::string::npos);
+        CHECK(msg.find("version 3") != std::string::npos);
         CHECK(msg.find("newer") != std::string::npos);
     }
     SUBCASE("flipped header byte") {

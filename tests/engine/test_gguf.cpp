@@ -22,7 +22,12 @@ using namespace colibri;
 
 namespace {
 
-const std::vector<std::string> fixture_families = test::family_names();
+// GGUF has no YaRN here (refused by name): every family's fixture and llama3's rope_freqs.
+const std::vector<std::string> fixture_families = [] {
+    std::vector<std::string> v = test::family_names();
+    v.push_back("llama3");
+    return v;
+}();
 
 std::string gguf_fixture(const std::string& name) { return test::fixture("gguf/" + name + ".gguf"); }
 
@@ -76,7 +81,7 @@ TEST_CASE("every family converted from GGUF matches transformers") {
         test::temp_dir dir;
         const std::string out = dir.file(family + ".colibri");
         const convert_summary s = convert_gguf(gguf_fixture(family), out, format::dtype::f32, {});
-        CHECK(s.family == family);
+        CHECK(s.family == find_hf_family(r.architecture)->name());
         auto rt = load_runtime(out, "cpu", 2);
         REQUIRE(rt->mdl->hp().n_vocab == uint32_t(r.n_vocab));
         const test::error_stats st = test::compare(r, test::run_logits(*rt, r.prompt, 7));
@@ -315,6 +320,19 @@ TEST_CASE("unsupported architectures tensor types and tokenizers are refused by 
         b.erase("tokenizer.ggml.model");
         refused(b, "tokenizer.ggml.model is missing", errc::format);
     }
+}
+
+TEST_CASE("linear RoPE scaling from GGUF metadata becomes the frequency divisors") {
+    test::temp_dir dir;
+    test::gguf_builder b{gguf_file(gguf_fixture("llama"))};
+    b.set("llama.rope.scaling.type", std::string("linear"));
+    b.set("llama.rope.scaling.factor", 4.0f);
+    const std::string out = dir.file("linear.colibri");
+    convert_gguf(write_gguf(dir, "linear.gguf", b.bytes()), out, std::nullopt, {});
+    auto rt = load_runtime(out, "cpu", 1);
+    REQUIRE(rt->mdl->rope_freqs() != nullptr);
+    const auto* f = reinterpret_cast<const float*>(rt->mdl->rope_freqs()->data);
+    for (uint64_t i = 0; i < rt->mdl->hp().head_dim / 2; ++i) CHECK(f[i] == 4.0f);
 }
 
 TEST_CASE("truncated and corrupted GGUF files are refused with a clear message") {

@@ -228,6 +228,15 @@ TEST_CASE("rope rotates pairs i and i+d/2 by the position angle") {
     auto z = x;
     kernels::rope_head(z.data(), d, 0, 10000.0f);
     for (int i = 0; i < d; ++i) CHECK(z[i] == x[i]);
+    // scaled RoPE: pair i's frequency divided by its factor, cos and sin times attn_factor
+    const std::vector<float> factors = {1, 2, 4, 8, 1, 1, 3, 0.5};
+    auto w = x;
+    kernels::rope_head(w.data(), d, 7, 10000.0f, factors.data(), 1.5f);
+    for (int i = 0; i < d / 2; ++i) {
+        const double a = 7.0 * std::pow(10000.0, -2.0 * i / d) / factors[i];
+        CHECK(w[i] == doctest::Approx(1.5 * (x[i] * std::cos(a) - x[i + d / 2] * std::sin(a))).epsilon(1e-5));
+        CHECK(w[i + d / 2] == doctest::Approx(1.5 * (x[i + d / 2] * std::cos(a) + x[i] * std::sin(a))).epsilon(1e-5));
+    }
 }
 
 TEST_CASE("SIMD row kernels reproduce the scalar reference") {

@@ -32,6 +32,16 @@ inline std::vector<std::string> family_names(bool moe_only = false) {
     return out;
 }
 
+/// Fixtures of settings beyond a family's own fixture: scaled RoPE (llama3, YaRN).
+inline const std::vector<std::string> rope_fixtures = {"llama3", "qwen2_yarn"};
+
+/// Every family's fixture, then the settings'.
+inline std::vector<std::string> conformance_fixtures() {
+    std::vector<std::string> out = family_names();
+    out.insert(out.end(), rope_fixtures.begin(), rope_fixtures.end());
+    return out;
+}
+
 /// A fresh directory removed with its contents at scope exit.
 class temp_dir {
 public:

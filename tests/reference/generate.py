@@ -337,6 +337,39 @@ FAMILIES = {
             tie_word_embeddings=True,
         ),
     ),
+    # Scaled RoPE on a family that has it in the wild: Llama 3.x (llama3) and Qwen2.5's
+    # long-context configs (yarn). Original contexts shorter than the prompt, so that the
+    # scaled pairs matter at every position.
+    "llama3": dict(
+        config="LlamaConfig",
+        model="LlamaForCausalLM",
+        dtype="bfloat16",
+        base_seed=10000,
+        std=0.2,
+        cfg=dict(
+            intermediate_size=128,
+            head_dim=16,
+            rope_theta=500000.0,
+            rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                              original_max_position_embeddings=64),
+            attention_bias=False,
+            mlp_bias=False,
+        ),
+    ),
+    "qwen2_yarn": dict(
+        config="Qwen2Config",
+        model="Qwen2ForCausalLM",
+        dtype="float32",
+        base_seed=11000,
+        std=0.2,
+        cfg=dict(
+            intermediate_size=96,
+            rope_theta=1000000.0,
+            rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32),
+            use_sliding_window=False,
+            sliding_window=None,
+        ),
+    ),
 }
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -498,13 +531,40 @@ def np_softmax(x, axis=-1):
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def np_rope(x, theta):
+def np_rope_freqs(theta, D, scaling, n_ctx):
+    """Inverse frequencies of the D/2 pairs and the cos/sin factor, scaled as the config says."""
+    import math
+    inv = theta ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "default":
+        return inv, 1.0
+    f = scaling["factor"]
+    if kind == "linear":
+        return inv / f, 1.0
+    if kind == "llama3":
+        orig, lo, hi = scaling["original_max_position_embeddings"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        wl = 2 * math.pi / inv
+        smooth = (orig / wl - lo) / (hi - lo)
+        mid = (1 - smooth) * inv / f + smooth * inv
+        return np.where(wl > orig / lo, inv / f, np.where(wl < orig / hi, inv, mid)), 1.0
+    if kind == "yarn":
+        orig = scaling.get("original_max_position_embeddings") or n_ctx
+        dim_at = lambda rot: D * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+        lo = max(math.floor(dim_at(scaling.get("beta_fast") or 32)), 0)
+        hi = min(math.ceil(dim_at(scaling.get("beta_slow") or 1)), D - 1)
+        hi = hi + 0.001 if lo == hi else hi
+        ramp = np.clip((np.arange(D // 2) - lo) / (hi - lo), 0, 1)
+        return inv / f * ramp + inv * (1 - ramp), 0.1 * math.log(f) + 1.0
+    raise ValueError(kind)
+
+
+def np_rope(x, theta, scaling=None, n_ctx=0):
     # x: [T, H, D]; Hugging Face "rotate_half" (non-interleaved) convention
     T, _, D = x.shape
-    inv = theta ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+    inv, attn = np_rope_freqs(theta, D, scaling, n_ctx)
     ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
-    cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)[:, None, :]
-    sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)[:, None, :]
+    cos = attn * np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)[:, None, :]
+    sin = attn * np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)[:, None, :]
     rot = np.concatenate([-x[..., D // 2:], x[..., : D // 2]], axis=-1)
     return x * cos + rot * sin
 
@@ -546,7 +606,8 @@ def numpy_forward(path, family, ids):
         if family in ("qwen3_moe", "qwen3"):  # q/k norm per head
             q = np_rmsnorm(q, W[p + "self_attn.q_norm.weight"], eps)
             k = np_rmsnorm(k, W[p + "self_attn.k_norm.weight"], eps)
-        q, k = np_rope(q, theta), np_rope(k, theta)
+        scaling, n_ctx = cfg.get("rope_scaling"), cfg["max_position_embeddings"]
+        q, k = np_rope(q, theta, scaling, n_ctx), np_rope(k, theta, scaling, n_ctx)
         att = np.empty((T, H, D))
         for hh in range(H):
             kh = hh // (H // KV)
@@ -554,7 +615,7 @@ def numpy_forward(path, family, ids):
             att[:, hh, :] = np_softmax(s) @ v[:, kh, :]
         x = x + lin(att.reshape(T, H * D), p + "self_attn.o_proj") * resid
         h = np_rmsnorm(x, W[p + "post_attention_layernorm.weight"], eps)
-        if family in ("llama", "qwen2", "qwen3", "granite") or (family == "qwen2_moe" and li in cfg["mlp_only_layers"]):
+        if family in ("llama", "qwen2", "qwen3", "granite", "llama3", "qwen2_yarn") or (family == "qwen2_moe" and li in cfg["mlp_only_layers"]):
             y = mlp(h, p + "mlp")
         elif family == "mixtral":
             E, K = cfg["num_local_experts"], cfg["num_experts_per_tok"]

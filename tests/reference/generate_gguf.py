@@ -32,7 +32,8 @@ from gguf import GGMLQuantizationType as Q
 from safetensors.numpy import load_file
 
 GGUF_ARCH = {"llama": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
-             "olmoe": "olmoe", "granite_moe": "granitemoe", "qwen2": "qwen2", "qwen3": "qwen3", "granite": "granite"}
+             "olmoe": "olmoe", "granite_moe": "granitemoe", "qwen2": "qwen2", "qwen3": "qwen3", "granite": "granite",
+             "llama3": "llama"}
 PERMUTED = {"llama", "granitemoe", "granite"}  # llama.cpp's converter reorders q/k rows for these
 DTYPES = {"float32": Q.F32, "float16": Q.F16, "bfloat16": Q.BF16}
 QUANTS = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
@@ -60,6 +61,25 @@ def load_f32(d):
 def permute(w, n_head):
     """Hugging Face rotate-half row order -> interleaved pairs, per head (as llama.cpp)."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_factors(cfg, rs):
+    """Per-pair frequency divisors of llama3 RoPE, as llama.cpp's converter computes them."""
+    import math
+    dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    freqs = 1.0 / (cfg["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    factor, lo, hi, orig = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], rs["original_max_position_embeddings"]
+    out = []
+    for f in freqs:
+        wl = 2 * math.pi / f
+        if wl < orig / hi:
+            out.append(1.0)
+        elif wl > orig / lo:
+            out.append(factor)
+        else:
+            smooth = (orig / wl - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def hf_to_gguf(family, cfg, W):
@@ -108,6 +128,9 @@ def hf_to_gguf(family, cfg, W):
         else:  # dense MLP
             for g in ("gate", "up", "down"):
                 out.append((b + f"ffn_{g}.weight", W[p + f"mlp.{g}_proj.weight"], True))
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type") == "llama3":  # llama.cpp's converter writes the divisors as rope_freqs
+        out.append(("rope_freqs.weight", llama3_rope_factors(cfg, rs), False))
     out.append(("output_norm.weight", W["model.norm.weight"], False))
     if "lm_head.weight" in W:
         out.append(("output.weight", W["lm_head.weight"], True))
