@@ -16,6 +16,6 @@ class gguf_file;
 tokenizer_section import_gguf_tokenizer(const gguf_file& f);
 
 /// The pre-tokenizer names of tokenizer.ggml.pre that import_gguf_tokenizer knows.
-std::string_view gguf_known_pre_tokenizers();
+std::string gguf_known_pre_tokenizers();
 
 } // namespace colibri

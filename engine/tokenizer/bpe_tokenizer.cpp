@@ -139,6 +139,8 @@ struct encode_state {
     std::vector<std::pair<span_t, bool>> matches;
     std::vector<int32_t> word;
     merge_scratch merge;
+    std::string mapped;                   // the text in the byte-level alphabet
+    std::vector<uint32_t> mapped_at, raw_at; // byte offsets from the text to it and back
     special_tokens specials = special_tokens::as_text;
 };
 
@@ -269,6 +271,9 @@ private:
 
     std::vector<normalizer_step> normalizers_;
     std::vector<split_step> splits_;
+    // Steps from this one on see the text in the byte-level alphabet, as the reference runs
+    // the steps after a ByteLevel pre-tokenizer (Falcon's Digits after it)
+    size_t mapped_from_ = SIZE_MAX;
     bool byte_level_ = false;
     std::vector<decoder_step> decoders_;
 
@@ -455,6 +460,7 @@ void bpe_tokenizer::read_steps(payload_reader& r) {
                 throw error(errc::unsupported, "tokenizer: ByteLevel pre-tokenizer with add_prefix_space is not supported");
             }
             if (flag("byte_level use_regex")) splits_.push_back({compile(gpt2_pattern), split_behaviour::isolated, false});
+            if (!byte_level_) mapped_from_ = splits_.size();
             byte_level_ = true;
             break;
         }
@@ -521,7 +527,24 @@ void bpe_tokenizer::encode_segment(std::string_view seg, encode_state& st, std::
 
 void bpe_tokenizer::encode_pieces(std::string_view text, encode_state& st, std::vector<int32_t>& out) const {
     st.pieces.assign(1, {0, text.size()});
-    for (const auto& s : splits_) apply_split(s, text, st);
+    size_t k = 0;
+    for (; k < splits_.size() && k < mapped_from_; ++k) apply_split(splits_[k], text, st);
+    if (k < splits_.size()) {
+        // the rest on the byte-level text; a piece may then end inside a character's bytes
+        const auto& ab = alphabet();
+        st.mapped.clear();
+        st.mapped_at.resize(text.size() + 1);
+        for (size_t i = 0; i < text.size(); ++i) {
+            st.mapped_at[i] = static_cast<uint32_t>(st.mapped.size());
+            unicode::append_utf8(st.mapped, ab.byte_to_cp[static_cast<unsigned char>(text[i])]);
+        }
+        st.mapped_at[text.size()] = static_cast<uint32_t>(st.mapped.size());
+        st.raw_at.assign(st.mapped.size() + 1, 0);
+        for (size_t i = 0; i <= text.size(); ++i) st.raw_at[st.mapped_at[i]] = static_cast<uint32_t>(i);
+        for (span_t& p : st.pieces) p = {st.mapped_at[p.begin], st.mapped_at[p.end]};
+        for (; k < splits_.size(); ++k) apply_split(splits_[k], st.mapped, st);
+        for (span_t& p : st.pieces) p = {st.raw_at[p.begin], st.raw_at[p.end]};
+    }
     for (const span_t& p : st.pieces) encode_word(text.substr(p.begin, p.end - p.begin), st, out);
 }
 

@@ -273,6 +273,39 @@ TEST_CASE("a byte-level BPE vocabulary from GGUF gives the reference ids") {
     }
 }
 
+TEST_CASE("the code models' pre-tokenizers split as their tokenizer.json does") {
+    test::temp_dir dir;
+    const std::string qwen3 = test::fixture("tokenizers/qwen3/tokenizer.json");
+    auto load = [&](const std::string& pre) {
+        const std::string path = write_gguf(dir, pre + ".gguf", bpe_vocab_gguf(qwen3, pre));
+        const gguf_file f(path);
+        const tokenizer_section sec = import_gguf_tokenizer(f);
+        return make_tokenizer(sec.header, sec.payload, sec.n_tokens, path);
+    };
+    auto ids = [](const tokenizer& tok, std::initializer_list<std::string_view> pieces) {
+        std::vector<int32_t> out;
+        for (std::string_view p : pieces) tok.encode(p, out);
+        return out;
+    };
+    const auto qwen2 = load("qwen2");
+    // Tekken (Codestral, Devstral): a capital starts a new word; the word in the
+    // vocabulary is one token
+    const auto tekken = load("tekken");
+    CHECK(ids(*tekken, {"parseHttpRequest"}) == ids(*tekken, {"parse", "Http", "Request"}));
+    CHECK(ids(*qwen2, {"parseHttpRequest"}) != ids(*qwen2, {"parse", "Http", "Request"}));
+    // Seed-Coder: punctuation does not take the line break after it
+    const auto seed = load("seed-coder");
+    CHECK(ids(*seed, {"x = f(y);\n"}) == ids(*seed, {"x = f(y);", "\n"}));
+    CHECK(ids(*qwen2, {"x = f(y);\n"}) != ids(*qwen2, {"x = f(y);", "\n"}));
+    // DeepSeek-Coder: digits one by one, letters apart from punctuation
+    const auto deepseek = load("deepseek-coder");
+    CHECK(ids(*deepseek, {"v2024.x"}) == ids(*deepseek, {"v", "2", "0", "2", "4", ".", "x"}));
+    for (const char* alias : {"gpt-2", "deepseek-llm", "starcoder", "falcon", "command-r", "qwen35"}) {
+        CAPTURE(alias);
+        CHECK_NOTHROW(load(alias));
+    }
+}
+
 TEST_CASE("unsupported architectures tensor types and tokenizers are refused by name") {
     test::temp_dir dir;
     const gguf_file llama(gguf_fixture("llama"));
