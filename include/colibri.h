@@ -117,7 +117,7 @@ typedef struct colibri_generate_params {
     const char* suffix;
     size_t suffix_len;
     /** FIM template: NULL or "auto" detects it from the vocabulary; "starcoder", "qwen",
-     *  "deepseek", "codellama" force one; "none" ignores the suffix. */
+     *  "deepseek", "codellama", "codestral" force one; "none" ignores the suffix. */
     const char* fim;
     /** Polled between prompt batches and tokens, and between the layers of each (NULL:
      *  never); nonzero cancels (finish reason CANCELLED), also while the prompt is still

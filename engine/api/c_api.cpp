@@ -212,7 +212,7 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
         colibri::fim_kind k;
         if (!colibri::parse_fim_kind(p.fim, k)) {
             return fail(COLIBRI_ERR_INVALID_ARGUMENT, std::string("unknown fim template '") + p.fim +
-                                                          "' (auto, starcoder, qwen, deepseek, codellama, none)");
+                                                          "' (auto, starcoder, qwen, deepseek, codellama, codestral, none)");
         }
         req.fim = k;
     }

@@ -16,8 +16,9 @@ struct family_tokens {
 };
 
 constexpr family_tokens families[] = {
+    // StarCoder, StarCoder2, Granite (whose end of text is <|end_of_text|>), the default model
     {fim_kind::starcoder, "starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
-     {"<|endoftext|>", "<fim_pad>", "<file_sep>", "</s>", ""}},
+     {"<|endoftext|>", "<fim_pad>", "<file_sep>", "</s>", "<|end_of_text|>"}},
     {fim_kind::qwen, "qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
      {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>"}},
     {fim_kind::deepseek, "deepseek", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
@@ -25,14 +26,16 @@ constexpr family_tokens families[] = {
      {"<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "<|EOT|>", "", "", ""}},
     {fim_kind::codellama, "codellama", "\xE2\x96\x81<PRE>", "\xE2\x96\x81<SUF>", "\xE2\x96\x81<MID>",
      {"\xE2\x96\x81<EOT>", "", "", "", ""}},
+    // Codestral, Devstral (Mistral's tekken vocabulary): no middle token
+    {fim_kind::codestral, "codestral", "[PREFIX]", "[SUFFIX]", "", {"</s>", "", "", "", ""}},
 };
 
 fim_template make(const tokenizer& tok, const family_tokens& f, bool strict) {
     fim_template t;
     t.prefix = tok.piece_to_id(f.prefix);
     t.suffix = tok.piece_to_id(f.suffix);
-    t.middle = tok.piece_to_id(f.middle);
-    if (t.prefix < 0 || t.suffix < 0 || t.middle < 0) {
+    t.middle = f.middle.empty() ? -1 : tok.piece_to_id(f.middle);
+    if (t.prefix < 0 || t.suffix < 0 || (t.middle < 0 && !f.middle.empty())) {
         if (strict) {
             const std::string_view missing = t.prefix < 0 ? f.prefix : t.suffix < 0 ? f.suffix : f.middle;
             throw error(errc::invalid_argument, "fill-in-the-middle template '" + std::string(f.name) +
@@ -97,6 +100,13 @@ fim_template fim_for(const tokenizer& tok, fim_kind kind) {
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix, std::string_view suffix,
                       fim_order order, std::vector<int32_t>& out, special_tokens specials) {
     COLIBRI_ASSERT(t.kind != fim_kind::none);
+    if (t.kind == fim_kind::codestral) { // the cursor is the prompt's end in either order
+        out.push_back(t.suffix);
+        tok.encode(suffix, out, specials);
+        out.push_back(t.prefix);
+        tok.encode(prefix, out, specials);
+        return;
+    }
     out.push_back(t.prefix);
     if (order == fim_order::psm) tok.encode(prefix, out, specials);
     out.push_back(t.suffix);

@@ -11,8 +11,9 @@ namespace colibri {
 
 /// FIM token families, each with its tokens' names:
 /// starcoder `<fim_prefix>` `<fim_suffix>` `<fim_middle>`; qwen `<|fim_prefix|>` ...;
-/// deepseek `<｜fim▁begin｜>` `<｜fim▁hole｜>` `<｜fim▁end｜>`; codellama `▁<PRE>` `▁<SUF>` `▁<MID>`.
-enum class fim_kind { none, starcoder, qwen, deepseek, codellama };
+/// deepseek `<｜fim▁begin｜>` `<｜fim▁hole｜>` `<｜fim▁end｜>`; codellama `▁<PRE>` `▁<SUF>` `▁<MID>`;
+/// codestral `[PREFIX]` `[SUFFIX]` (no middle token: [SUFFIX] suffix [PREFIX] prefix).
+enum class fim_kind { none, starcoder, qwen, deepseek, codellama, codestral };
 
 std::string_view fim_kind_name(fim_kind k);
 /// Parses a family name ("none" included); false when unknown.
@@ -20,7 +21,7 @@ bool parse_fim_kind(std::string_view name, fim_kind& out);
 
 struct fim_template {
     fim_kind kind = fim_kind::none;
-    int32_t prefix = -1, suffix = -1, middle = -1;
+    int32_t prefix = -1, suffix = -1, middle = -1; ///< middle -1: the family has none (codestral)
     std::vector<int32_t> stop; ///< end-of-middle / end-of-text tokens the family uses
 };
 
@@ -39,8 +40,9 @@ enum class fim_order { psm, spm };
 /// Parses "psm" / "spm"; false when it is neither.
 bool parse_fim_order(std::string_view name, fim_order& out);
 
-/// Appends the FIM prompt for prefix and suffix to out, in the given order. Only the
-/// framing tokens are control tokens: prefix and suffix are encoded as `specials` says.
+/// Appends the FIM prompt for prefix and suffix to out, in the given order (Codestral's has
+/// one order of its own: [SUFFIX] suffix [PREFIX] prefix). Only the framing tokens are
+/// control tokens: prefix and suffix are encoded as `specials` says.
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix, std::string_view suffix,
                       fim_order order, std::vector<int32_t>& out,
                       special_tokens specials = special_tokens::as_text);

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
         ("model,m", po::value(&model_path), "the .colibri model file")
         ("prompt,p", po::value(&prompt), "prompt text ('-' reads standard input); with --suffix, the text before the cursor")
         ("suffix", po::value(&suffix), "text after the cursor: fill in the middle with the model's FIM tokens")
-        ("fim", po::value(&fim), "FIM template: auto (default: from the vocabulary), starcoder, qwen, deepseek, codellama, none")
+        ("fim", po::value(&fim), "FIM template: auto (default: from the vocabulary), starcoder, qwen, deepseek, codellama, codestral, none")
         ("fim-order", po::value(&order_name), "auto (default: the order the model file records), psm (prefix, suffix, middle) or "
                                                "spm (suffix first; only for models trained so)")
         ("device", po::value(&device), "cpu (default) or cuda:N")

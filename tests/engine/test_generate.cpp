@@ -299,11 +299,24 @@ TEST_CASE("fill-in-the-middle templates are detected from the vocabulary") {
                                    {"<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", 21},
                                    {"<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", 22}});
     const fake_tokenizer codellama({{"\xE2\x96\x81<PRE>", 30}, {"\xE2\x96\x81<SUF>", 31}, {"\xE2\x96\x81<MID>", 32}, {"\xE2\x96\x81<EOT>", 33}});
+    const fake_tokenizer granite({{"<fim_prefix>", 1}, {"<fim_suffix>", 2}, {"<fim_middle>", 3}, {"<|end_of_text|>", 0}});
+    const fake_tokenizer codestral({{"</s>", 2}, {"[PREFIX]", 12}, {"[SUFFIX]", 13}, {"[MIDDLE]", 14}});
     const fake_tokenizer plain({{"<s>", 1}});
 
     fim_template t = detect_fim(star);
     CHECK(t.kind == fim_kind::starcoder);
     CHECK(t.stop == std::vector<int32_t>{4, 5});
+    t = detect_fim(granite);
+    CHECK(t.kind == fim_kind::starcoder);
+    CHECK(t.stop == std::vector<int32_t>{0});
+    t = detect_fim(codestral);
+    CHECK(t.kind == fim_kind::codestral);
+    CHECK(t.stop == std::vector<int32_t>{2});
+    for (const fim_order order : {fim_order::psm, fim_order::spm}) { // Codestral's own order either way
+        std::vector<int32_t> c;
+        build_fim_prompt(codestral, t, "ab", "c", order, c);
+        CHECK(c == std::vector<int32_t>{13, 1000 + 'c', 12, 1000 + 'a', 1000 + 'b'});
+    }
     CHECK(detect_fim(qwen).kind == fim_kind::qwen);
     CHECK(detect_fim(deepseek).kind == fim_kind::deepseek);
     t = detect_fim(codellama);
