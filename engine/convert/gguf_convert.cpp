@@ -184,17 +184,22 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     } else if (scaling_type != "none") {
         unsupported("RoPE scaling '" + scaling_type + "' (" + key("rope.scaling.type") + ")");
     }
-    const auto eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
+    const family_info* desc = find_gguf_family(a, u32("expert_count", 0) > 0);
+    const std::string eps_key = key(desc->layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon");
+    const auto eps = f.get_float(eps_key);
     if (!eps) {
         if (f.find(key("attention.layer_norm_epsilon"))) unsupported("LayerNorm (" + key("attention.layer_norm_epsilon") + ")");
-        f.fail("metadata '" + key("attention.layer_norm_rms_epsilon") + "' is missing");
+        f.fail("metadata '" + eps_key + "' is missing");
     }
     hp.norm_eps = static_cast<float>(*eps);
-    if (f.find(key("attention.sliding_window"))) unsupported("sliding-window attention");
+    if (desc->layer_norm) hp.flags |= flag_layer_norm;
+    if (desc->ffn == ffn_kind::gelu_mlp) hp.flags |= flag_gelu_mlp;
+    // llama.cpp's files do not record StarCoder2's window: the family's own then
+    if (desc->sliding_window > 0) hp.sliding_window = u32("attention.sliding_window", desc->sliding_window);
+    else if (f.find(key("attention.sliding_window"))) unsupported("sliding-window attention");
     if (const auto g = f.get_uint(key("expert_gating_func")); g && *g != 1) unsupported("expert gating other than softmax");
     hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;
     hp.attention_scale = 0.0f;
-    const family_info* desc = find_gguf_family(a, u32("expert_count", 0) > 0);
     if (desc->granite_scales) {
         hp.embedding_scale = static_cast<float>(f.get_float(key("embedding_scale")).value_or(1.0));
         hp.residual_scale = static_cast<float>(f.get_float(key("residual_scale")).value_or(1.0));
@@ -220,7 +225,10 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     const bool tied = !pl.has(std::string(names::output));
     if (tied) hp.flags |= flag_tie_embeddings;
     if (pl.has("blk.0.attn_q.bias")) hp.flags |= flag_attn_bias;
-    if (pl.has("blk.0.attn_output.bias")) unsupported("an output-projection bias (attn_output.bias)");
+    if (pl.has("blk.0.attn_output.bias")) {
+        if (desc->ffn != ffn_kind::gelu_mlp) unsupported("an output-projection bias (attn_output.bias)");
+        hp.flags |= flag_out_bias; // StarCoder2: the MLP's too
+    }
     if (pl.has("blk.0.ffn_gate_inp_shexp.weight")) hp.flags |= flag_shared_expert_gate;
     auto rows_of = [&](const std::string& name) { return pl.get(name).torch_shape().end()[-2]; };
 
@@ -230,11 +238,13 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
         const int l = static_cast<int>(il);
         auto n = [l](std::string_view s) { return names::layer(l, s); };
         pl.vector(n(names::blk::attn_norm), n(names::blk::attn_norm), hp.n_embd);
+        if (desc->layer_norm) pl.vector(n(names::blk::attn_norm_bias), n(names::blk::attn_norm_bias), hp.n_embd);
         const uint32_t qp = desc->gguf_permuted_qk ? hp.n_head : 0, kp = desc->gguf_permuted_qk ? hp.n_head_kv : 0;
         pl.matrix(n(names::blk::attn_q), n(names::blk::attn_q), q_dim, hp.n_embd, false, qp);
         pl.matrix(n(names::blk::attn_k), n(names::blk::attn_k), kv_dim, hp.n_embd, false, kp);
         pl.matrix(n(names::blk::attn_v), n(names::blk::attn_v), kv_dim, hp.n_embd);
         pl.matrix(n(names::blk::attn_output), n(names::blk::attn_output), hp.n_embd, q_dim);
+        if (hp.flags & flag_out_bias) pl.vector(n(names::blk::attn_output_bias), n(names::blk::attn_output_bias), hp.n_embd);
         if (hp.flags & flag_attn_bias) {
             if (desc->gguf_permuted_qk) unsupported("q/k biases with llama's rotary row order");
             pl.vector(n(names::blk::attn_q_bias), n(names::blk::attn_q_bias), q_dim);
@@ -247,6 +257,7 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
             pl.vector(n(names::blk::attn_k_norm), n(names::blk::attn_k_norm), per_head ? hp.head_dim : kv_dim);
         }
         pl.vector(n(names::blk::ffn_norm), n(names::blk::ffn_norm), hp.n_embd);
+        if (desc->layer_norm) pl.vector(n(names::blk::ffn_norm_bias), n(names::blk::ffn_norm_bias), hp.n_embd);
         if (hp.n_expert > 0 && pl.has(n(names::blk::ffn_gate_inp))) {
             pl.matrix(n(names::blk::ffn_gate_inp), n(names::blk::ffn_gate_inp), hp.n_expert, hp.n_embd, true);
             const std::string stacked = n("ffn_gate_exps.weight");
@@ -272,13 +283,19 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
             }
         } else {
             // a dense layer (dense Llama, or an MoE family's dense layers)
-            if (hp.n_ff == 0) hp.n_ff = static_cast<uint32_t>(rows_of(n(names::blk::ffn_gate)));
-            pl.matrix(n(names::blk::ffn_gate), n(names::blk::ffn_gate), hp.n_ff, hp.n_embd);
+            const bool gelu = desc->ffn == ffn_kind::gelu_mlp;
+            if (hp.n_ff == 0) hp.n_ff = static_cast<uint32_t>(rows_of(n(gelu ? names::blk::ffn_up : names::blk::ffn_gate)));
+            if (!gelu) pl.matrix(n(names::blk::ffn_gate), n(names::blk::ffn_gate), hp.n_ff, hp.n_embd);
             pl.matrix(n(names::blk::ffn_up), n(names::blk::ffn_up), hp.n_ff, hp.n_embd);
             pl.matrix(n(names::blk::ffn_down), n(names::blk::ffn_down), hp.n_embd, hp.n_ff);
+            if (hp.flags & flag_out_bias) {
+                pl.vector(n(names::blk::ffn_up_bias), n(names::blk::ffn_up_bias), hp.n_ff);
+                pl.vector(n(names::blk::ffn_down_bias), n(names::blk::ffn_down_bias), hp.n_embd);
+            }
         }
     }
     pl.vector(std::string(names::output_norm), std::string(names::output_norm), hp.n_embd);
+    if (desc->layer_norm) pl.vector(std::string(names::output_norm_bias), std::string(names::output_norm_bias), hp.n_embd);
     if (!tied) pl.matrix(std::string(names::output), std::string(names::output), hp.n_vocab, hp.n_embd);
     if (pl.has(std::string(names::rope_freqs))) {
         if (rope.type != rope_scaling::kind::none) unsupported("RoPE scaling and a rope_freqs tensor together");
@@ -286,7 +303,9 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     } else if (rope.type != rope_scaling::kind::none) {
         pl.computed(std::string(names::rope_freqs), rope_freq_factors(rope, hp.rope_theta, static_cast<int>(hp.head_dim)));
     }
-    hp.weight_type = static_cast<uint32_t>(matmul_storage(pl.plan[2].type, pl.plan[2].shape[0])); // as blk.0.attn_q is stored (informative)
+    for (const planned& t : pl.plan) { // as blk.0.attn_q is stored (informative)
+        if (t.name == names::layer(0, names::blk::attn_q)) hp.weight_type = static_cast<uint32_t>(matmul_storage(t.type, t.shape[0]));
+    }
     p.tensors = std::move(pl.plan);
     return p;
 }

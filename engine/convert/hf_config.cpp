@@ -207,15 +207,23 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     hp.head_dim = cfg.u32("head_dim", hp.n_embd / hp.n_head);
     hp.n_vocab = cfg.u32("vocab_size");
     hp.n_ctx = cfg.u32("max_position_embeddings", 4096);
-    hp.norm_eps = cfg.f32("rms_norm_eps", 1e-6f);
+    hp.norm_eps = fam->layer_norm ? cfg.f32("norm_epsilon", 1e-5f) : cfg.f32("rms_norm_eps", 1e-6f);
+    if (fam->layer_norm) hp.flags |= flag_layer_norm;
     // rope_theta moved into rope_parameters in newer configs
     hp.rope_theta = cfg.f32("rope_theta", 10000.0f);
     const rope_scaling rope = read_rope_scaling(cfg, hp);
     const std::string act = j.value("hidden_act", std::string("silu"));
-    if (act != "silu") cfg.unsupported("hidden_act '" + act + "' is not supported (silu)");
+    const bool gelu = fam->ffn == ffn_kind::gelu_mlp;
+    if (gelu && act != "gelu_pytorch_tanh") cfg.unsupported("hidden_act '" + act + "' is not supported (gelu_pytorch_tanh)");
+    if (!gelu && act != "silu") cfg.unsupported("hidden_act '" + act + "' is not supported (silu)");
+    if (gelu) hp.flags |= flag_gelu_mlp;
     if (cfg.has("clip_qkv")) cfg.unsupported("clip_qkv is not supported");
     if (cfg.boolean("mlp_bias", false)) cfg.unsupported("mlp_bias is not supported");
-    if (cfg.boolean("use_sliding_window", false)) cfg.unsupported("sliding-window attention is not supported");
+    if (fam->sliding_window > 0) { // the family attends through its window on every layer
+        hp.sliding_window = cfg.u32("sliding_window", 0);
+    } else if (cfg.boolean("use_sliding_window", false)) {
+        cfg.unsupported("sliding-window attention is not supported");
+    }
     hp.qk_norm = static_cast<uint32_t>(fam->qk);
     hp.weight_type = static_cast<uint32_t>(matmul_storage(quant, hp.n_head * hp.head_dim)); // as blk.0.attn_q is stored
     hp.embedding_scale = 1.0f;
@@ -255,9 +263,10 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (tied) hp.flags |= flag_tie_embeddings;
     const bool attn_bias = ckpt.find("model.layers.0.self_attn.q_proj.bias") != nullptr;
     if (attn_bias) hp.flags |= flag_attn_bias;
-    if (ckpt.find("model.layers.0.self_attn.o_proj.bias") != nullptr) {
-        cfg.unsupported("an output-projection bias (o_proj.bias) is not supported");
-    }
+    // StarCoder2's use_bias: the output projection and the MLP have biases too
+    const bool out_bias = ckpt.find("model.layers.0.self_attn.o_proj.bias") != nullptr;
+    if (out_bias && !gelu) cfg.unsupported("an output-projection bias (o_proj.bias) is not supported");
+    if (out_bias) hp.flags |= flag_out_bias;
 
     planner p(ckpt, quant, plan);
     const uint64_t q_dim = uint64_t(hp.n_head) * hp.head_dim, kv_dim = uint64_t(hp.n_head_kv) * hp.head_dim;
@@ -267,10 +276,12 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         const std::string pre = "model.layers." + std::to_string(il) + ".";
         auto name = [l](std::string_view s) { return names::layer(l, s); };
         p.vector(name(names::blk::attn_norm), pre + "input_layernorm.weight", hp.n_embd);
+        if (fam->layer_norm) p.vector(name(names::blk::attn_norm_bias), pre + "input_layernorm.bias", hp.n_embd);
         p.matrix(name(names::blk::attn_q), pre + "self_attn.q_proj.weight", q_dim, hp.n_embd);
         p.matrix(name(names::blk::attn_k), pre + "self_attn.k_proj.weight", kv_dim, hp.n_embd);
         p.matrix(name(names::blk::attn_v), pre + "self_attn.v_proj.weight", kv_dim, hp.n_embd);
         p.matrix(name(names::blk::attn_output), pre + "self_attn.o_proj.weight", hp.n_embd, q_dim);
+        if (out_bias) p.vector(name(names::blk::attn_output_bias), pre + "self_attn.o_proj.bias", hp.n_embd);
         if (attn_bias) {
             p.vector(name(names::blk::attn_q_bias), pre + "self_attn.q_proj.bias", q_dim);
             p.vector(name(names::blk::attn_k_bias), pre + "self_attn.k_proj.bias", kv_dim);
@@ -284,6 +295,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
             p.vector(name(names::blk::attn_k_norm), pre + "self_attn.k_norm.weight", kv_dim);
         }
         p.vector(name(names::blk::ffn_norm), pre + "post_attention_layernorm.weight", hp.n_embd);
+        if (fam->layer_norm) p.vector(name(names::blk::ffn_norm_bias), pre + "post_attention_layernorm.bias", hp.n_embd);
 
         const std::string moe = pre + std::string(moe_names.prefix) + ".";
         const std::string router = moe + std::string(moe_names.router);
@@ -309,12 +321,18 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         } else {
             // a dense layer (dense Llama, or an MoE family's mlp_only_layers)
             if (hp.n_ff == 0) hp.n_ff = cfg.u32("intermediate_size");
-            p.matrix(name(names::blk::ffn_gate), pre + "mlp.gate_proj.weight", hp.n_ff, hp.n_embd);
-            p.matrix(name(names::blk::ffn_up), pre + "mlp.up_proj.weight", hp.n_ff, hp.n_embd);
-            p.matrix(name(names::blk::ffn_down), pre + "mlp.down_proj.weight", hp.n_embd, hp.n_ff);
+            const std::string mlp = pre + "mlp.";
+            if (!gelu) p.matrix(name(names::blk::ffn_gate), mlp + std::string(fam->hf_gate()) + ".weight", hp.n_ff, hp.n_embd);
+            p.matrix(name(names::blk::ffn_up), mlp + std::string(fam->hf_up()) + ".weight", hp.n_ff, hp.n_embd);
+            p.matrix(name(names::blk::ffn_down), mlp + std::string(fam->hf_down()) + ".weight", hp.n_embd, hp.n_ff);
+            if (out_bias) {
+                p.vector(name(names::blk::ffn_up_bias), mlp + std::string(fam->hf_up()) + ".bias", hp.n_ff);
+                p.vector(name(names::blk::ffn_down_bias), mlp + std::string(fam->hf_down()) + ".bias", hp.n_embd);
+            }
         }
     }
     p.vector(std::string(names::output_norm), "model.norm.weight", hp.n_embd);
+    if (fam->layer_norm) p.vector(std::string(names::output_norm_bias), "model.norm.bias", hp.n_embd);
     if (!tied) p.matrix(std::string(names::output), "lm_head.weight", hp.n_vocab, hp.n_embd);
     if (rope.type != rope_scaling::kind::none) {
         hp.rope_attn_factor = rope_attn_factor(rope);

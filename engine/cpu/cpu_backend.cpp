@@ -667,6 +667,19 @@ public:
         });
     }
 
+    void layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps,
+                   float* out) override {
+        const auto* wf = reinterpret_cast<const float*>(w.data);
+        const auto* bf = reinterpret_cast<const float*>(b.data);
+        split(n, 4LL * n * dim, 1, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) kernels::layernorm(out + t * dim, x + t * dim, wf, bf, dim, eps);
+        });
+    }
+
+    void gelu(float* x, int64_t n) override {
+        split(n, 8 * n, 1024, [&](int64_t b, int64_t e) { kernels::gelu(x + b, e - b); });
+    }
+
     void add_bias(float* y, const tensor_view& b, int n, int dim) override {
         const auto* bf = reinterpret_cast<const float*>(b.data);
         for (int t = 0; t < n; ++t) {
@@ -740,8 +753,13 @@ public:
         int64_t work = 0; // multiply-adds: two per cached key and head dimension
         for (int t = 0; t < a.n; ++t) work += 2LL * (a.pos[t] + 1) * a.head_dim * a.n_head;
         // job: the keys' and values' offset in the caches, and their count
-        const auto kv_off = [&](int64_t job) { return (job % a.n_head_kv) * a.n_ctx * a.head_dim; };
-        const auto keys = [&](int64_t job) { return a.pos[job / a.n_head_kv] + 1; };
+        // a sliding window's first row, and from it the keys a job reads
+        const auto first = [&](int64_t job) {
+            const int p = a.pos[job / a.n_head_kv];
+            return a.window > 0 ? std::max(0, p - a.window + 1) : 0;
+        };
+        const auto kv_off = [&](int64_t job) { return ((job % a.n_head_kv) * a.n_ctx + first(job)) * a.head_dim; };
+        const auto keys = [&](int64_t job) { return a.pos[job / a.n_head_kv] + 1 - first(job); };
         auto body = [&](int ith, int nth) {
             float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
             for (int64_t job = ith; job < jobs; job += nth) {

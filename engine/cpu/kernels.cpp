@@ -240,6 +240,25 @@ void rope_head(float* x, int head_dim, int pos, float theta, const float* freq_f
     }
 }
 
+void gelu(float* x, int64_t n) {
+    constexpr float k = 0.7978845608028654f; // sqrt(2 / pi)
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        x[i] = 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+    }
+}
+
+void layernorm(float* out, const float* x, const float* w, const float* b, int n, float eps) {
+    double mean = 0; // in double: the two passes must not lose the small variance of a large mean
+    for (int i = 0; i < n; ++i) mean += x[i];
+    mean /= n;
+    double var = 0;
+    for (int i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+    var /= n;
+    const float m = static_cast<float>(mean), inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+    for (int i = 0; i < n; ++i) out[i] = (x[i] - m) * inv * w[i] + b[i];
+}
+
 void swiglu(float* gate, const float* up, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         const float g = gate[i];

@@ -16,6 +16,9 @@ namespace colibri::kernels {
 /// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], for one row of n.  (out may alias x)
 void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 
+/// out[i] = (x[i] - mean(x)) / sqrt(var(x) + eps) * w[i] + b[i], for one row of n.  (out may alias x)
+void layernorm(float* out, const float* x, const float* w, const float* b, int n, float eps);
+
 /// In-place softmax over n values.
 void softmax(float* x, int n);
 
@@ -34,8 +37,7 @@ float dot_row(format::dtype t, const void* row, const float* x, int64_t n);
 /// Quantises/converts n f32 values into one row of type t (n a multiple of 32 for q types).
 void from_f32_row(format::dtype t, const float* x, void* out, int64_t n);
 
-/// Rotary embedding, "rotate half" (NeoX / Hugging Face) layout, on one head of head_dim:
-/// pairs (i, i + head_dim/2) rotate by pos * theta^(-2i/head_dim).
+/// Rotary embedding, "rotate half" (NeoX / Hugging Face) layout, on one head of head_dim.
 /// Rotates pairs (i, i + head_dim/2) of one head by pos * theta^(-2i/head_dim) / freq_factors[i]
 /// (freq_factors null: 1), cos and sin multiplied by attn_factor.
 void rope_head(float* x, int head_dim, int pos, float theta, const float* freq_factors = nullptr,
@@ -43,5 +45,8 @@ void rope_head(float* x, int head_dim, int pos, float theta, const float* freq_f
 
 /// gate[i] = silu(gate[i]) * up[i]
 void swiglu(float* gate, const float* up, int64_t n);
+
+/// x[i] = gelu(x[i]) in its tanh approximation (PyTorch's gelu(approximate="tanh")).
+void gelu(float* x, int64_t n);
 
 } // namespace colibri::kernels

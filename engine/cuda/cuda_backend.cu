@@ -385,6 +385,29 @@ __global__ void rope_kernel(float* x, int64_t pairs, int n_heads, int head_dim, 
     v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
+// One row per block: the mean, then the variance around it (two passes), then
+// (x - mean) / sd * w + b.
+__global__ void layernorm_kernel(const float* x, const float* w, const float* b, int dim, float eps, float* out) {
+    __shared__ float shared[32];
+    const float* xr = x + int64_t(blockIdx.x) * dim;
+    float* o = out + int64_t(blockIdx.x) * dim;
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) sum += xr[i];
+    const float m = block_reduce<false>(sum, shared) / float(dim);
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (xr[i] - m) * (xr[i] - m);
+    const float inv = 1.0f / sqrtf(block_reduce<false>(ss, shared) / float(dim) + eps);
+    // each thread writes only the elements it read: out may alias x
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[i], m), inv), w[i]), b[i]);
+}
+
+__global__ void gelu_kernel(float* x, int64_t n) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    x[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+}
+
 __global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -443,19 +466,20 @@ __device__ inline float cache_at(const void* cache, int64_t i) {
 // weighted values. Dynamic shared memory: head_dim floats (the query).
 template <bool F16>
 __global__ void attention_kernel(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, int n_head,
-                                 int n_head_kv, int head_dim, int n_ctx, float scale, float* scores, float* out) {
+                                 int n_head_kv, int head_dim, int n_ctx, float scale, int window, float* scores,
+                                 float* out) {
     COLIBRI_DYNAMIC_SHARED(float, q_s);
     __shared__ float shared[32];
     const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
     const int kvh = h / (n_head / n_head_kv);
-    const int len = pos[t] + 1;
+    const int len = pos[t] + 1, lo = window > 0 ? max(0, len - window) : 0; // rows lo..len-1
     const float* qh = q + (int64_t(t) * n_head + h) * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q_s[d] = qh[d];
     __syncthreads();
     const int64_t base = int64_t(kvh) * n_ctx * head_dim;
     float* s = scores + int64_t(blockIdx.x) * n_ctx;
     float m = -INFINITY;
-    for (int j = threadIdx.x; j < len; j += blockDim.x) {
+    for (int j = lo + int(threadIdx.x); j < len; j += blockDim.x) {
         const int64_t row = base + int64_t(j) * head_dim;
         float dot = 0.0f;
         for (int d = 0; d < head_dim; ++d) dot += q_s[d] * cache_at<F16>(k_cache, row + d);
@@ -465,7 +489,7 @@ __global__ void attention_kernel(const float* q, const void* k_cache, const void
     }
     m = block_reduce<true>(m, shared);
     float sum = 0.0f;
-    for (int j = threadIdx.x; j < len; j += blockDim.x) {
+    for (int j = lo + int(threadIdx.x); j < len; j += blockDim.x) {
         const float e = expf(s[j] - m);
         s[j] = e;
         sum += e;
@@ -475,7 +499,7 @@ __global__ void attention_kernel(const float* q, const void* k_cache, const void
     float* o = out + (int64_t(t) * n_head + h) * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float acc = 0.0f;
-        for (int j = 0; j < len; ++j) acc += s[j] * inv * cache_at<F16>(v_cache, base + int64_t(j) * head_dim + d);
+        for (int j = lo; j < len; ++j) acc += s[j] * inv * cache_at<F16>(v_cache, base + int64_t(j) * head_dim + d);
         o[d] = acc;
     }
 }
@@ -503,14 +527,16 @@ constexpr int attention_chunk = 256;
 
 template <bool F16>
 __global__ void attention_split_kernel(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
-                                       int n_head, int n_head_kv, int head_dim, int n_ctx, float scale, float* partial) {
+                                       int n_head, int n_head_kv, int head_dim, int n_ctx, float scale, int window,
+                                       float* partial) {
     COLIBRI_DYNAMIC_SHARED(float, shared_mem);
     __shared__ float shared[32];
     float* q_s = shared_mem;
     float* s = shared_mem + head_dim;
     const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
     const int kvh = h / (n_head / n_head_kv);
-    const int len = pos[0] + 1, first = split * attention_chunk, last = min(len, first + attention_chunk);
+    const int len = pos[0] + 1, lo = window > 0 ? max(0, len - window) : 0;
+    const int first = max(lo, split * attention_chunk), last = min(len, split * attention_chunk + attention_chunk);
     float* out = partial + (int64_t(h) * splits + split) * (head_dim + 2);
     if (first >= last) { // every thread the same: no synchronisation skipped by some only
         if (threadIdx.x == 0) {
@@ -683,6 +709,23 @@ public:
         COLIBRI_LAUNCHED("rmsnorm");
     }
 
+    void layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps,
+                   float* out) override {
+        select();
+        const op_timer timer(*this, "layernorm");
+        const device_weights& dw = weights(w);
+        const device_weights& db = weights(b);
+        COLIBRI_LAUNCH(layernorm_kernel, n, 256, 0, stream_)(x, dw.f32(), db.f32(), dim, eps, out);
+        COLIBRI_LAUNCHED("layernorm");
+    }
+
+    void gelu(float* x, int64_t n) override {
+        select();
+        const op_timer timer(*this, "gelu");
+        COLIBRI_LAUNCH(gelu_kernel, blocks_for(n, 256), 256, 0, stream_)(x, n);
+        COLIBRI_LAUNCHED("gelu");
+    }
+
     void add_bias(float* y, const tensor_view& b, int n, int dim) override {
         select();
         const op_timer timer(*this, "add_bias");
@@ -720,7 +763,7 @@ public:
             const size_t shared = size_t(a.head_dim + attention_chunk) * sizeof(float);
             const auto kernel = a.kv_f16 ? attention_split_kernel<true> : attention_split_kernel<false>;
             COLIBRI_LAUNCH(kernel, dim3(unsigned(a.n_head), unsigned(splits)), 128, shared, stream_)(
-                a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim, a.n_ctx, a.scale, partial);
+                a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim, a.n_ctx, a.scale, a.window, partial);
             COLIBRI_LAUNCHED("attention_split");
             COLIBRI_LAUNCH(attention_combine_kernel, a.n_head, 128, 0, stream_)(partial, splits, a.head_dim, a.out);
             COLIBRI_LAUNCHED("attention_combine");
@@ -732,7 +775,7 @@ public:
         const size_t shared = size_t(a.head_dim) * sizeof(float);
         const auto kernel = a.kv_f16 ? attention_kernel<true> : attention_kernel<false>;
         COLIBRI_LAUNCH(kernel, heads, 128, shared, stream_)(a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim,
-                                                             a.n_ctx, a.scale, scores, a.out);
+                                                             a.n_ctx, a.scale, a.window, scores, a.out);
         COLIBRI_LAUNCHED("attention");
     }
 

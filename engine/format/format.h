@@ -9,8 +9,8 @@
 namespace colibri::format {
 
 inline constexpr uint8_t magic[8] = {0xC0, 0x4C, 0x31, 0x42, 0x52, 0x31, 0x00, 0x00};
-/// Version 2 added rope_attn_factor and the rope_freqs tensor; version 1 files (all zero
-/// there, no such tensor) read as version 2 files without RoPE scaling.
+/// Version 2 added rope_attn_factor, sliding_window, flags 4-6 and the rope_freqs tensor;
+/// version 1 files (all zero there, no such tensor) read as version 2 files.
 inline constexpr uint32_t version = 2;
 inline constexpr uint32_t min_version = 1;
 inline constexpr uint64_t alignment = 64; ///< every section and tensor starts on this
@@ -100,8 +100,9 @@ enum class arch : uint32_t {
     qwen2 = 7,
     qwen3 = 8,
     granite = 9,
+    starcoder2 = 10,
 };
-inline constexpr uint32_t arch_max = 9;
+inline constexpr uint32_t arch_max = 10;
 std::string_view arch_name(arch a);
 
 /// How q and k are normalised after projection (before RoPE).
@@ -117,7 +118,10 @@ enum : uint32_t {
     flag_shared_expert_gate = 1u << 1, ///< shared expert output scaled by sigmoid(x . w)
     flag_norm_topk_prob = 1u << 2,     ///< renormalise the selected experts' weights to sum 1
     flag_tie_embeddings = 1u << 3,     ///< LM head reuses token_embd
-    flags_known = (1u << 4) - 1,
+    flag_layer_norm = 1u << 4,         ///< norms are LayerNorm with a bias, not RMSNorm (StarCoder2)
+    flag_gelu_mlp = 1u << 5,           ///< dense FFN: down . gelu_tanh(up . x), no gate (StarCoder2)
+    flag_out_bias = 1u << 6,           ///< the attention output and the dense FFN's matrices have biases
+    flags_known = (1u << 7) - 1,
 };
 
 #pragma pack(push, 1)
@@ -146,7 +150,8 @@ struct hparams {
     float attention_scale;  // q.k scale; 0 means 1/sqrt(head_dim)
     float logit_scale;      // logits are multiplied by this (Granite: 1/logits_scaling)
     float rope_attn_factor; // RoPE's cos and sin are multiplied by this (YaRN); 0 means 1
-    uint8_t reserved[36];
+    uint32_t sliding_window; // a token attends to at most this many positions, itself included; 0: all
+    uint8_t reserved[32];
 };
 
 struct section {

@@ -35,6 +35,8 @@ constexpr std::array<family_info, format::arch_max> table = {{
     {arch::qwen2, "Qwen2ForCausalLM", "qwen2", false, dense, qk_norm::none, false, false, false, false, false},
     {arch::qwen3, "Qwen3ForCausalLM", "qwen3", false, dense, qk_norm::per_head, false, false, false, false, false},
     {arch::granite, "GraniteForCausalLM", "granite", false, dense, qk_norm::none, false, false, false, true, true},
+    {arch::starcoder2, "Starcoder2ForCausalLM", "starcoder2", false, dense, qk_norm::none, false, false, false, false, false,
+     true, ffn_kind::gelu_mlp, 4096},
 }};
 
 template <class Name>

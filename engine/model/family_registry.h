@@ -23,6 +23,9 @@ struct hf_moe_names {
     std::string_view n_ff_exp_key; ///< config key of one expert's width
 };
 
+/// A dense layer's feed-forward: SwiGLU (gate, up, down) or a GELU MLP (up, down).
+enum class ffn_kind { swiglu, gelu_mlp };
+
 struct family_info {
     format::arch arch;
     std::string_view hf_arch;   ///< config.json architectures[0]
@@ -35,8 +38,16 @@ struct family_info {
     bool shared_expert;          ///< a shared expert with a sigmoid gate (Qwen2-MoE)
     bool granite_scales;         ///< embedding, residual, attention and logit multipliers
     bool gguf_permuted_qk;       ///< llama.cpp's converter reordered q/k rows for interleaved RoPE
+    // Dense blocks beyond Llama's (StarCoder2)
+    bool layer_norm = false;           ///< LayerNorm with bias (HF: norm_epsilon), not RMSNorm
+    ffn_kind ffn = ffn_kind::swiglu;   ///< the dense feed-forward
+    uint32_t sliding_window = 0;       ///< the window every checkpoint of the family has, where a GGUF omits it
 
     std::string_view name() const { return format::arch_name(arch); }
+    /// The dense feed-forward's matrices under model.layers.N.mlp. (gate empty: none)
+    std::string_view hf_gate() const { return ffn == ffn_kind::swiglu ? "gate_proj" : ""; }
+    std::string_view hf_up() const { return ffn == ffn_kind::swiglu ? "up_proj" : "c_fc"; }
+    std::string_view hf_down() const { return ffn == ffn_kind::swiglu ? "down_proj" : "c_proj"; }
 };
 
 /// Every family, in the order of format::arch.

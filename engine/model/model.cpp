@@ -28,6 +28,8 @@ model::model(const std::string& path) : file_(path) {
 
     token_embd_ = require(std::string(names::token_embd), {hp.n_vocab, n_embd}, kind::matrix);
     output_norm_ = require(std::string(names::output_norm), {n_embd}, kind::vector);
+    const bool layer_norm = (hp.flags & flag_layer_norm) != 0, out_bias = (hp.flags & flag_out_bias) != 0;
+    if (layer_norm) output_norm_bias_ = require(std::string(names::output_norm_bias), {n_embd}, kind::vector);
     output_ = (hp.flags & flag_tie_embeddings)
                   ? token_embd_
                   : require(std::string(names::output), {hp.n_vocab, n_embd}, kind::matrix);
@@ -47,10 +49,12 @@ model::model(const std::string& path) : file_(path) {
         layer_weights& l = layers_[il];
         auto name = [il](std::string_view suffix) { return names::layer(il, suffix); };
         l.attn_norm = require(name(names::blk::attn_norm), {n_embd}, kind::vector);
+        if (layer_norm) l.attn_norm_bias = require(name(names::blk::attn_norm_bias), {n_embd}, kind::vector);
         l.wq = require(name(names::blk::attn_q), {q_dim, n_embd}, kind::matrix);
         l.wk = require(name(names::blk::attn_k), {kv_dim, n_embd}, kind::matrix);
         l.wv = require(name(names::blk::attn_v), {kv_dim, n_embd}, kind::matrix);
         l.wo = require(name(names::blk::attn_output), {n_embd, q_dim}, kind::matrix);
+        if (out_bias) l.bo = require(name(names::blk::attn_output_bias), {n_embd}, kind::vector);
         if (hp.flags & flag_attn_bias) {
             l.bq = require(name(names::blk::attn_q_bias), {q_dim}, kind::vector);
             l.bk = require(name(names::blk::attn_k_bias), {kv_dim}, kind::vector);
@@ -68,6 +72,7 @@ model::model(const std::string& path) : file_(path) {
             break;
         }
         l.ffn_norm = require(name(names::blk::ffn_norm), {n_embd}, kind::vector);
+        if (layer_norm) l.ffn_norm_bias = require(name(names::blk::ffn_norm_bias), {n_embd}, kind::vector);
 
         l.router = hp.n_expert ? optional(name(names::blk::ffn_gate_inp), {hp.n_expert, n_embd}, kind::router)
                                : nullptr;
@@ -92,9 +97,13 @@ model::model(const std::string& path) : file_(path) {
                                               " has no router ('" + name(names::blk::ffn_gate_inp) +
                                               "') and the model has no dense FFN width");
             }
-            l.dense.gate = require(name(names::blk::ffn_gate), {hp.n_ff, n_embd}, kind::matrix);
+            if (!(hp.flags & flag_gelu_mlp)) l.dense.gate = require(name(names::blk::ffn_gate), {hp.n_ff, n_embd}, kind::matrix);
             l.dense.up = require(name(names::blk::ffn_up), {hp.n_ff, n_embd}, kind::matrix);
             l.dense.down = require(name(names::blk::ffn_down), {n_embd, hp.n_ff}, kind::matrix);
+            if (out_bias) {
+                l.dense.up_bias = require(name(names::blk::ffn_up_bias), {hp.n_ff}, kind::vector);
+                l.dense.down_bias = require(name(names::blk::ffn_down_bias), {n_embd}, kind::vector);
+            }
         }
     }
     count_params();
@@ -140,15 +149,11 @@ void model::count_params() {
     };
     add(output_, true);
     add(output_norm_, true);
+    add(output_norm_bias_, true);
     add(token_embd_, false); // a lookup touches one row (unless tied to the LM head)
     n_params_active_ += hp.n_embd;
     for (const layer_weights& l : layers_) {
-        for (const tensor_view* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm,
-                                     l.k_norm, l.ffn_norm, l.router, l.shared.gate, l.shared.up,
-                                     l.shared.down, l.shared_gate, l.dense.gate, l.dense.up,
-                                     l.dense.down}) {
-            add(t, true);
-        }
+        for (const tensor_view* t : l.shared_tensors()) add(t, true);
         for (size_t e = 0; e < l.experts.size(); ++e) {
             const bool active = e < hp.n_expert_used; // any k experts cost the same
             add(l.experts[e].gate, active);
@@ -161,10 +166,9 @@ void model::count_params() {
 double model::decode_weight_bytes() const {
     const auto& h = hp();
     double bytes = double(output().size) + double(output_norm().size) + double(token_embd().size) / h.n_vocab;
+    if (output_norm_bias_ != nullptr) bytes += double(output_norm_bias_->size);
     for (const layer_weights& l : layers_) {
-        for (const tensor_view* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm,
-                                     l.ffn_norm, l.router, l.shared.gate, l.shared.up, l.shared.down, l.shared_gate,
-                                     l.dense.gate, l.dense.up, l.dense.down}) {
+        for (const tensor_view* t : l.shared_tensors()) {
             if (t != nullptr) bytes += double(t->size);
         }
         double experts = 0;

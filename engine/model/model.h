@@ -3,6 +3,7 @@
 
 #include "format/model_file.h"
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,29 +11,40 @@
 namespace colibri {
 
 struct expert_weights {
-    const tensor_view* gate = nullptr; // [n_ff, n_embd]
+    const tensor_view* gate = nullptr; // [n_ff, n_embd]; null in a GELU MLP
     const tensor_view* up = nullptr;   // [n_ff, n_embd]
     const tensor_view* down = nullptr; // [n_embd, n_ff]
+    const tensor_view* up_bias = nullptr;   // [n_ff], optional (dense FFN only)
+    const tensor_view* down_bias = nullptr; // [n_embd]
 };
 
 struct layer_weights {
     const tensor_view* attn_norm = nullptr;
+    const tensor_view* attn_norm_bias = nullptr; // LayerNorm only
     const tensor_view* wq = nullptr;
     const tensor_view* wk = nullptr;
     const tensor_view* wv = nullptr;
     const tensor_view* wo = nullptr;
-    const tensor_view* bq = nullptr; // optional biases
+    const tensor_view* bo = nullptr; // optional biases
+    const tensor_view* bq = nullptr;
     const tensor_view* bk = nullptr;
     const tensor_view* bv = nullptr;
     const tensor_view* q_norm = nullptr; // optional
     const tensor_view* k_norm = nullptr;
     const tensor_view* ffn_norm = nullptr;
+    const tensor_view* ffn_norm_bias = nullptr; // LayerNorm only
     const tensor_view* router = nullptr;      // null: dense layer
     std::vector<expert_weights> experts;      // [n_expert]
     expert_weights shared;                    // shared expert, when n_ff_shexp > 0
     const tensor_view* shared_gate = nullptr; // [1, n_embd], with flag_shared_expert_gate
     expert_weights dense;                     // dense FFN of a dense layer
     bool is_moe() const { return router != nullptr; }
+    /// Every tensor but the routed experts' (null entries for those the layer lacks).
+    std::array<const tensor_view*, 24> shared_tensors() const {
+        return {attn_norm, attn_norm_bias, wq, wk, wv, wo, bo, bq, bk, bv, q_norm, k_norm, ffn_norm, ffn_norm_bias,
+                router, shared.gate, shared.up, shared.down, shared_gate, dense.gate, dense.up, dense.down,
+                dense.up_bias, dense.down_bias};
+    }
 };
 
 class model {
@@ -44,6 +56,7 @@ public:
     const format::hparams& hp() const { return file_.hp(); }
     const tensor_view& token_embd() const { return *token_embd_; }
     const tensor_view& output_norm() const { return *output_norm_; }
+    const tensor_view* output_norm_bias() const { return output_norm_bias_; } ///< LayerNorm only
     const tensor_view& output() const { return *output_; }
     /// RoPE frequency divisors [head_dim / 2]; null without RoPE scaling.
     const tensor_view* rope_freqs() const { return rope_freqs_; }
@@ -68,6 +81,7 @@ private:
     model_file file_;
     const tensor_view* token_embd_ = nullptr;
     const tensor_view* output_norm_ = nullptr;
+    const tensor_view* output_norm_bias_ = nullptr;
     const tensor_view* output_ = nullptr;
     const tensor_view* rope_freqs_ = nullptr;
     std::vector<layer_weights> layers_;

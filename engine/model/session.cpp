@@ -142,7 +142,7 @@ bool session::forward(int n, const std::function<bool()>& stop) {
     const int first = all_logits_ ? 0 : n - 1;
     const int rows = n - first;
     float* x_last = x_->data() + static_cast<int64_t>(first) * n_embd;
-    be_.rmsnorm(x_last, model_.output_norm(), rows, n_embd, hp.norm_eps, xn_->data());
+    norm(x_last, model_.output_norm(), model_.output_norm_bias(), rows, xn_->data());
     be_.matmul(model_.output(), xn_->data(), rows, logits_->data());
     if (hp.logit_scale != 1.0f) be_.scale(logits_->data(), int64_t(rows) * hp.n_vocab, hp.logit_scale);
     return true;
@@ -155,7 +155,7 @@ void session::attention_block(int il, int n) {
     const int hd = static_cast<int>(hp.head_dim);
     const int q_dim = static_cast<int>(hp.n_head) * hd, kv_dim = static_cast<int>(hp.n_head_kv) * hd;
 
-    be_.rmsnorm(x_->data(), *l.attn_norm, n, n_embd, hp.norm_eps, xn_->data());
+    norm(x_->data(), *l.attn_norm, l.attn_norm_bias, n, xn_->data());
     const matmul_job qkv[3] = {{l.wq, xn_->data(), n, q_->data()},  // [n, q_dim]
                                {l.wk, xn_->data(), n, k_->data()},  // [n, kv_dim]
                                {l.wv, xn_->data(), n, v_->data()}}; // [n, kv_dim]
@@ -198,22 +198,41 @@ void session::attention_block(int il, int n) {
     a.n_head_kv = static_cast<int>(hp.n_head_kv);
     a.head_dim = hd;
     a.scale = hp.attention_scale > 0 ? hp.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+    a.window = static_cast<int>(hp.sliding_window);
     be_.attention(a);
 
     be_.matmul(*l.wo, att_->data(), n, o_->data()); // [n, n_embd]
+    if (l.bo != nullptr) be_.add_bias(o_->data(), *l.bo, n, n_embd);
     be_.add_scaled(x_->data(), o_->data(), int64_t(n) * n_embd, hp.residual_scale);
 }
 
-void session::swiglu_ffn(const expert_weights& w, const float* x, int n, float* out) {
-    const ffn_job job{w.gate, w.up, w.down, x, n, nullptr, hg_->data(), hu_->data(), out};
-    be_.ffn_many(&job, 1);
+void session::norm(const float* x, const tensor_view& w, const tensor_view* bias, int n, float* out) {
+    const hparams& hp = model_.hp();
+    if (bias != nullptr) be_.layernorm(x, w, *bias, n, static_cast<int>(hp.n_embd), hp.norm_eps, out);
+    else be_.rmsnorm(x, w, n, static_cast<int>(hp.n_embd), hp.norm_eps, out);
+}
+
+void session::dense_ffn(const expert_weights& w, const float* x, int n, float* out) {
+    if (w.gate != nullptr) { // SwiGLU
+        const ffn_job job{w.gate, w.up, w.down, x, n, nullptr, hg_->data(), hu_->data(), out};
+        be_.ffn_many(&job, 1);
+        return;
+    }
+    // GELU MLP: down . gelu(up . x + b_up) + b_down
+    const int n_ff = static_cast<int>(w.up->rows());
+    float* h = hu_->data(); // [n, n_ff]
+    be_.matmul(*w.up, x, n, h);
+    if (w.up_bias != nullptr) be_.add_bias(h, *w.up_bias, n, n_ff);
+    be_.gelu(h, int64_t(n) * n_ff);
+    be_.matmul(*w.down, h, n, out);
+    if (w.down_bias != nullptr) be_.add_bias(out, *w.down_bias, n, static_cast<int>(w.down->rows()));
 }
 
 void session::ffn_block(int il, int n) {
     const hparams& hp = model_.hp();
     const layer_weights& l = model_.layers()[il];
     const int n_embd = static_cast<int>(hp.n_embd);
-    be_.rmsnorm(x_->data(), *l.ffn_norm, n, n_embd, hp.norm_eps, xn_->data());
+    norm(x_->data(), *l.ffn_norm, l.ffn_norm_bias, n, xn_->data());
     if (l.is_moe()) {
         // one token without an observer (which needs the routing on the host): the backend
         // may route on its device
@@ -228,7 +247,7 @@ void session::ffn_block(int il, int n) {
             }
         }
     } else {
-        swiglu_ffn(l.dense, xn_->data(), n, ffn_out_->data());
+        dense_ffn(l.dense, xn_->data(), n, ffn_out_->data());
     }
     be_.add_scaled(x_->data(), ffn_out_->data(), int64_t(n) * n_embd, hp.residual_scale);
 }

@@ -73,7 +73,10 @@ private:
     void attention_block(int il, int n);
     void ffn_block(int il, int n);
     void moe(const layer_weights& l, int n);
-    void swiglu_ffn(const expert_weights& w, const float* x, int n, float* out);
+    // RMSNorm, or LayerNorm when the norm has a bias, of n rows of n_embd
+    void norm(const float* x, const tensor_view& w, const tensor_view* bias, int n, float* out);
+    // A dense layer's feed-forward: SwiGLU, or a GELU MLP when it has no gate
+    void dense_ffn(const expert_weights& w, const float* x, int n, float* out);
 
     const model& model_;
     backend& be_;

@@ -9,6 +9,7 @@ namespace colibri::names {
 
 inline constexpr std::string_view token_embd = "token_embd.weight";   // [n_vocab, n_embd]
 inline constexpr std::string_view output_norm = "output_norm.weight"; // [n_embd]
+inline constexpr std::string_view output_norm_bias = "output_norm.bias"; // [n_embd], LayerNorm
 inline constexpr std::string_view output = "output.weight";           // [n_vocab, n_embd]
 /// [head_dim / 2], optional: pair i's RoPE frequency is divided by it (scaled RoPE:
 /// linear, llama3, YaRN; llama.cpp's rope_freqs)
@@ -17,6 +18,7 @@ inline constexpr std::string_view rope_freqs = "rope_freqs.weight";
 /// Per-layer tensors: "blk.<il>.<suffix>".
 namespace blk {
 inline constexpr std::string_view attn_norm = "attn_norm.weight";     // [n_embd]
+inline constexpr std::string_view attn_norm_bias = "attn_norm.bias";  // [n_embd], LayerNorm
 inline constexpr std::string_view attn_q = "attn_q.weight";           // [n_head*head_dim, n_embd]
 inline constexpr std::string_view attn_k = "attn_k.weight";           // [n_head_kv*head_dim, n_embd]
 inline constexpr std::string_view attn_v = "attn_v.weight";           // [n_head_kv*head_dim, n_embd]
@@ -24,13 +26,17 @@ inline constexpr std::string_view attn_output = "attn_output.weight"; // [n_embd
 inline constexpr std::string_view attn_q_bias = "attn_q.bias";
 inline constexpr std::string_view attn_k_bias = "attn_k.bias";
 inline constexpr std::string_view attn_v_bias = "attn_v.bias";
+inline constexpr std::string_view attn_output_bias = "attn_output.bias"; // [n_embd]
 inline constexpr std::string_view attn_q_norm = "attn_q_norm.weight"; // [head_dim] or [n_head*head_dim]
 inline constexpr std::string_view attn_k_norm = "attn_k_norm.weight";
 inline constexpr std::string_view ffn_norm = "ffn_norm.weight";       // [n_embd]
+inline constexpr std::string_view ffn_norm_bias = "ffn_norm.bias";    // [n_embd], LayerNorm
 inline constexpr std::string_view ffn_gate_inp = "ffn_gate_inp.weight"; // router [n_expert, n_embd]
 inline constexpr std::string_view ffn_gate = "ffn_gate.weight";       // dense [n_ff, n_embd]
 inline constexpr std::string_view ffn_up = "ffn_up.weight";           // dense [n_ff, n_embd]
 inline constexpr std::string_view ffn_down = "ffn_down.weight";       // dense [n_embd, n_ff]
+inline constexpr std::string_view ffn_up_bias = "ffn_up.bias";        // dense [n_ff]
+inline constexpr std::string_view ffn_down_bias = "ffn_down.bias";    // dense [n_embd]
 inline constexpr std::string_view ffn_gate_shexp = "ffn_gate_shexp.weight"; // [n_ff_shexp, n_embd]
 inline constexpr std::string_view ffn_up_shexp = "ffn_up_shexp.weight";
 inline constexpr std::string_view ffn_down_shexp = "ffn_down_shexp.weight"; // [n_embd, n_ff_shexp]

@@ -46,11 +46,12 @@ struct attention_args {
     void* k_cache;        // [n_head_kv, n_ctx, head_dim] of this layer: each head's keys in a row
     void* v_cache;        // [n_head_kv, n_ctx, head_dim]
     bool kv_f16;          // the caches hold f16 (otherwise f32)
-    const int32_t* pos;   // [n]: token t attends to cache rows 0..pos[t]
+    const int32_t* pos;   // [n]: token t attends to cache rows 0..pos[t] (the last `window` of them)
     float* out;           // [n, n_head*head_dim]
     float* scratch;       // [n_threads, n_head / n_head_kv, n_ctx]
     int n, n_ctx, n_head, n_head_kv, head_dim;
     float scale;
+    int window = 0; // > 0: token t attends to rows pos[t] - window + 1 .. pos[t] only (sliding window)
 };
 
 /// One matrix product of matmul_many: y[n, w.rows] = x[n, w.cols] . w^T
@@ -121,6 +122,9 @@ public:
     virtual void matmul_many(const matmul_job* jobs, int n_jobs) = 0;
     /// RMSNorm of n rows of dim elements with weight w [dim]; out may alias x.
     virtual void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) = 0;
+    /// LayerNorm of n rows of dim elements with weight w and bias b [dim]; out may alias x.
+    virtual void layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps,
+                           float* out) = 0;
     /// y[t] += b for n rows of dim
     virtual void add_bias(float* y, const tensor_view& b, int n, int dim) = 0;
     /// Rotary embedding on x [n, n_heads*head_dim] at positions pos[n].
@@ -134,6 +138,8 @@ public:
     virtual void ffn_many(const ffn_job* jobs, int n_jobs) = 0;
     /// gate = silu(gate) * up, n elements
     virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
+    /// x = gelu(x) (tanh approximation), n elements
+    virtual void gelu(float* x, int64_t n) = 0;
     /// x += s * y, n elements
     virtual void add_scaled(float* x, const float* y, int64_t n, float s) = 0;
     /// x *= s, n elements

@@ -33,6 +33,10 @@ profiled_backend::profiled_backend(backend& inner, const model& m) : inner_(inne
         for (const tensor_view* w : {l.wq, l.wk, l.wv}) add(w, op::qkv);
         add(l.wo, op::attention_output);
         add(l.router, op::router);
+        if (l.dense.gate == nullptr) { // a GELU MLP's products come one by one
+            add(l.dense.up, op::feed_forwards);
+            add(l.dense.down, op::feed_forwards);
+        }
     }
     add(&m.output(), op::lm_head);
 }
@@ -76,9 +80,9 @@ void profiled_backend::rope(float* x, int n, int n_heads, int head_dim, const in
 }
 
 void profiled_backend::attention(const attention_args& a) {
-    // each token reads the keys and values of positions 0..pos of every KV head
+    // each token reads the keys and values of positions 0..pos (its window's) of every KV head
     double positions = 0;
-    for (int t = 0; t < a.n; ++t) positions += double(a.pos[t]) + 1;
+    for (int t = 0; t < a.n; ++t) positions += a.window > 0 ? std::min(a.pos[t] + 1, a.window) : a.pos[t] + 1;
     const double bytes = positions * a.n_head_kv * a.head_dim * 2.0 * (a.kv_f16 ? 2 : 4);
     const timing t{this, op::attention, bytes};
     inner_.attention(a);
@@ -89,6 +93,17 @@ void profiled_backend::ffn_many(const ffn_job* jobs, int n_jobs) {
     for (int j = 0; j < n_jobs; ++j) bytes += double(jobs[j].gate->size + jobs[j].up->size + jobs[j].down->size);
     const timing t{this, op::feed_forwards, bytes};
     inner_.ffn_many(jobs, n_jobs);
+}
+
+void profiled_backend::layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps,
+                                 float* out) {
+    const timing t{this, op::norms, double(w.size + b.size)};
+    inner_.layernorm(x, w, b, n, dim, eps, out);
+}
+
+void profiled_backend::gelu(float* x, int64_t n) {
+    const timing t{this, op::feed_forwards, 0};
+    inner_.gelu(x, n);
 }
 
 void profiled_backend::swiglu(float* gate, const float* up, int64_t n) {

@@ -64,6 +64,9 @@ public:
     void matmul_many(const matmul_job* jobs, int n_jobs) override;
     void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override;
     void add_bias(float* y, const tensor_view& b, int n, int dim) override;
+    void layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps,
+                   float* out) override;
+    void gelu(float* x, int64_t n) override;
     void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const rope_params& p) override;
     void attention(const attention_args& a) override;
     void ffn_many(const ffn_job* jobs, int n_jobs) override;

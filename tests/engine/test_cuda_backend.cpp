@@ -92,6 +92,7 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
 struct attention_shape {
     int n_head, n_head_kv, head_dim, n_ctx;
     bool f16;
+    int window = 0; // sliding window; 0: none
 };
 
 // Attention of the tokens at positions pos (queries, their keys and values from the host)
@@ -116,6 +117,7 @@ std::vector<float> attend(backend& be, buffers& b, const attention_shape& s, flo
     a.n_head_kv = s.n_head_kv;
     a.head_dim = s.head_dim;
     a.scale = 1.0f / std::sqrt(float(s.head_dim));
+    a.window = s.window;
     be.attention(a);
     return b.get(a.out, out);
 }
@@ -218,6 +220,19 @@ TEST_CASE("RMSNorm, RoPE, biases, SwiGLU and the element-wise operations match t
             return b.get(in, x.size());
         });
     }
+    SUBCASE("layernorm and gelu") {
+        const test::test_matrix bias = test::make_vector(dim, 4);
+        compare([&](backend& be, buffers& b) {
+            float* in = b.put(x);
+            be.layernorm(in, norm.view, bias.view, n, dim, 1e-5f, in);
+            return b.get(in, x.size());
+        });
+        compare([&](backend& be, buffers& b) {
+            float* in = b.put(x);
+            be.gelu(in, int64_t(x.size()));
+            return b.get(in, x.size());
+        });
+    }
     SUBCASE("rope") {
         compare([&](backend& be, buffers& b) {
             float* in = b.put(x);
@@ -286,9 +301,10 @@ TEST_CASE("token embeddings of every table type match the CPU's on the device") 
 TEST_CASE("attention over f16 and f32 caches matches the CPU's on the device") {
     if (!gpu_present()) return;
     for (bool f16 : {true, false}) {
-        for (int hd : {64, 128, 16}) {
+        for (auto [hd, window] : {std::pair{64, 0}, {128, 0}, {16, 0}, {64, 20}, {16, 300}}) {
             CAPTURE(f16);
             CAPTURE(hd);
+            CAPTURE(window);
             const int n_head = 8, n_head_kv = 2, n_ctx = 300, first = 37;
             const size_t q_dim = size_t(n_head) * hd, kv_dim = size_t(n_head_kv) * hd;
             const size_t cache_floats = (size_t(n_head_kv) * n_ctx * hd * (f16 ? 2 : 4) + 3) / 4;
@@ -307,7 +323,7 @@ TEST_CASE("attention over f16 and f32 caches matches the CPU's on the device") {
                     const auto rows = [&](const std::vector<float>& v, size_t width) {
                         return std::vector<float>(v.begin() + ptrdiff_t(at * width), v.begin() + ptrdiff_t((at + len) * width));
                     };
-                    const std::vector<float> o = attend(be, b, {n_head, n_head_kv, hd, n_ctx, f16}, k_cache, v_cache,
+                    const std::vector<float> o = attend(be, b, {n_head, n_head_kv, hd, n_ctx, f16, window}, k_cache, v_cache,
                                                         rows(queries, q_dim), rows(keys, kv_dim), rows(values, kv_dim), pos);
                     outs.insert(outs.end(), o.begin(), o.end());
                     at += len;

@@ -112,6 +112,33 @@ TEST_CASE("rmsnorm matches double precision") {
     }
 }
 
+TEST_CASE("layernorm matches double precision, a large mean included") {
+    for (int n : {1, 7, 64, 4099}) {
+        auto x = random_vec(n, 3 + n, 3.0f), w = random_vec(n, 4 + n), b = random_vec(n, 5 + n);
+        for (float& v : x) v += 1000.0f; // a large mean over a small spread
+        std::vector<float> out(n);
+        kernels::layernorm(out.data(), x.data(), w.data(), b.data(), n, 1e-5f);
+        double mean = 0, var = 0;
+        for (float v : x) mean += v;
+        mean /= n;
+        for (float v : x) var += (v - mean) * (v - mean);
+        const double inv = 1.0 / std::sqrt(var / n + 1e-5);
+        for (int i = 0; i < n; ++i) CHECK(out[i] == doctest::Approx((x[i] - mean) * inv * w[i] + b[i]).epsilon(1e-4));
+    }
+}
+
+TEST_CASE("gelu is PyTorch's tanh approximation") {
+    const std::vector<float> x = {-6.0f, -1.5f, -0.1f, 0.0f, 0.3f, 1.0f, 2.5f, 8.0f};
+    std::vector<float> y = x;
+    kernels::gelu(y.data(), int64_t(y.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+        const double v = x[i];
+        const double want = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+        CHECK(y[i] == doctest::Approx(want).epsilon(1e-6));
+    }
+    CHECK(y[3] == 0.0f);
+}
+
 TEST_CASE("softmax matches double precision and sums to one") {
     auto x = random_vec(1000, 3, 20.0f);
     std::vector<double> ref(x.begin(), x.end());

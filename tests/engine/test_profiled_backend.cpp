@@ -60,16 +60,18 @@ TEST_CASE("through the timing wrapper every family decodes the same logits and a
             uint64_t moe = 0; // layers with experts (some families start with dense ones)
             for (const layer_weights& l : m.layers()) moe += l.is_moe() ? 1 : 0;
             const bool qk_norm = m.layers().front().q_norm != nullptr;
-            const bool biases = m.layers().front().bq != nullptr;
+            const layer_weights& l0 = m.layers().front();
+            const int biases = (l0.bq != nullptr ? 3 : 0) + (l0.bo != nullptr ? 1 : 0) + (l0.dense.up_bias != nullptr ? 2 : 0);
+            const bool gelu_mlp = !l0.is_moe() && l0.dense.gate == nullptr; // up, GELU, down one by one
             CHECK(calls(op::embedding) == 1);
             CHECK(calls(op::norms) == 2 * layers + 1 + (qk_norm ? 2 * layers : 0));
             CHECK(calls(op::qkv) == layers);
-            CHECK(calls(op::biases) == (biases ? 3 * layers : 0));
+            CHECK(calls(op::biases) == uint64_t(biases) * layers);
             CHECK(calls(op::rope) == 2 * layers);
             CHECK(calls(op::attention) == layers);
             CHECK(calls(op::attention_output) == layers);
             CHECK(calls(op::router) == moe);
-            CHECK(calls(op::feed_forwards) == layers);
+            CHECK(calls(op::feed_forwards) == (gelu_mlp ? 3 : 1) * layers);
             CHECK(calls(op::expert_sum) == moe);
             CHECK(calls(op::residuals) == 2 * layers);
             CHECK(calls(op::lm_head) == 1);

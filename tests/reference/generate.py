@@ -337,6 +337,23 @@ FAMILIES = {
             tie_word_embeddings=True,
         ),
     ),
+    "starcoder2": dict(  # LayerNorm with bias, GELU MLP, biases everywhere, sliding window
+        config="Starcoder2Config",
+        model="Starcoder2ForCausalLM",
+        dtype="float32",
+        base_seed=12000,
+        std=0.2,
+        cfg=dict(
+            intermediate_size=128,
+            hidden_act="gelu_pytorch_tanh",
+            norm_epsilon=1e-5,
+            use_bias=True,
+            sliding_window=8,  # shorter than the prompt: every later position drops keys
+            tie_word_embeddings=True,
+            residual_dropout=0.0,
+            embedding_dropout=0.0,
+        ),
+    ),
     # Scaled RoPE on a family that has it in the wild: Llama 3.x (llama3) and Qwen2.5's
     # long-context configs (yarn). Original contexts shorter than the prompt, so that the
     # scaled pairs matter at every position.
@@ -522,6 +539,16 @@ def np_rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
+def np_layernorm(x, w, b, eps):
+    m = np.mean(x, axis=-1, keepdims=True)
+    v = np.mean((x - m) ** 2, axis=-1, keepdims=True)
+    return (x - m) / np.sqrt(v + eps) * w + b
+
+
+def np_gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
 def np_silu(x):
     return x / (1.0 + np.exp(-x))
 
@@ -575,7 +602,13 @@ def numpy_forward(path, family, ids):
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hid = cfg["hidden_size"]
     D = cfg.get("head_dim") or hid // H
-    eps = cfg["rms_norm_eps"]
+    layer_norm = family == "starcoder2"
+    eps = cfg["norm_epsilon"] if layer_norm else cfg["rms_norm_eps"]
+
+    def norm(x, name):
+        if layer_norm:
+            return np_layernorm(x, W[name + ".weight"], W[name + ".bias"], eps)
+        return np_rmsnorm(x, W[name + ".weight"], eps)
     theta = cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"]
     granite = family in ("granite_moe", "granite")
     scale = cfg["attention_multiplier"] if granite else D ** -0.5
@@ -595,9 +628,11 @@ def numpy_forward(path, family, ids):
     if granite:
         x = x * cfg["embedding_multiplier"]
     mask = np.triu(np.full((T, T), -np.inf), 1)
+    if family == "starcoder2":  # a query sees the last sliding_window positions, itself included
+        mask = mask + np.tril(np.full((T, T), -np.inf), -cfg["sliding_window"])
     for li in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{li}."
-        h = np_rmsnorm(x, W[p + "input_layernorm.weight"], eps)
+        h = norm(x, p + "input_layernorm")
         q, k, v = lin(h, p + "self_attn.q_proj"), lin(h, p + "self_attn.k_proj"), lin(h, p + "self_attn.v_proj")
         if family == "olmoe":  # q/k norm over the whole projection
             q = np_rmsnorm(q, W[p + "self_attn.q_norm.weight"], eps)
@@ -614,8 +649,10 @@ def numpy_forward(path, family, ids):
             s = q[:, hh, :] @ k[:, kh, :].T * scale + mask
             att[:, hh, :] = np_softmax(s) @ v[:, kh, :]
         x = x + lin(att.reshape(T, H * D), p + "self_attn.o_proj") * resid
-        h = np_rmsnorm(x, W[p + "post_attention_layernorm.weight"], eps)
-        if family in ("llama", "qwen2", "qwen3", "granite", "llama3", "qwen2_yarn") or (family == "qwen2_moe" and li in cfg["mlp_only_layers"]):
+        h = norm(x, p + "post_attention_layernorm")
+        if family == "starcoder2":
+            y = lin(np_gelu_tanh(lin(h, p + "mlp.c_fc")), p + "mlp.c_proj")
+        elif family in ("llama", "qwen2", "qwen3", "granite", "llama3", "qwen2_yarn") or (family == "qwen2_moe" and li in cfg["mlp_only_layers"]):
             y = mlp(h, p + "mlp")
         elif family == "mixtral":
             E, K = cfg["num_local_experts"], cfg["num_experts_per_tok"]
@@ -657,7 +694,7 @@ def numpy_forward(path, family, ids):
                 g = 1.0 / (1.0 + np.exp(-lin(h, p + "mlp.shared_expert_gate")))
                 y = y + g * mlp(h, p + "mlp.shared_expert")
         x = x + y * resid
-    x = np_rmsnorm(x, W["model.norm.weight"], eps)
+    x = norm(x, "model.norm")
     lm = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]
     out = x @ lm.T
     if granite:

@@ -33,7 +33,7 @@ from safetensors.numpy import load_file
 
 GGUF_ARCH = {"llama": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
              "olmoe": "olmoe", "granite_moe": "granitemoe", "qwen2": "qwen2", "qwen3": "qwen3", "granite": "granite",
-             "llama3": "llama"}
+             "llama3": "llama", "starcoder2": "starcoder2"}
 PERMUTED = {"llama", "granitemoe", "granite"}  # llama.cpp's converter reorders q/k rows for these
 DTYPES = {"float32": Q.F32, "float16": Q.F16, "bfloat16": Q.BF16}
 QUANTS = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
@@ -90,6 +90,8 @@ def hf_to_gguf(family, cfg, W):
     for il in range(cfg["num_hidden_layers"]):
         p, b = f"model.layers.{il}.", f"blk.{il}."
         out.append((b + "attn_norm.weight", W[p + "input_layernorm.weight"], False))
+        if p + "input_layernorm.bias" in W:
+            out.append((b + "attn_norm.bias", W[p + "input_layernorm.bias"], False))
         for hf, g in [("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")]:
             w = W[p + f"self_attn.{hf}.weight"]
             if arch in PERMUTED and hf in ("q_proj", "k_proj"):
@@ -101,6 +103,8 @@ def hf_to_gguf(family, cfg, W):
             if p + f"self_attn.{n}.weight" in W:
                 out.append((b + f"attn_{n}.weight", W[p + f"self_attn.{n}.weight"], False))
         out.append((b + "ffn_norm.weight", W[p + "post_attention_layernorm.weight"], False))
+        if p + "post_attention_layernorm.bias" in W:
+            out.append((b + "ffn_norm.bias", W[p + "post_attention_layernorm.bias"], False))
         if family == "mixtral":
             m = p + "block_sparse_moe."
             E = cfg["num_local_experts"]
@@ -125,6 +129,10 @@ def hf_to_gguf(family, cfg, W):
                 for g in ("gate", "up", "down"):
                     out.append((b + f"ffn_{g}_shexp.weight", W[m + f"shared_expert.{g}_proj.weight"], True))
                 out.append((b + "ffn_gate_inp_shexp.weight", W[m + "shared_expert_gate.weight"], True))
+        elif p + "mlp.c_fc.weight" in W:  # StarCoder2's GELU MLP, with biases
+            for hf, g in [("c_fc", "up"), ("c_proj", "down")]:
+                out.append((b + f"ffn_{g}.weight", W[p + f"mlp.{hf}.weight"], True))
+                out.append((b + f"ffn_{g}.bias", W[p + f"mlp.{hf}.bias"], False))
         else:  # dense MLP
             for g in ("gate", "up", "down"):
                 out.append((b + f"ffn_{g}.weight", W[p + f"mlp.{g}_proj.weight"], True))
@@ -132,6 +140,8 @@ def hf_to_gguf(family, cfg, W):
     if rs.get("rope_type") == "llama3":  # llama.cpp's converter writes the divisors as rope_freqs
         out.append(("rope_freqs.weight", llama3_rope_factors(cfg, rs), False))
     out.append(("output_norm.weight", W["model.norm.weight"], False))
+    if "model.norm.bias" in W:
+        out.append(("output_norm.bias", W["model.norm.bias"], False))
     if "lm_head.weight" in W:
         out.append(("output.weight", W["lm_head.weight"], True))
     return out
@@ -182,7 +192,11 @@ def write_family(fixtures, family, out_path, matrix_type=None):
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    if family == "starcoder2":  # LayerNorm; the window as our files record it (llama.cpp writes none)
+        w.add_layer_norm_eps(cfg["norm_epsilon"])
+        w.add_sliding_window(cfg["sliding_window"])
+    else:
+        w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_vocab_size(cfg["vocab_size"])
     w.add_feed_forward_length(cfg["intermediate_size"])
     n_expert = cfg.get("num_local_experts") or cfg.get("num_experts")
