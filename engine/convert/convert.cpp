@@ -1,4 +1,5 @@
 #include "convert/convert.h"
+#include "model/tensor_names.h"
 
 #include "convert/bpe_import.h"
 #include "convert/safetensors.h"
@@ -138,7 +139,8 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
             w.add_tensor(tp.name, dtype::f32, tp.shape, [values = tp.values](uint8_t* dst) {
                 std::memcpy(dst, values.data(), values.size() * sizeof(float));
             });
-            continue; // not a parameter
+            if (tp.name != names::rope_freqs) sizes.emplace_back(tp.name, tp.values.size()); // a norm stored as 1 + w
+            continue;
         }
         const st_tensor* src = &ckpt.get(tp.src.name);
         const uint64_t rows = tp.shape.size() == 2 ? tp.shape[0] : 1;

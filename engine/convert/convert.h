@@ -30,7 +30,7 @@ struct tensor_plan {
     format::dtype type;
     std::vector<uint64_t> shape; // [rows, cols] or [n]
     source_slice src;
-    std::vector<float> values;   // a vector the converter computed (rope_freqs); src unused
+    std::vector<float> values;   // a vector the converter computed (rope_freqs, Gemma's 1 + w norms); src unused
 };
 
 /// Everything a checkpoint family contributes: hyperparameters and the tensor list.

@@ -15,6 +15,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -195,11 +196,32 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     if (desc->layer_norm) hp.flags |= flag_layer_norm;
     if (desc->ffn == ffn_kind::gelu_mlp) hp.flags |= flag_gelu_mlp;
     // llama.cpp's files do not record StarCoder2's window: the family's own then
-    if (desc->sliding_window > 0) hp.sliding_window = u32("attention.sliding_window", desc->sliding_window);
-    else if (f.find(key("attention.sliding_window"))) unsupported("sliding-window attention");
+    if (desc->sliding_window > 0) {
+        hp.sliding_window = u32("attention.sliding_window", desc->sliding_window);
+    } else if (desc->swa_pattern > 0) { // Gemma 3: local layers, every N-th global (llama.cpp's defaults)
+        hp.sliding_window = u32("attention.sliding_window", 0);
+        if (hp.sliding_window > 0) {
+            hp.swa_pattern = u32("attention.sliding_window_pattern", desc->swa_pattern);
+            hp.rope_theta_swa = static_cast<float>(f.get_float(key("rope.freq_base_swa")).value_or(desc->rope_theta_swa));
+        }
+    } else if (f.find(key("attention.sliding_window"))) {
+        unsupported("sliding-window attention");
+    }
+    if (desc->ffn == ffn_kind::geglu) hp.flags |= flag_geglu;
+    if (desc->sandwich_norm) hp.flags |= flag_sandwich_norm;
+    if (f.find(key("attn_logit_softcapping"))) unsupported("attention logit soft-capping (" + key("attn_logit_softcapping") + ")");
+    hp.final_softcap = static_cast<float>(f.get_float(key("final_logit_softcapping")).value_or(0.0));
+    if (!(hp.final_softcap >= 0)) f.fail(key("final_logit_softcapping") + " must be positive");
     if (const auto g = f.get_uint(key("expert_gating_func")); g && *g != 1) unsupported("expert gating other than softmax");
     hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;
     hp.attention_scale = 0.0f;
+    if (desc->embed_scale_sqrt) {
+        hp.embedding_scale = std::sqrt(float(hp.n_embd));
+        // query_pre_attn_scalar is not in llama.cpp's files: its rule (head_dim, but n_embd / n_head
+        // for the 62-layer 27B) unless attention.scale says
+        const float qs = hp.n_layer == 62 ? float(hp.n_embd / hp.n_head) : float(hp.head_dim);
+        hp.attention_scale = static_cast<float>(f.get_float(key("attention.scale")).value_or(1.0 / std::sqrt(qs)));
+    }
     if (desc->granite_scales) {
         hp.embedding_scale = static_cast<float>(f.get_float(key("embedding_scale")).value_or(1.0));
         hp.residual_scale = static_cast<float>(f.get_float(key("residual_scale")).value_or(1.0));
@@ -258,6 +280,10 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
         }
         pl.vector(n(names::blk::ffn_norm), n(names::blk::ffn_norm), hp.n_embd);
         if (desc->layer_norm) pl.vector(n(names::blk::ffn_norm_bias), n(names::blk::ffn_norm_bias), hp.n_embd);
+        if (desc->sandwich_norm) { // llama.cpp's converter stored Gemma's 1 + w already
+            pl.vector(n(names::blk::attn_post_norm), n(names::blk::attn_post_norm), hp.n_embd);
+            pl.vector(n(names::blk::ffn_post_norm), n(names::blk::ffn_post_norm), hp.n_embd);
+        }
         if (hp.n_expert > 0 && pl.has(n(names::blk::ffn_gate_inp))) {
             pl.matrix(n(names::blk::ffn_gate_inp), n(names::blk::ffn_gate_inp), hp.n_expert, hp.n_embd, true);
             const std::string stacked = n("ffn_gate_exps.weight");

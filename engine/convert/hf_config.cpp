@@ -4,6 +4,7 @@
 #include "convert/convert.h"
 #include "convert/rope_scaling.h"
 #include "convert/safetensors.h"
+#include "core/half.h"
 #include "core/error.h"
 #include "model/family_registry.h"
 #include "model/tensor_names.h"
@@ -100,6 +101,23 @@ public:
         plan_.tensors.push_back({name, dtype::f32, {n}, {src, 0, 0}, {}});
     }
 
+    /// A norm weight w stored as 1 + w (Gemma's RMSNorm multiplies by 1 + w), in f32 as
+    /// the reference computes it.
+    void norm_plus_one(const std::string& name, const std::string& src, uint64_t n) {
+        const st_tensor& t = ckpt_.get(src);
+        if (t.shape.size() != 1 || t.shape[0] != n) bad_shape(src, t, shape_text({n}));
+        tensor_plan tp{name, dtype::f32, {n}, {}, {}};
+        tp.values.resize(n);
+        for (uint64_t i = 0; i < n; ++i) tp.values[i] = 1.0f + st_element(t, i);
+        plan_.tensors.push_back(std::move(tp));
+    }
+    /// A norm weight as the family stores it.
+    void norm(const std::string& name, const std::string& src, uint64_t n, bool plus_one) {
+        if (plus_one) norm_plus_one(name, src, n);
+        else vector(name, src, n);
+    }
+    const st_tensor& get(const std::string& src) const { return ckpt_.get(src); }
+
     bool has(const std::string& src) const { return ckpt_.find(src) != nullptr; }
 
 private:
@@ -117,6 +135,29 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
 
 // rope_scaling (rope_parameters in newer configs, which also hold rope_theta): the types
 // transformers computes frequencies for that the runtime can express.
+// Which layers attend through the window: layer_types (newer configs) or
+// sliding_window_pattern, as every N-th layer global and the rest local.
+void read_swa_pattern(const config_reader& cfg, hparams& hp) {
+    uint32_t pattern = cfg.u32("sliding_window_pattern", 6);
+    if (cfg.has("layer_types")) {
+        const json& types = cfg.raw("layer_types");
+        if (!types.is_array() || types.size() != hp.n_layer) cfg.fail("layer_types", "must list every layer");
+        pattern = 0;
+        for (uint32_t il = 0; il < types.size() && pattern == 0; ++il) {
+            if (types[il] == "full_attention") pattern = il + 1;
+        }
+        if (pattern == 0) pattern = hp.n_layer + 1; // every layer local
+        for (uint32_t il = 0; il < types.size(); ++il) {
+            const bool local = (il + 1) % pattern != 0;
+            if (types[il] != (local ? "sliding_attention" : "full_attention")) {
+                cfg.unsupported("layer_types that do not repeat one local/global pattern are not supported");
+            }
+        }
+    }
+    hp.swa_pattern = pattern;
+    hp.rope_theta_swa = cfg.f32("rope_local_base_freq", 10000.0f);
+}
+
 rope_scaling read_rope_scaling(const config_reader& cfg, hparams& hp) {
     rope_scaling rs;
     for (const char* key : {"rope_scaling", "rope_parameters"}) {
@@ -212,15 +253,24 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     // rope_theta moved into rope_parameters in newer configs
     hp.rope_theta = cfg.f32("rope_theta", 10000.0f);
     const rope_scaling rope = read_rope_scaling(cfg, hp);
-    const std::string act = j.value("hidden_act", std::string("silu"));
-    const bool gelu = fam->ffn == ffn_kind::gelu_mlp;
-    if (gelu && act != "gelu_pytorch_tanh") cfg.unsupported("hidden_act '" + act + "' is not supported (gelu_pytorch_tanh)");
-    if (!gelu && act != "silu") cfg.unsupported("hidden_act '" + act + "' is not supported (silu)");
+    // Gemma names it hidden_activation
+    const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string("silu")));
+    const bool gelu = fam->ffn == ffn_kind::gelu_mlp, uses_gelu = fam->ffn != ffn_kind::swiglu;
+    if (uses_gelu && act != "gelu_pytorch_tanh") cfg.unsupported("hidden_act '" + act + "' is not supported (gelu_pytorch_tanh)");
+    if (!uses_gelu && act != "silu") cfg.unsupported("hidden_act '" + act + "' is not supported (silu)");
     if (gelu) hp.flags |= flag_gelu_mlp;
+    if (fam->ffn == ffn_kind::geglu) hp.flags |= flag_geglu;
+    if (fam->sandwich_norm) hp.flags |= flag_sandwich_norm;
+    if (cfg.has("attn_logit_softcapping")) cfg.unsupported("attention logit soft-capping (attn_logit_softcapping) is not supported");
+    if (cfg.has("final_logit_softcapping")) {
+        hp.final_softcap = cfg.f32("final_logit_softcapping", 0.0f);
+        if (!(hp.final_softcap > 0)) cfg.fail("final_logit_softcapping", "must be positive");
+    }
     if (cfg.has("clip_qkv")) cfg.unsupported("clip_qkv is not supported");
     if (cfg.boolean("mlp_bias", false)) cfg.unsupported("mlp_bias is not supported");
-    if (fam->sliding_window > 0) { // the family attends through its window on every layer
+    if (fam->sliding_window > 0 || fam->swa_pattern > 0) { // the family's layers (some of them) attend through a window
         hp.sliding_window = cfg.u32("sliding_window", 0);
+        if (fam->swa_pattern > 0 && hp.sliding_window > 0) read_swa_pattern(cfg, hp);
     } else if (cfg.boolean("use_sliding_window", false)) {
         cfg.unsupported("sliding-window attention is not supported");
     }
@@ -230,6 +280,18 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     hp.residual_scale = 1.0f;
     hp.logit_scale = 1.0f;
     hp.attention_scale = 0.0f;
+    if (fam->embed_scale_sqrt) { // in the embeddings' type, as the reference multiplies
+        const float s = std::sqrt(float(hp.n_embd));
+        const st_tensor& embd = ckpt.get("model.embed_tokens.weight");
+        hp.embedding_scale = embd.type == st_dtype::bf16 ? bf16_to_f32(f32_to_bf16(s))
+                             : embd.type == st_dtype::f16 ? f16_to_f32(f32_to_f16(s))
+                                                          : s;
+    }
+    if (cfg.has("query_pre_attn_scalar")) {
+        const float q = cfg.f32("query_pre_attn_scalar", 0.0f);
+        if (!(q > 0)) cfg.fail("query_pre_attn_scalar", "must be positive");
+        hp.attention_scale = 1.0f / std::sqrt(q);
+    }
     if (fam->granite_scales) {
         hp.embedding_scale = cfg.f32("embedding_multiplier", 1.0f);
         hp.residual_scale = cfg.f32("residual_multiplier", 1.0f);
@@ -275,7 +337,8 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         const int l = static_cast<int>(il);
         const std::string pre = "model.layers." + std::to_string(il) + ".";
         auto name = [l](std::string_view s) { return names::layer(l, s); };
-        p.vector(name(names::blk::attn_norm), pre + "input_layernorm.weight", hp.n_embd);
+        const bool plus_one = fam->norm_plus_one;
+        p.norm(name(names::blk::attn_norm), pre + "input_layernorm.weight", hp.n_embd, plus_one);
         if (fam->layer_norm) p.vector(name(names::blk::attn_norm_bias), pre + "input_layernorm.bias", hp.n_embd);
         p.matrix(name(names::blk::attn_q), pre + "self_attn.q_proj.weight", q_dim, hp.n_embd);
         p.matrix(name(names::blk::attn_k), pre + "self_attn.k_proj.weight", kv_dim, hp.n_embd);
@@ -288,13 +351,19 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
             p.vector(name(names::blk::attn_v_bias), pre + "self_attn.v_proj.bias", kv_dim);
         }
         if (fam->qk == qk_norm::per_head) {
-            p.vector(name(names::blk::attn_q_norm), pre + "self_attn.q_norm.weight", hp.head_dim);
-            p.vector(name(names::blk::attn_k_norm), pre + "self_attn.k_norm.weight", hp.head_dim);
+            p.norm(name(names::blk::attn_q_norm), pre + "self_attn.q_norm.weight", hp.head_dim, plus_one);
+            p.norm(name(names::blk::attn_k_norm), pre + "self_attn.k_norm.weight", hp.head_dim, plus_one);
         } else if (fam->qk == qk_norm::full) {
             p.vector(name(names::blk::attn_q_norm), pre + "self_attn.q_norm.weight", q_dim);
             p.vector(name(names::blk::attn_k_norm), pre + "self_attn.k_norm.weight", kv_dim);
         }
-        p.vector(name(names::blk::ffn_norm), pre + "post_attention_layernorm.weight", hp.n_embd);
+        if (fam->sandwich_norm) { // Gemma: post_attention_layernorm normalises the attention's output
+            p.norm(name(names::blk::attn_post_norm), pre + "post_attention_layernorm.weight", hp.n_embd, plus_one);
+            p.norm(name(names::blk::ffn_norm), pre + "pre_feedforward_layernorm.weight", hp.n_embd, plus_one);
+            p.norm(name(names::blk::ffn_post_norm), pre + "post_feedforward_layernorm.weight", hp.n_embd, plus_one);
+        } else {
+            p.vector(name(names::blk::ffn_norm), pre + "post_attention_layernorm.weight", hp.n_embd);
+        }
         if (fam->layer_norm) p.vector(name(names::blk::ffn_norm_bias), pre + "post_attention_layernorm.bias", hp.n_embd);
 
         const std::string moe = pre + std::string(moe_names.prefix) + ".";
@@ -331,7 +400,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
             }
         }
     }
-    p.vector(std::string(names::output_norm), "model.norm.weight", hp.n_embd);
+    p.norm(std::string(names::output_norm), "model.norm.weight", hp.n_embd, fam->norm_plus_one);
     if (fam->layer_norm) p.vector(std::string(names::output_norm_bias), "model.norm.bias", hp.n_embd);
     if (!tied) p.matrix(std::string(names::output), "lm_head.weight", hp.n_vocab, hp.n_embd);
     if (rope.type != rope_scaling::kind::none) {

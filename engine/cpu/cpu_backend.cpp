@@ -680,6 +680,16 @@ public:
         split(n, 8 * n, 1024, [&](int64_t b, int64_t e) { kernels::gelu(x + b, e - b); });
     }
 
+    void geglu(float* gate, const float* up, int64_t n) override {
+        split(n, 8 * n, 1024, [&](int64_t b, int64_t e) { kernels::geglu(gate + b, up + b, e - b); });
+    }
+
+    void softcap(float* x, int64_t n, float cap) override {
+        split(n, 8 * n, 4096, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) x[i] = cap * std::tanh(x[i] / cap);
+        });
+    }
+
     void add_bias(float* y, const tensor_view& b, int n, int dim) override {
         const auto* bf = reinterpret_cast<const float*>(b.data);
         for (int t = 0; t < n; ++t) {

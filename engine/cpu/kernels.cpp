@@ -248,6 +248,11 @@ void gelu(float* x, int64_t n) {
     }
 }
 
+void geglu(float* gate, const float* up, int64_t n) {
+    gelu(gate, n);
+    for (int64_t i = 0; i < n; ++i) gate[i] *= up[i];
+}
+
 void layernorm(float* out, const float* x, const float* w, const float* b, int n, float eps) {
     double mean = 0; // in double: the two passes must not lose the small variance of a large mean
     for (int i = 0; i < n; ++i) mean += x[i];

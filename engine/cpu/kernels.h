@@ -49,4 +49,7 @@ void swiglu(float* gate, const float* up, int64_t n);
 /// x[i] = gelu(x[i]) in its tanh approximation (PyTorch's gelu(approximate="tanh")).
 void gelu(float* x, int64_t n);
 
+/// gate[i] = gelu(gate[i]) * up[i], gelu as above
+void geglu(float* gate, const float* up, int64_t n);
+
 } // namespace colibri::kernels

@@ -408,6 +408,18 @@ __global__ void gelu_kernel(float* x, int64_t n) {
     x[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
 }
 
+__global__ void geglu_kernel(float* gate, const float* up, int64_t n) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = gate[i];
+    gate[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))) * up[i];
+}
+
+__global__ void softcap_kernel(float* x, int64_t n, float cap) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}
+
 __global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -724,6 +736,20 @@ public:
         const op_timer timer(*this, "gelu");
         COLIBRI_LAUNCH(gelu_kernel, blocks_for(n, 256), 256, 0, stream_)(x, n);
         COLIBRI_LAUNCHED("gelu");
+    }
+
+    void geglu(float* gate, const float* up, int64_t n) override {
+        select();
+        const op_timer timer(*this, "geglu");
+        COLIBRI_LAUNCH(geglu_kernel, blocks_for(n, 256), 256, 0, stream_)(gate, up, n);
+        COLIBRI_LAUNCHED("geglu");
+    }
+
+    void softcap(float* x, int64_t n, float cap) override {
+        select();
+        const op_timer timer(*this, "softcap");
+        COLIBRI_LAUNCH(softcap_kernel, blocks_for(n, 256), 256, 0, stream_)(x, n, cap);
+        COLIBRI_LAUNCHED("softcap");
     }
 
     void add_bias(float* y, const tensor_view& b, int n, int dim) override {

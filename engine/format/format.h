@@ -101,8 +101,9 @@ enum class arch : uint32_t {
     qwen3 = 8,
     granite = 9,
     starcoder2 = 10,
+    gemma3 = 11,
 };
-inline constexpr uint32_t arch_max = 10;
+inline constexpr uint32_t arch_max = 11;
 std::string_view arch_name(arch a);
 
 /// How q and k are normalised after projection (before RoPE).
@@ -121,7 +122,9 @@ enum : uint32_t {
     flag_layer_norm = 1u << 4,         ///< norms are LayerNorm with a bias, not RMSNorm (StarCoder2)
     flag_gelu_mlp = 1u << 5,           ///< dense FFN: down . gelu_tanh(up . x), no gate (StarCoder2)
     flag_out_bias = 1u << 6,           ///< the attention output and the dense FFN's matrices have biases
-    flags_known = (1u << 7) - 1,
+    flag_sandwich_norm = 1u << 7,      ///< the attention's and the FFN's outputs are normalised too (Gemma)
+    flag_geglu = 1u << 8,              ///< the gated dense FFN's activation is gelu_tanh, not silu (Gemma)
+    flags_known = (1u << 9) - 1,
 };
 
 #pragma pack(push, 1)
@@ -151,7 +154,10 @@ struct hparams {
     float logit_scale;      // logits are multiplied by this (Granite: 1/logits_scaling)
     float rope_attn_factor; // RoPE's cos and sin are multiplied by this (YaRN); 0 means 1
     uint32_t sliding_window; // a token attends to at most this many positions, itself included; 0: all
-    uint8_t reserved[32];
+    uint32_t swa_pattern;    // with a window: 0, every layer; N, every layer but those with (il + 1) % N == 0
+    float rope_theta_swa;    // > 0: the windowed layers' RoPE base, without rope_freqs (Gemma 3)
+    float final_softcap;     // > 0: logits = final_softcap * tanh(logits / final_softcap)
+    uint8_t reserved[20];
 };
 
 struct section {

@@ -139,8 +139,9 @@ void model_file::check_hparams() const {
     if (!std::isfinite(hp.attention_scale) || hp.attention_scale < 0) {
         fail("hyperparameter attention_scale is not a non-negative number");
     }
-    if (!std::isfinite(hp.rope_attn_factor) || hp.rope_attn_factor < 0) {
-        fail("hyperparameter rope_attn_factor is not a non-negative number");
+    for (const auto& [name, v] : {std::pair{"rope_attn_factor", hp.rope_attn_factor}, {"rope_theta_swa", hp.rope_theta_swa},
+                                  {"final_softcap", hp.final_softcap}}) {
+        if (!std::isfinite(v) || v < 0) fail(std::string("hyperparameter ") + name + " is not a non-negative number");
     }
 }
 

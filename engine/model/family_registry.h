@@ -23,8 +23,8 @@ struct hf_moe_names {
     std::string_view n_ff_exp_key; ///< config key of one expert's width
 };
 
-/// A dense layer's feed-forward: SwiGLU (gate, up, down) or a GELU MLP (up, down).
-enum class ffn_kind { swiglu, gelu_mlp };
+/// A dense layer's feed-forward: SwiGLU or GeGLU (gate, up, down), or a GELU MLP (up, down).
+enum class ffn_kind { swiglu, geglu, gelu_mlp };
 
 struct family_info {
     format::arch arch;
@@ -42,12 +42,18 @@ struct family_info {
     bool layer_norm = false;           ///< LayerNorm with bias (HF: norm_epsilon), not RMSNorm
     ffn_kind ffn = ffn_kind::swiglu;   ///< the dense feed-forward
     uint32_t sliding_window = 0;       ///< the window every checkpoint of the family has, where a GGUF omits it
+    // Gemma's blocks
+    bool sandwich_norm = false;   ///< norms after the attention and the FFN too (HF: pre_/post_feedforward_layernorm)
+    bool norm_plus_one = false;   ///< HF's RMSNorm multiplies by (1 + w): the converter stores 1 + w
+    bool embed_scale_sqrt = false; ///< embeddings scaled by sqrt(n_embd)
+    uint32_t swa_pattern = 0;     ///< local/global layer pattern where a GGUF omits it (llama.cpp's value)
+    float rope_theta_swa = 0;     ///< the windowed layers' RoPE base where a GGUF omits it
 
     std::string_view name() const { return format::arch_name(arch); }
     /// The dense feed-forward's matrices under model.layers.N.mlp. (gate empty: none)
-    std::string_view hf_gate() const { return ffn == ffn_kind::swiglu ? "gate_proj" : ""; }
-    std::string_view hf_up() const { return ffn == ffn_kind::swiglu ? "up_proj" : "c_fc"; }
-    std::string_view hf_down() const { return ffn == ffn_kind::swiglu ? "down_proj" : "c_proj"; }
+    std::string_view hf_gate() const { return ffn != ffn_kind::gelu_mlp ? "gate_proj" : ""; }
+    std::string_view hf_up() const { return ffn != ffn_kind::gelu_mlp ? "up_proj" : "c_fc"; }
+    std::string_view hf_down() const { return ffn != ffn_kind::gelu_mlp ? "down_proj" : "c_proj"; }
 };
 
 /// Every family, in the order of format::arch.

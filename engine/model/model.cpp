@@ -73,6 +73,10 @@ model::model(const std::string& path) : file_(path) {
         }
         l.ffn_norm = require(name(names::blk::ffn_norm), {n_embd}, kind::vector);
         if (layer_norm) l.ffn_norm_bias = require(name(names::blk::ffn_norm_bias), {n_embd}, kind::vector);
+        if (hp.flags & flag_sandwich_norm) {
+            l.attn_post_norm = require(name(names::blk::attn_post_norm), {n_embd}, kind::vector);
+            l.ffn_post_norm = require(name(names::blk::ffn_post_norm), {n_embd}, kind::vector);
+        }
 
         l.router = hp.n_expert ? optional(name(names::blk::ffn_gate_inp), {hp.n_expert, n_embd}, kind::router)
                                : nullptr;

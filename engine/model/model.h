@@ -33,6 +33,8 @@ struct layer_weights {
     const tensor_view* k_norm = nullptr;
     const tensor_view* ffn_norm = nullptr;
     const tensor_view* ffn_norm_bias = nullptr; // LayerNorm only
+    const tensor_view* attn_post_norm = nullptr; // sandwich norms only
+    const tensor_view* ffn_post_norm = nullptr;
     const tensor_view* router = nullptr;      // null: dense layer
     std::vector<expert_weights> experts;      // [n_expert]
     expert_weights shared;                    // shared expert, when n_ff_shexp > 0
@@ -40,8 +42,9 @@ struct layer_weights {
     expert_weights dense;                     // dense FFN of a dense layer
     bool is_moe() const { return router != nullptr; }
     /// Every tensor but the routed experts' (null entries for those the layer lacks).
-    std::array<const tensor_view*, 24> shared_tensors() const {
+    std::array<const tensor_view*, 26> shared_tensors() const {
         return {attn_norm, attn_norm_bias, wq, wk, wv, wo, bo, bq, bk, bv, q_norm, k_norm, ffn_norm, ffn_norm_bias,
+                attn_post_norm, ffn_post_norm,
                 router, shared.gate, shared.up, shared.down, shared_gate, dense.gate, dense.up, dense.down,
                 dense.up_bias, dense.down_bias};
     }

@@ -92,6 +92,22 @@ size_t session::token_bytes() const {
     return 2 * size_t(hp.n_layer) * size_t(hp.n_head_kv) * hp.head_dim * kv_elem_bytes();
 }
 
+bool session::windowed(int il) const {
+    const hparams& hp = model_.hp();
+    return hp.sliding_window > 0 && (hp.swa_pattern == 0 || (il + 1) % int(hp.swa_pattern) != 0);
+}
+
+size_t session::kv_bytes_read(int pos) const {
+    const hparams& hp = model_.hp();
+    const size_t per_layer = token_bytes() / hp.n_layer;
+    size_t bytes = 0;
+    for (int il = 0; il < int(hp.n_layer); ++il) {
+        const int keys = windowed(il) ? std::min(pos + 1, int(hp.sliding_window)) : pos + 1;
+        bytes += per_layer * size_t(keys);
+    }
+    return bytes;
+}
+
 bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& stop) {
     const hparams& hp = model_.hp();
     if (n <= 0 || n > n_batch_) {
@@ -145,6 +161,7 @@ bool session::forward(int n, const std::function<bool()>& stop) {
     norm(x_last, model_.output_norm(), model_.output_norm_bias(), rows, xn_->data());
     be_.matmul(model_.output(), xn_->data(), rows, logits_->data());
     if (hp.logit_scale != 1.0f) be_.scale(logits_->data(), int64_t(rows) * hp.n_vocab, hp.logit_scale);
+    if (hp.final_softcap > 0) be_.softcap(logits_->data(), int64_t(rows) * hp.n_vocab, hp.final_softcap);
     return true;
 }
 
@@ -176,7 +193,12 @@ void session::attention_block(int il, int n) {
         be_.rmsnorm(k_->data(), *l.k_norm, n, kv_dim, hp.norm_eps, k_->data());
         break;
     }
-    const rope_params rope{hp.rope_theta, model_.rope_freqs(), hp.rope_attn_factor > 0 ? hp.rope_attn_factor : 1.0f};
+    // a windowed layer of a family with local and global layers (Gemma 3) turns at its own base, unscaled
+    const bool local = windowed(il);
+    const bool local_rope = local && hp.rope_theta_swa > 0;
+    const rope_params rope = local_rope ? rope_params{hp.rope_theta_swa}
+                                        : rope_params{hp.rope_theta, model_.rope_freqs(),
+                                                      hp.rope_attn_factor > 0 ? hp.rope_attn_factor : 1.0f};
     be_.rope(q_->data(), n, static_cast<int>(hp.n_head), hd, pos_.data(), rope);
     be_.rope(k_->data(), n, static_cast<int>(hp.n_head_kv), hd, pos_.data(), rope);
 
@@ -198,11 +220,12 @@ void session::attention_block(int il, int n) {
     a.n_head_kv = static_cast<int>(hp.n_head_kv);
     a.head_dim = hd;
     a.scale = hp.attention_scale > 0 ? hp.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
-    a.window = static_cast<int>(hp.sliding_window);
+    a.window = local ? static_cast<int>(hp.sliding_window) : 0;
     be_.attention(a);
 
     be_.matmul(*l.wo, att_->data(), n, o_->data()); // [n, n_embd]
     if (l.bo != nullptr) be_.add_bias(o_->data(), *l.bo, n, n_embd);
+    if (l.attn_post_norm != nullptr) be_.rmsnorm(o_->data(), *l.attn_post_norm, n, n_embd, hp.norm_eps, o_->data());
     be_.add_scaled(x_->data(), o_->data(), int64_t(n) * n_embd, hp.residual_scale);
 }
 
@@ -213,6 +236,13 @@ void session::norm(const float* x, const tensor_view& w, const tensor_view* bias
 }
 
 void session::dense_ffn(const expert_weights& w, const float* x, int n, float* out) {
+    if (w.gate != nullptr && (model_.hp().flags & flag_geglu)) { // GeGLU: down . (gelu(gate . x) * (up . x))
+        const matmul_job gate_up[2] = {{w.gate, x, n, hg_->data()}, {w.up, x, n, hu_->data()}}; // [n, n_ff] each
+        be_.matmul_many(gate_up, 2);
+        be_.geglu(hg_->data(), hu_->data(), int64_t(n) * int64_t(w.gate->rows()));
+        be_.matmul(*w.down, hg_->data(), n, out);
+        return;
+    }
     if (w.gate != nullptr) { // SwiGLU
         const ffn_job job{w.gate, w.up, w.down, x, n, nullptr, hg_->data(), hu_->data(), out};
         be_.ffn_many(&job, 1);
@@ -249,6 +279,7 @@ void session::ffn_block(int il, int n) {
     } else {
         dense_ffn(l.dense, xn_->data(), n, ffn_out_->data());
     }
+    if (l.ffn_post_norm != nullptr) be_.rmsnorm(ffn_out_->data(), *l.ffn_post_norm, n, n_embd, hp.norm_eps, ffn_out_->data());
     be_.add_scaled(x_->data(), ffn_out_->data(), int64_t(n) * n_embd, hp.residual_scale);
 }
 

@@ -60,6 +60,11 @@ public:
     void truncate(int n);
     /// Bytes of KV cache one position takes (keys and values of every layer).
     size_t token_bytes() const;
+    /// Bytes of keys and values a token at position pos reads: every layer's positions up to
+    /// pos, or its sliding window's.
+    size_t kv_bytes_read(int pos) const;
+    /// Whether layer il attends through the sliding window.
+    bool windowed(int il) const;
     void set_route_observer(route_observer obs) { observer_ = obs; }
 
     const model& get_model() const { return model_; }

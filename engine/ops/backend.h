@@ -140,6 +140,10 @@ public:
     virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
     /// x = gelu(x) (tanh approximation), n elements
     virtual void gelu(float* x, int64_t n) = 0;
+    /// gate = gelu(gate) * up (tanh approximation), n elements
+    virtual void geglu(float* gate, const float* up, int64_t n) = 0;
+    /// x = cap * tanh(x / cap), n elements
+    virtual void softcap(float* x, int64_t n, float cap) = 0;
     /// x += s * y, n elements
     virtual void add_scaled(float* x, const float* y, int64_t n, float s) = 0;
     /// x *= s, n elements

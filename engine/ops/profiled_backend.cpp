@@ -33,7 +33,8 @@ profiled_backend::profiled_backend(backend& inner, const model& m) : inner_(inne
         for (const tensor_view* w : {l.wq, l.wk, l.wv}) add(w, op::qkv);
         add(l.wo, op::attention_output);
         add(l.router, op::router);
-        if (l.dense.gate == nullptr) { // a GELU MLP's products come one by one
+        if (l.dense.gate == nullptr || (m.hp().flags & format::flag_geglu)) { // products one by one
+            add(l.dense.gate, op::feed_forwards);
             add(l.dense.up, op::feed_forwards);
             add(l.dense.down, op::feed_forwards);
         }
@@ -104,6 +105,16 @@ void profiled_backend::layernorm(const float* x, const tensor_view& w, const ten
 void profiled_backend::gelu(float* x, int64_t n) {
     const timing t{this, op::feed_forwards, 0};
     inner_.gelu(x, n);
+}
+
+void profiled_backend::geglu(float* gate, const float* up, int64_t n) {
+    const timing t{this, op::feed_forwards, 0};
+    inner_.geglu(gate, up, n);
+}
+
+void profiled_backend::softcap(float* x, int64_t n, float cap) {
+    const timing t{this, op::other, 0};
+    inner_.softcap(x, n, cap);
 }
 
 void profiled_backend::swiglu(float* gate, const float* up, int64_t n) {

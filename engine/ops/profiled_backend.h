@@ -67,6 +67,8 @@ public:
     void layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps,
                    float* out) override;
     void gelu(float* x, int64_t n) override;
+    void geglu(float* gate, const float* up, int64_t n) override;
+    void softcap(float* x, int64_t n, float cap) override;
     void rope(float* x, int n, int n_heads, int head_dim, const int32_t* pos, const rope_params& p) override;
     void attention(const attention_args& a) override;
     void ffn_many(const ffn_job* jobs, int n_jobs) override;

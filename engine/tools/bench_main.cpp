@@ -234,11 +234,7 @@ int run_on_device(const std::string& model_path, const std::string& device, size
     const auto& hp = rt->mdl->hp();
     const int n_ctx = prompt_tokens + gen_tokens + 1;
     const int n_batch = std::min(prompt_tokens, batch);
-    size_t kv_token_bytes = 0;
-    {
-        session warm(*rt->mdl, *rt->be, n_ctx, n_batch);
-        kv_token_bytes = warm.token_bytes();
-    }
+    { session warm(*rt->mdl, *rt->be, n_ctx, n_batch); } // ready: a session can be made
     const double load_ms = ms_since(t_load);
     const double ready_ms = ms_since(process_start);
     const double w_bytes = rt->mdl->decode_weight_bytes();
@@ -263,7 +259,7 @@ int run_on_device(const std::string& model_path, const std::string& device, size
         const expert_cache_stats before = cuda_expert_cache_stats(*rt->be);
         const auto t1 = clock_type::now();
         for (int k = 0; k < gen_tokens; ++k) {
-            bytes += w_bytes + double(kv_token_bytes) * (s.n_past() + 1);
+            bytes += w_bytes + double(s.kv_bytes_read(s.n_past()));
             s.eval(&id, 1);
             id = argmax(s.logits(), static_cast<int>(hp.n_vocab));
         }
@@ -537,7 +533,7 @@ int main(int argc, char** argv) {
                     profiled.set_recording(by_op);
                     const auto t1 = clock_type::now();
                     for (int k = 0; k < n; ++k) {
-                        bytes += w_bytes + double(kv_token_bytes) * (s.n_past() + 1); // the keys and values it reads
+                        bytes += w_bytes + double(s.kv_bytes_read(s.n_past())); // the keys and values it reads
                         s.eval(&id, 1);
                         l = s.logits();
                         id = argmax(l, static_cast<int>(hp.n_vocab));

@@ -232,6 +232,16 @@ TEST_CASE("RMSNorm, RoPE, biases, SwiGLU and the element-wise operations match t
             be.gelu(in, int64_t(x.size()));
             return b.get(in, x.size());
         });
+        compare([&](backend& be, buffers& b) {
+            float* g = b.put(x);
+            be.geglu(g, b.put(y), int64_t(x.size()));
+            return b.get(g, x.size());
+        });
+        compare([&](backend& be, buffers& b) {
+            float* in = b.put(x);
+            be.softcap(in, int64_t(x.size()), 1.5f);
+            return b.get(in, x.size());
+        });
     }
     SUBCASE("rope") {
         compare([&](backend& be, buffers& b) {

@@ -137,6 +137,11 @@ TEST_CASE("gelu is PyTorch's tanh approximation") {
         CHECK(y[i] == doctest::Approx(want).epsilon(1e-6));
     }
     CHECK(y[3] == 0.0f);
+    // GeGLU: the gate's gelu times up
+    std::vector<float> g = x;
+    const std::vector<float> up = {2.0f, -1.0f, 0.5f, 3.0f, 1.0f, -2.0f, 0.25f, 1.0f};
+    kernels::geglu(g.data(), up.data(), int64_t(g.size()));
+    for (size_t i = 0; i < x.size(); ++i) CHECK(g[i] == doctest::Approx(y[i] * up[i]).epsilon(1e-6));
 }
 
 TEST_CASE("softmax matches double precision and sums to one") {

@@ -52,9 +52,12 @@ TEST_CASE("through the timing wrapper every family decodes the same logits and a
                 if (s.calls > 0) CHECK(s.seconds > 0);
             }
             // the bench's bytes per decoded token: weights, then keys and values of every position
-            const double expected = m.decode_weight_bytes() + double(timed.token_bytes()) * (pos + 1);
+            const double expected = m.decode_weight_bytes() + double(timed.kv_bytes_read(pos));
             CHECK(bytes == doctest::Approx(expected).epsilon(1e-9));
-            CHECK(st[static_cast<size_t>(op::attention)].bytes == doctest::Approx(double(timed.token_bytes()) * (pos + 1)));
+            CHECK(st[static_cast<size_t>(op::attention)].bytes == doctest::Approx(double(timed.kv_bytes_read(pos))));
+            if (hp.sliding_window > 0 && hp.sliding_window <= uint32_t(pos)) { // windows read less than the whole cache
+                CHECK(timed.kv_bytes_read(pos) < timed.token_bytes() * size_t(pos + 1));
+            }
 
             const uint64_t layers = hp.n_layer;
             uint64_t moe = 0; // layers with experts (some families start with dense ones)
@@ -62,20 +65,22 @@ TEST_CASE("through the timing wrapper every family decodes the same logits and a
             const bool qk_norm = m.layers().front().q_norm != nullptr;
             const layer_weights& l0 = m.layers().front();
             const int biases = (l0.bq != nullptr ? 3 : 0) + (l0.bo != nullptr ? 1 : 0) + (l0.dense.up_bias != nullptr ? 2 : 0);
-            const bool gelu_mlp = !l0.is_moe() && l0.dense.gate == nullptr; // up, GELU, down one by one
+            // up, GELU, down (or gate and up, GeGLU, down) one by one
+            const bool one_by_one = !l0.is_moe() && (l0.dense.gate == nullptr || (hp.flags & format::flag_geglu));
+            const bool sandwich = l0.attn_post_norm != nullptr;
             CHECK(calls(op::embedding) == 1);
-            CHECK(calls(op::norms) == 2 * layers + 1 + (qk_norm ? 2 * layers : 0));
+            CHECK(calls(op::norms) == 2 * layers + 1 + (qk_norm ? 2 * layers : 0) + (sandwich ? 2 * layers : 0));
             CHECK(calls(op::qkv) == layers);
             CHECK(calls(op::biases) == uint64_t(biases) * layers);
             CHECK(calls(op::rope) == 2 * layers);
             CHECK(calls(op::attention) == layers);
             CHECK(calls(op::attention_output) == layers);
             CHECK(calls(op::router) == moe);
-            CHECK(calls(op::feed_forwards) == (gelu_mlp ? 3 : 1) * layers);
+            CHECK(calls(op::feed_forwards) == (one_by_one ? 3 : 1) * layers);
             CHECK(calls(op::expert_sum) == moe);
             CHECK(calls(op::residuals) == 2 * layers);
             CHECK(calls(op::lm_head) == 1);
-            CHECK(calls(op::other) == (hp.logit_scale != 1.0f ? 1 : 0));
+            CHECK(calls(op::other) == (hp.logit_scale != 1.0f ? 1 : 0) + (hp.final_softcap > 0 ? 1 : 0));
         }
     }
 }

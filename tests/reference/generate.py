@@ -354,6 +354,31 @@ FAMILIES = {
             embedding_dropout=0.0,
         ),
     ),
+    "gemma3": dict(  # (1+w) RMSNorm before and after attention and FFN, GeGLU, local and global layers
+        config="Gemma3TextConfig",
+        model="Gemma3ForCausalLM",
+        dtype="float32",
+        base_seed=13000,
+        std=0.2,
+        norm_mean=0.0,  # Gemma's norms multiply by 1 + w: w near 0, as trained ones are
+        # the embeddings, scaled by sqrt(hidden_size), would otherwise drown the blocks' outputs
+        std_overrides={"embed_tokens": 0.05},
+        cfg=dict(
+            num_hidden_layers=3,
+            head_dim=16,
+            intermediate_size=96,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=24,  # != head_dim
+            sliding_window=6,  # shorter than the prompt
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            rope_theta=1000000.0,
+            rope_local_base_freq=10000.0,
+            rope_scaling=dict(rope_type="linear", factor=8.0),  # the global layers' only
+            final_logit_softcapping=30.0,
+            attn_logit_softcapping=None,
+            tie_word_embeddings=True,
+        ),
+    ),
     # Scaled RoPE on a family that has it in the wild: Llama 3.x (llama3) and Qwen2.5's
     # long-context configs (yarn). Original contexts shorter than the prompt, so that the
     # scaled pairs matter at every position.
@@ -400,11 +425,11 @@ def make_config(spec, vocab_size):
     return cls(**kw)
 
 
-def init_weights(model, seed, std, overrides=None):
+def init_weights(model, seed, std, overrides=None, norm_mean=1.0):
     """Deterministic, transformers-version independent initialisation.
 
     Every parameter gets its own numpy PCG64 stream seeded by (seed, crc32(name)).
-    Norm weights ~ 1 + 0.1 N(0,1), biases ~ 0.1 N(0,1), all others ~ std N(0,1)
+    Norm weights ~ norm_mean + 0.1 N(0,1) (1 unless the family's norms multiply by 1 + w), biases ~ 0.1 N(0,1), all others ~ std N(0,1)
     (or overrides[substring] for names containing that substring).
     """
     overrides = overrides or {}
@@ -413,7 +438,7 @@ def init_weights(model, seed, std, overrides=None):
             rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
             z = rng.standard_normal(tuple(p.shape))
             if name.endswith("norm.weight"):
-                v = 1.0 + 0.1 * z
+                v = norm_mean + 0.1 * z
             elif name.endswith(".bias"):
                 v = 0.1 * z
             else:
@@ -596,8 +621,46 @@ def np_rope(x, theta, scaling=None, n_ctx=0):
     return x * cos + rot * sin
 
 
+def numpy_gemma3(cfg, W, ids):
+    """Gemma 3 text: (1+w) RMSNorms around attention and FFN, GeGLU, local/global layers."""
+    H, KV, D, hid = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["hidden_size"]
+    eps, T = cfg["rms_norm_eps"], len(ids)
+    norm = lambda x, name: np_rmsnorm(x, 1.0 + W[name + ".weight"], eps)
+    lin = lambda x, name: x @ W[name + ".weight"].T
+    x = W["model.embed_tokens.weight"][ids] * np.float32(hid ** 0.5)
+    causal = np.triu(np.full((T, T), -np.inf), 1)
+    window = causal + np.tril(np.full((T, T), -np.inf), -cfg["sliding_window"])
+    for li in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{li}."
+        local = cfg["layer_types"][li] == "sliding_attention"
+        h = norm(x, p + "input_layernorm")
+        q = lin(h, p + "self_attn.q_proj").reshape(T, H, D)
+        k = lin(h, p + "self_attn.k_proj").reshape(T, KV, D)
+        v = lin(h, p + "self_attn.v_proj").reshape(T, KV, D)
+        q, k = norm(q, p + "self_attn.q_norm"), norm(k, p + "self_attn.k_norm")
+        if local:
+            q, k = np_rope(q, cfg["rope_local_base_freq"]), np_rope(k, cfg["rope_local_base_freq"])
+        else:
+            sc, n_ctx = cfg.get("rope_scaling"), cfg["max_position_embeddings"]
+            q, k = np_rope(q, cfg["rope_theta"], sc, n_ctx), np_rope(k, cfg["rope_theta"], sc, n_ctx)
+        att = np.empty((T, H, D))
+        for hh in range(H):
+            kh = hh // (H // KV)
+            s = q[:, hh, :] @ k[:, kh, :].T * cfg["query_pre_attn_scalar"] ** -0.5 + (window if local else causal)
+            att[:, hh, :] = np_softmax(s) @ v[:, kh, :]
+        x = x + norm(lin(att.reshape(T, H * D), p + "self_attn.o_proj"), p + "post_attention_layernorm")
+        h = norm(x, p + "pre_feedforward_layernorm")
+        y = lin(np_gelu_tanh(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        x = x + norm(y, p + "post_feedforward_layernorm")
+    out = norm(x, "model.norm") @ W["model.embed_tokens.weight"].T
+    cap = cfg.get("final_logit_softcapping")
+    return np.tanh(out / cap) * cap if cap else out
+
+
 def numpy_forward(path, family, ids):
     cfg = json.loads((Path(path) / "config.json").read_text())
+    if family == "gemma3":
+        return numpy_gemma3(cfg, load_tensors(path), ids)
     W = load_tensors(path)
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hid = cfg["hidden_size"]
@@ -756,7 +819,7 @@ def build_family(name, spec, out_dir, tok_bytes, sp, log):
         cfg = make_config(spec, vocab)
         model_cls = getattr(transformers, spec["model"])
         model = model_cls(cfg).eval()
-        init_weights(model, seed, spec["std"], spec.get("std_overrides"))
+        init_weights(model, seed, spec["std"], spec.get("std_overrides"), spec.get("norm_mean", 1.0))
         model = model.to(TORCH_DTYPES[spec["dtype"]])
         with tempfile.TemporaryDirectory() as tmp:
             save_kw = dict(safe_serialization=True)
