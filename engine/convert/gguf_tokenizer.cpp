@@ -174,11 +174,14 @@ tokenizer_section sentencepiece_section(const gguf_file& f, const std::vector<st
     const std::vector<int64_t> types = f.int_array("tokenizer.ggml.token_type");
     if (scores.size() != tokens.size()) f.fail("tokenizer.ggml.scores has " + std::to_string(scores.size()) + " entries for " + std::to_string(tokens.size()) + " tokens");
     if (!types.empty() && types.size() != tokens.size()) f.fail("tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " + std::to_string(tokens.size()) + " tokens");
-    // Sentencepiece has one unknown piece: tokenizer.ggml.unknown_token_id's, else the first
-    // of that type; others of the type (Phi-3's padding) become unused pieces, as llama.cpp
-    // never produces them either.
+    // Sentencepiece has one unknown piece: tokenizer.ggml.unknown_token_id's (Gemma 3 types
+    // it control), else the first of that type; others of the type (Phi-3's padding) become
+    // unused pieces, as llama.cpp never produces them either.
     size_t unk = tokens.size();
-    if (const auto id = f.get_uint("tokenizer.ggml.unknown_token_id"); id && *id < types.size() && types[*id] == tt_unknown) unk = *id;
+    if (const auto id = f.get_uint("tokenizer.ggml.unknown_token_id"); id && *id < types.size() &&
+                                                                        (types[*id] == tt_unknown || types[*id] == tt_control)) {
+        unk = *id;
+    }
     for (size_t i = 0; i < types.size() && unk == tokens.size(); ++i) {
         if (types[i] == tt_unknown) unk = i;
     }
@@ -187,7 +190,8 @@ tokenizer_section sentencepiece_section(const gguf_file& f, const std::vector<st
     for (size_t i = 0; i < tokens.size(); ++i) {
         int64_t type = types.empty() ? tt_normal : types[i];
         if (type < tt_normal || type > tt_byte) f.fail("token " + std::to_string(i) + " has unknown token type " + std::to_string(type));
-        if (type == tt_unknown && i != unk) type = tt_unused;
+        if (i == unk) type = tt_unknown;
+        else if (type == tt_unknown) type = tt_unused;
         has_byte |= type == tt_byte;
         has_unk |= type == tt_unknown;
         proto_writer piece;

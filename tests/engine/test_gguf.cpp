@@ -273,6 +273,27 @@ TEST_CASE("a byte-level BPE vocabulary from GGUF gives the reference ids") {
     }
 }
 
+TEST_CASE("a sentencepiece vocabulary names its unknown piece by id when its type says control (Gemma 3)") {
+    test::temp_dir dir;
+    const gguf_file llama(gguf_fixture("llama"));
+    test::gguf_builder b(llama);
+    const auto types = llama.int_array("tokenizer.ggml.token_type");
+    std::vector<int32_t> retyped(types.begin(), types.end());
+    REQUIRE(retyped[0] == 2); // <unk>
+    retyped[0] = 3;           // typed control, as in Gemma 3's files
+    b.set("tokenizer.ggml.token_type", retyped);
+    b.set("tokenizer.ggml.unknown_token_id", uint32_t(0));
+    const std::string path = write_gguf(dir, "unk-control.gguf", b.bytes());
+    const gguf_file f(path);
+    const tokenizer_section sec = import_gguf_tokenizer(f);
+    auto tok = make_tokenizer(sec.header, sec.payload, sec.n_tokens, path);
+    std::vector<int32_t> ids;
+    tok->encode("def route(x):", ids);
+    CHECK_FALSE(ids.empty());
+    b.erase("tokenizer.ggml.unknown_token_id"); // without the id, no piece is the unknown one
+    CHECK(convert_error(write_gguf(dir, "no-unk.gguf", b.bytes()), dir).find("no unknown token") != std::string::npos);
+}
+
 TEST_CASE("the code models' pre-tokenizers split as their tokenizer.json does") {
     test::temp_dir dir;
     const std::string qwen3 = test::fixture("tokenizers/qwen3/tokenizer.json");
