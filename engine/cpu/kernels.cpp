@@ -33,21 +33,6 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
     for (i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
-void softmax(float* x, int n) {
-    // subtract the max for stability
-    float max = x[0];
-    for (int i = 1; i < n; ++i) max = std::max(max, x[i]);
-    // exponentiate and sum
-    float sum = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        x[i] = std::exp(x[i] - max);
-        sum += x[i];
-    }
-    // normalise
-    const float inv = 1.0f / sum;
-    for (int i = 0; i < n; ++i) x[i] *= inv;
-}
-
 void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
     switch (t) {
     case dtype::f32: std::memcpy(out, row, static_cast<size_t>(n) * 4); return;

@@ -19,9 +19,6 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 /// out[i] = (x[i] - mean(x)) / sqrt(var(x) + eps) * w[i] + b[i], for one row of n.  (out may alias x)
 void layernorm(float* out, const float* x, const float* w, const float* b, int n, float eps);
 
-/// In-place softmax over n values.
-void softmax(float* x, int n);
-
 // The row functions take a q4_0x8 or q8_0x8 row in its q4_0 or q8_0 form (format::x8_row):
 // the layouts interleave whole groups of rows, not the elements of one.
 

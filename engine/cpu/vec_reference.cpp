@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/softmax.h"
 #include "cpu/kernels.h"
 #include "cpu/vec.h"
 
@@ -165,7 +166,7 @@ void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int head_d
             for (int i = 0; i < head_dim; ++i) d += as_f32(k[j * head_dim + i]) * qg[i];
             s[j] = d * scale;
         }
-        kernels::softmax(s, n);
+        softmax(s, n);
         std::fill_n(o, head_dim, 0.0f);
         for (int j = 0; j < n; ++j) {
             for (int i = 0; i < head_dim; ++i) o[i] += s[j] * as_f32(v[j * head_dim + i]);

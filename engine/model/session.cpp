@@ -4,7 +4,7 @@
 #include "model/session.h"
 
 #include "core/error.h"
-#include "cpu/kernels.h"
+#include "model/moe_routing.h"
 
 #include <algorithm>
 #include <cmath>
@@ -297,25 +297,8 @@ void session::moe(const layer_weights& l, int n) {
     be_.matmul_many(route, l.shared_gate != nullptr ? 2 : 1);
     const float* router = be_.to_host(router_->data(), size_t(n) * n_expert, router_staging_);
     for (int t = 0; t < n; ++t) {
-        std::copy_n(router + size_t(t) * n_expert, n_expert, probs_.data());
-        kernels::softmax(probs_.data(), n_expert);
-        int32_t* ids = &sel_[size_t(t) * k];
-        float* w = &sel_w_[size_t(t) * k];
-        float sum = 0.0f;
-        for (int j = 0; j < k; ++j) { // k is small: repeated arg-max, ties to the lower index
-            int best = -1;
-            for (int e = 0; e < n_expert; ++e) {
-                if (probs_[e] >= 0.0f && (best < 0 || probs_[e] > probs_[best])) best = e;
-            }
-            if (best < 0) best = j; // only when the router produced NaN: keep ids valid
-            ids[j] = best;
-            w[j] = std::max(probs_[best], 0.0f);
-            probs_[best] = -1.0f;
-            sum += w[j];
-        }
-        if (renorm) {
-            for (int j = 0; j < k; ++j) w[j] /= sum;
-        }
+        route_top_k(router + size_t(t) * n_expert, n_expert, k, renorm, probs_.data(), &sel_[size_t(t) * k],
+                    &sel_w_[size_t(t) * k]);
     }
 
     // 2. group (token, slot) pairs by expert, so each expert runs once on all its tokens
