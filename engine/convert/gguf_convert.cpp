@@ -203,13 +203,15 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
         if (hp.sliding_window > 0) {
             hp.swa_pattern = u32("attention.sliding_window_pattern", desc->swa_pattern);
             hp.rope_theta_swa = static_cast<float>(f.get_float(key("rope.freq_base_swa")).value_or(desc->rope_theta_swa));
+            if (desc->rope_theta_swa == 0) hp.rope_theta_swa = 0; // one base for every layer (Gemma 2)
         }
     } else if (f.find(key("attention.sliding_window"))) {
         unsupported("sliding-window attention");
     }
     if (desc->ffn == ffn_kind::geglu) hp.flags |= flag_geglu;
     if (desc->sandwich_norm) hp.flags |= flag_sandwich_norm;
-    if (f.find(key("attn_logit_softcapping"))) unsupported("attention logit soft-capping (" + key("attn_logit_softcapping") + ")");
+    hp.attn_softcap = static_cast<float>(f.get_float(key("attn_logit_softcapping")).value_or(0.0));
+    if (!(hp.attn_softcap >= 0)) f.fail(key("attn_logit_softcapping") + " must be positive");
     hp.final_softcap = static_cast<float>(f.get_float(key("final_logit_softcapping")).value_or(0.0));
     if (!(hp.final_softcap >= 0)) f.fail(key("final_logit_softcapping") + " must be positive");
     if (const auto g = f.get_uint(key("expert_gating_func")); g && *g != 1) unsupported("expert gating other than softmax");
@@ -218,8 +220,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     if (desc->embed_scale_sqrt) {
         hp.embedding_scale = std::sqrt(float(hp.n_embd));
         // query_pre_attn_scalar is not in llama.cpp's files: its rule (head_dim, but n_embd / n_head
-        // for the 62-layer 27B) unless attention.scale says
-        const float qs = hp.n_layer == 62 ? float(hp.n_embd / hp.n_head) : float(hp.head_dim);
+        // for the 27B) unless attention.scale says
+        const float qs = hp.n_layer == desc->gguf_wide_query_layers ? float(hp.n_embd / hp.n_head) : float(hp.head_dim);
         hp.attention_scale = static_cast<float>(f.get_float(key("attention.scale")).value_or(1.0 / std::sqrt(qs)));
     }
     if (desc->granite_scales) {

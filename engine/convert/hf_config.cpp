@@ -155,7 +155,7 @@ void read_swa_pattern(const config_reader& cfg, hparams& hp) {
         }
     }
     hp.swa_pattern = pattern;
-    hp.rope_theta_swa = cfg.f32("rope_local_base_freq", 10000.0f);
+    hp.rope_theta_swa = cfg.f32("rope_local_base_freq", 0.0f); // Gemma 3's local base; Gemma 2 has one base
 }
 
 rope_scaling read_rope_scaling(const config_reader& cfg, hparams& hp) {
@@ -261,7 +261,10 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (gelu) hp.flags |= flag_gelu_mlp;
     if (fam->ffn == ffn_kind::geglu) hp.flags |= flag_geglu;
     if (fam->sandwich_norm) hp.flags |= flag_sandwich_norm;
-    if (cfg.has("attn_logit_softcapping")) cfg.unsupported("attention logit soft-capping (attn_logit_softcapping) is not supported");
+    if (cfg.has("attn_logit_softcapping")) { // Gemma 2
+        hp.attn_softcap = cfg.f32("attn_logit_softcapping", 0.0f);
+        if (!(hp.attn_softcap > 0)) cfg.fail("attn_logit_softcapping", "must be positive");
+    }
     if (cfg.has("final_logit_softcapping")) {
         hp.final_softcap = cfg.f32("final_logit_softcapping", 0.0f);
         if (!(hp.final_softcap > 0)) cfg.fail("final_logit_softcapping", "must be positive");

@@ -770,6 +770,18 @@ public:
         };
         const auto kv_off = [&](int64_t job) { return ((job % a.n_head_kv) * a.n_ctx + first(job)) * a.head_dim; };
         const auto keys = [&](int64_t job) { return a.pos[job / a.n_head_kv] + 1 - first(job); };
+        if (a.softcap > 0) { // Gemma 2's capped scores: the scalar kernel
+            pool_.run([&](int ith, int nth) {
+                float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
+                for (int64_t job = ith; job < jobs; job += nth) {
+                    const int t = static_cast<int>(job / a.n_head_kv), kvh = static_cast<int>(job % a.n_head_kv);
+                    const int64_t head0 = t * q_stride + static_cast<int64_t>(kvh) * group * a.head_dim;
+                    kernels::attend_softcapped(a.q + head0, group, a.k_cache, a.v_cache, a.kv_f16, kv_off(job), keys(job),
+                                               a.head_dim, a.scale, a.softcap, scores, a.out + head0);
+                }
+            });
+            return;
+        }
         auto body = [&](int ith, int nth) {
             float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
             for (int64_t job = ith; job < jobs; job += nth) {

@@ -1,6 +1,7 @@
 #include "cpu/kernels.h"
 
 #include "core/half.h"
+#include "core/softmax.h"
 #include "format/model_file.h"
 
 #include <algorithm>
@@ -230,6 +231,28 @@ void gelu(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         const float v = x[i];
         x[i] = 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+    }
+}
+
+void attend_softcapped(const float* q, int n_q, const void* k_cache, const void* v_cache, bool f16, int64_t first, int n,
+                       int head_dim, float scale, float cap, float* scores, float* out) {
+    const auto at = [&](const void* cache, int64_t i) {
+        return f16 ? f16_to_f32(static_cast<const uint16_t*>(cache)[first + i]) : static_cast<const float*>(cache)[first + i];
+    };
+    for (int g = 0; g < n_q; ++g) {
+        const float* qg = q + int64_t(g) * head_dim;
+        float* s = scores + int64_t(g) * n;
+        for (int j = 0; j < n; ++j) {
+            float d = 0.0f;
+            for (int i = 0; i < head_dim; ++i) d += at(k_cache, int64_t(j) * head_dim + i) * qg[i];
+            s[j] = cap * std::tanh(d * scale / cap);
+        }
+        softmax(s, n);
+        float* o = out + int64_t(g) * head_dim;
+        std::fill_n(o, head_dim, 0.0f);
+        for (int j = 0; j < n; ++j) {
+            for (int i = 0; i < head_dim; ++i) o[i] += s[j] * at(v_cache, int64_t(j) * head_dim + i);
+        }
     }
 }
 

@@ -478,8 +478,8 @@ __device__ inline float cache_at(const void* cache, int64_t i) {
 // weighted values. Dynamic shared memory: head_dim floats (the query).
 template <bool F16>
 __global__ void attention_kernel(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, int n_head,
-                                 int n_head_kv, int head_dim, int n_ctx, float scale, int window, float* scores,
-                                 float* out) {
+                                 int n_head_kv, int head_dim, int n_ctx, float scale, int window, float softcap,
+                                 float* scores, float* out) {
     COLIBRI_DYNAMIC_SHARED(float, q_s);
     __shared__ float shared[32];
     const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
@@ -496,6 +496,7 @@ __global__ void attention_kernel(const float* q, const void* k_cache, const void
         float dot = 0.0f;
         for (int d = 0; d < head_dim; ++d) dot += q_s[d] * cache_at<F16>(k_cache, row + d);
         dot *= scale;
+        if (softcap > 0) dot = softcap * tanhf(dot / softcap);
         s[j] = dot;
         m = fmaxf(m, dot);
     }
@@ -540,7 +541,7 @@ constexpr int attention_chunk = 256;
 template <bool F16>
 __global__ void attention_split_kernel(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
                                        int n_head, int n_head_kv, int head_dim, int n_ctx, float scale, int window,
-                                       float* partial) {
+                                       float softcap, float* partial) {
     COLIBRI_DYNAMIC_SHARED(float, shared_mem);
     __shared__ float shared[32];
     float* q_s = shared_mem;
@@ -567,6 +568,7 @@ __global__ void attention_split_kernel(const float* q, const void* k_cache, cons
         float dot = 0.0f;
         for (int d = 0; d < head_dim; ++d) dot += q_s[d] * cache_at<F16>(k_cache, row + d);
         dot *= scale;
+        if (softcap > 0) dot = softcap * tanhf(dot / softcap);
         s[j - first] = dot;
         m = fmaxf(m, dot);
     }
@@ -789,7 +791,7 @@ public:
             const size_t shared = size_t(a.head_dim + attention_chunk) * sizeof(float);
             const auto kernel = a.kv_f16 ? attention_split_kernel<true> : attention_split_kernel<false>;
             COLIBRI_LAUNCH(kernel, dim3(unsigned(a.n_head), unsigned(splits)), 128, shared, stream_)(
-                a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim, a.n_ctx, a.scale, a.window, partial);
+                a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim, a.n_ctx, a.scale, a.window, a.softcap, partial);
             COLIBRI_LAUNCHED("attention_split");
             COLIBRI_LAUNCH(attention_combine_kernel, a.n_head, 128, 0, stream_)(partial, splits, a.head_dim, a.out);
             COLIBRI_LAUNCHED("attention_combine");
@@ -801,7 +803,7 @@ public:
         const size_t shared = size_t(a.head_dim) * sizeof(float);
         const auto kernel = a.kv_f16 ? attention_kernel<true> : attention_kernel<false>;
         COLIBRI_LAUNCH(kernel, heads, 128, shared, stream_)(a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim,
-                                                             a.n_ctx, a.scale, a.window, scores, a.out);
+                                                             a.n_ctx, a.scale, a.window, a.softcap, scores, a.out);
         COLIBRI_LAUNCHED("attention");
     }
 

@@ -9,7 +9,7 @@ namespace {
 constexpr std::array<std::string_view, dtype_count> dtype_names = {"f32", "f16", "bf16", "q8_0",
                                                                    "q4_0", "q4_0x8", "q8_0x8"};
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
-    "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3"};
+    "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2"};
 } // namespace
 
 std::string_view dtype_name(dtype t) {

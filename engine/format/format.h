@@ -102,8 +102,9 @@ enum class arch : uint32_t {
     granite = 9,
     starcoder2 = 10,
     gemma3 = 11,
+    gemma2 = 12,
 };
-inline constexpr uint32_t arch_max = 11;
+inline constexpr uint32_t arch_max = 12;
 std::string_view arch_name(arch a);
 
 /// How q and k are normalised after projection (before RoPE).
@@ -157,7 +158,8 @@ struct hparams {
     uint32_t swa_pattern;    // with a window: 0, every layer; N, every layer but those with (il + 1) % N == 0
     float rope_theta_swa;    // > 0: the windowed layers' RoPE base, without rope_freqs (Gemma 3)
     float final_softcap;     // > 0: logits = final_softcap * tanh(logits / final_softcap)
-    uint8_t reserved[20];
+    float attn_softcap;      // > 0: attention scores = attn_softcap * tanh(scores / attn_softcap) (Gemma 2)
+    uint8_t reserved[16];
 };
 
 struct section {

@@ -140,7 +140,7 @@ void model_file::check_hparams() const {
         fail("hyperparameter attention_scale is not a non-negative number");
     }
     for (const auto& [name, v] : {std::pair{"rope_attn_factor", hp.rope_attn_factor}, {"rope_theta_swa", hp.rope_theta_swa},
-                                  {"final_softcap", hp.final_softcap}}) {
+                                  {"final_softcap", hp.final_softcap}, {"attn_softcap", hp.attn_softcap}}) {
         if (!std::isfinite(v) || v < 0) fail(std::string("hyperparameter ") + name + " is not a non-negative number");
     }
 }

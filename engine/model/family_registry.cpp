@@ -38,7 +38,9 @@ constexpr std::array<family_info, format::arch_max> table = {{
     {arch::starcoder2, "Starcoder2ForCausalLM", "starcoder2", false, dense, qk_norm::none, false, false, false, false, false,
      true, ffn_kind::gelu_mlp, 4096},
     {arch::gemma3, "Gemma3ForCausalLM", "gemma3", false, dense, qk_norm::per_head, false, false, false, false, false,
-     false, ffn_kind::geglu, 0, true, true, true, 6, 10000.0f},
+     false, ffn_kind::geglu, 0, true, true, true, 6, 10000.0f, 62},
+    {arch::gemma2, "Gemma2ForCausalLM", "gemma2", false, dense, qk_norm::none, false, false, false, false, false,
+     false, ffn_kind::geglu, 0, true, true, true, 2, 0.0f, 46},
 }};
 
 template <class Name>

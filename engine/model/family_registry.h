@@ -48,6 +48,8 @@ struct family_info {
     bool embed_scale_sqrt = false; ///< embeddings scaled by sqrt(n_embd)
     uint32_t swa_pattern = 0;     ///< local/global layer pattern where a GGUF omits it (llama.cpp's value)
     float rope_theta_swa = 0;     ///< the windowed layers' RoPE base where a GGUF omits it
+    uint32_t gguf_wide_query_layers = 0; ///< llama.cpp scales queries by 1/sqrt(n_embd / n_head) for the
+                                         ///< model of this many layers (the 27B), else by 1/sqrt(head_dim)
 
     std::string_view name() const { return format::arch_name(arch); }
     /// The dense feed-forward's matrices under model.layers.N.mlp. (gate empty: none)

@@ -221,6 +221,7 @@ void session::attention_block(int il, int n) {
     a.head_dim = hd;
     a.scale = hp.attention_scale > 0 ? hp.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
     a.window = local ? static_cast<int>(hp.sliding_window) : 0;
+    a.softcap = hp.attn_softcap;
     be_.attention(a);
 
     be_.matmul(*l.wo, att_->data(), n, o_->data()); // [n, n_embd]

@@ -52,6 +52,7 @@ struct attention_args {
     int n, n_ctx, n_head, n_head_kv, head_dim;
     float scale;
     int window = 0; // > 0: token t attends to rows pos[t] - window + 1 .. pos[t] only (sliding window)
+    float softcap = 0; // > 0: scores become softcap * tanh(score / softcap) before the softmax (Gemma 2)
 };
 
 /// One matrix product of matmul_many: y[n, w.rows] = x[n, w.cols] . w^T

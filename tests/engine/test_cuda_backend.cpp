@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace colibri;
@@ -93,6 +94,7 @@ struct attention_shape {
     int n_head, n_head_kv, head_dim, n_ctx;
     bool f16;
     int window = 0; // sliding window; 0: none
+    float softcap = 0; // capped scores; 0: none
 };
 
 // Attention of the tokens at positions pos (queries, their keys and values from the host)
@@ -118,6 +120,7 @@ std::vector<float> attend(backend& be, buffers& b, const attention_shape& s, flo
     a.head_dim = s.head_dim;
     a.scale = 1.0f / std::sqrt(float(s.head_dim));
     a.window = s.window;
+    a.softcap = s.softcap;
     be.attention(a);
     return b.get(a.out, out);
 }
@@ -311,10 +314,12 @@ TEST_CASE("token embeddings of every table type match the CPU's on the device") 
 TEST_CASE("attention over f16 and f32 caches matches the CPU's on the device") {
     if (!gpu_present()) return;
     for (bool f16 : {true, false}) {
-        for (auto [hd, window] : {std::pair{64, 0}, {128, 0}, {16, 0}, {64, 20}, {16, 300}}) {
+        for (auto [hd, window, softcap] : {std::tuple{64, 0, 0.0f}, {128, 0, 0.0f}, {16, 0, 0.0f}, {64, 20, 0.0f},
+                                           {16, 300, 0.0f}, {64, 20, 1.5f}}) {
             CAPTURE(f16);
             CAPTURE(hd);
             CAPTURE(window);
+            CAPTURE(softcap);
             const int n_head = 8, n_head_kv = 2, n_ctx = 300, first = 37;
             const size_t q_dim = size_t(n_head) * hd, kv_dim = size_t(n_head_kv) * hd;
             const size_t cache_floats = (size_t(n_head_kv) * n_ctx * hd * (f16 ? 2 : 4) + 3) / 4;
@@ -333,7 +338,7 @@ TEST_CASE("attention over f16 and f32 caches matches the CPU's on the device") {
                     const auto rows = [&](const std::vector<float>& v, size_t width) {
                         return std::vector<float>(v.begin() + ptrdiff_t(at * width), v.begin() + ptrdiff_t((at + len) * width));
                     };
-                    const std::vector<float> o = attend(be, b, {n_head, n_head_kv, hd, n_ctx, f16, window}, k_cache, v_cache,
+                    const std::vector<float> o = attend(be, b, {n_head, n_head_kv, hd, n_ctx, f16, window, softcap}, k_cache, v_cache,
                                                         rows(queries, q_dim), rows(keys, kv_dim), rows(values, kv_dim), pos);
                     outs.insert(outs.end(), o.begin(), o.end());
                     at += len;

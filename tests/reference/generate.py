@@ -379,6 +379,28 @@ FAMILIES = {
             tie_word_embeddings=True,
         ),
     ),
+    "gemma2": dict(  # Gemma 3's blocks without q/k norm, one RoPE base, and capped attention scores
+        config="Gemma2Config",
+        model="Gemma2ForCausalLM",
+        dtype="float32",
+        base_seed=14000,
+        std=0.2,
+        norm_mean=0.0,
+        std_overrides={"embed_tokens": 0.05},
+        prompt_margin_min=5e-3,  # the capped logits are flat: keep bf16's top-1 out of ties
+        cfg=dict(
+            num_hidden_layers=3,
+            head_dim=16,
+            intermediate_size=96,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=24,
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            attn_logit_softcapping=2.0,  # small, so that the cap bends the scores
+            final_logit_softcapping=5.0,
+            tie_word_embeddings=True,
+        ),
+    ),
     # Scaled RoPE on a family that has it in the wild: Llama 3.x (llama3) and Qwen2.5's
     # long-context configs (yarn). Original contexts shorter than the prompt, so that the
     # scaled pairs matter at every position.
@@ -621,8 +643,9 @@ def np_rope(x, theta, scaling=None, n_ctx=0):
     return x * cos + rot * sin
 
 
-def numpy_gemma3(cfg, W, ids):
-    """Gemma 3 text: (1+w) RMSNorms around attention and FFN, GeGLU, local/global layers."""
+def numpy_gemma(family, cfg, W, ids):
+    """Gemma 2 and 3 text: (1+w) RMSNorms around attention and FFN, GeGLU, local/global layers;
+    Gemma 3's q/k norms and local RoPE base, Gemma 2's capped attention scores."""
     H, KV, D, hid = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["hidden_size"]
     eps, T = cfg["rms_norm_eps"], len(ids)
     norm = lambda x, name: np_rmsnorm(x, 1.0 + W[name + ".weight"], eps)
@@ -637,8 +660,9 @@ def numpy_gemma3(cfg, W, ids):
         q = lin(h, p + "self_attn.q_proj").reshape(T, H, D)
         k = lin(h, p + "self_attn.k_proj").reshape(T, KV, D)
         v = lin(h, p + "self_attn.v_proj").reshape(T, KV, D)
-        q, k = norm(q, p + "self_attn.q_norm"), norm(k, p + "self_attn.k_norm")
-        if local:
+        if family == "gemma3":
+            q, k = norm(q, p + "self_attn.q_norm"), norm(k, p + "self_attn.k_norm")
+        if local and family == "gemma3":
             q, k = np_rope(q, cfg["rope_local_base_freq"]), np_rope(k, cfg["rope_local_base_freq"])
         else:
             sc, n_ctx = cfg.get("rope_scaling"), cfg["max_position_embeddings"]
@@ -646,7 +670,10 @@ def numpy_gemma3(cfg, W, ids):
         att = np.empty((T, H, D))
         for hh in range(H):
             kh = hh // (H // KV)
-            s = q[:, hh, :] @ k[:, kh, :].T * cfg["query_pre_attn_scalar"] ** -0.5 + (window if local else causal)
+            s = q[:, hh, :] @ k[:, kh, :].T * cfg["query_pre_attn_scalar"] ** -0.5
+            if cfg.get("attn_logit_softcapping"):
+                s = np.tanh(s / cfg["attn_logit_softcapping"]) * cfg["attn_logit_softcapping"]
+            s = s + (window if local else causal)
             att[:, hh, :] = np_softmax(s) @ v[:, kh, :]
         x = x + norm(lin(att.reshape(T, H * D), p + "self_attn.o_proj"), p + "post_attention_layernorm")
         h = norm(x, p + "pre_feedforward_layernorm")
@@ -659,8 +686,8 @@ def numpy_gemma3(cfg, W, ids):
 
 def numpy_forward(path, family, ids):
     cfg = json.loads((Path(path) / "config.json").read_text())
-    if family == "gemma3":
-        return numpy_gemma3(cfg, load_tensors(path), ids)
+    if family in ("gemma2", "gemma3"):
+        return numpy_gemma(family, cfg, load_tensors(path), ids)
     W = load_tensors(path)
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hid = cfg["hidden_size"]
@@ -839,6 +866,8 @@ def build_family(name, spec, out_dir, tok_bytes, sp, log):
             problems = []
             if min(margins_greedy) < MARGIN_MIN:
                 problems.append(f"greedy margin {min(margins_greedy):.2e}")
+            if min(margins_prompt) < spec.get("prompt_margin_min", 0.0):
+                problems.append(f"prompt margin {min(margins_prompt):.2e}")
             if rgap is not None and rgap < ROUTER_GAP_MIN:
                 problems.append(f"router gap {rgap:.2e}")
             if 2 in res["greedy"]:

@@ -33,7 +33,7 @@ from safetensors.numpy import load_file
 
 GGUF_ARCH = {"llama": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
              "olmoe": "olmoe", "granite_moe": "granitemoe", "qwen2": "qwen2", "qwen3": "qwen3", "granite": "granite",
-             "llama3": "llama", "starcoder2": "starcoder2", "gemma3": "gemma3"}
+             "llama3": "llama", "starcoder2": "starcoder2", "gemma3": "gemma3", "gemma2": "gemma2"}
 PERMUTED = {"llama", "granitemoe", "granite"}  # llama.cpp's converter reorders q/k rows for these
 DTYPES = {"float32": Q.F32, "float16": Q.F16, "bfloat16": Q.BF16}
 QUANTS = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
@@ -82,8 +82,8 @@ def llama3_rope_factors(cfg, rs):
     return np.array(out, dtype=np.float32)
 
 
-def gemma3_to_gguf(cfg, W):
-    """Gemma 3 as llama.cpp's converter writes it: every norm weight stored as 1 + w."""
+def gemma_to_gguf(cfg, W):
+    """Gemma 2 and 3 as llama.cpp's converter writes them: every norm weight stored as 1 + w."""
     out = [("token_embd.weight", W["model.embed_tokens.weight"], True)]
     norms = [("input_layernorm", "attn_norm"), ("post_attention_layernorm", "post_attention_norm"),
              ("pre_feedforward_layernorm", "ffn_norm"), ("post_feedforward_layernorm", "post_ffw_norm"),
@@ -91,7 +91,8 @@ def gemma3_to_gguf(cfg, W):
     for il in range(cfg["num_hidden_layers"]):
         p, b = f"model.layers.{il}.", f"blk.{il}."
         for hf, g in norms:
-            out.append((b + g + ".weight", 1.0 + W[p + hf + ".weight"], False))
+            if p + hf + ".weight" in W:  # Gemma 2 has no q/k norms
+                out.append((b + g + ".weight", 1.0 + W[p + hf + ".weight"], False))
         for hf, g in [("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")]:
             out.append((b + g + ".weight", W[p + f"self_attn.{hf}.weight"], True))
         for g in ("gate", "up", "down"):
@@ -102,8 +103,8 @@ def gemma3_to_gguf(cfg, W):
 
 def hf_to_gguf(family, cfg, W):
     """(gguf name, f32 array outermost first, is_matrix) in llama.cpp's naming."""
-    if family == "gemma3":
-        return gemma3_to_gguf(cfg, W)
+    if family in ("gemma2", "gemma3"):
+        return gemma_to_gguf(cfg, W)
     arch = GGUF_ARCH[family]
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     out = [("token_embd.weight", W["model.embed_tokens.weight"], True)]
@@ -212,14 +213,17 @@ def write_family(fixtures, family, out_path, matrix_type=None):
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
-    if family == "gemma3":  # as llama.cpp's converter, and the query scale it lacks as attention.scale
+    if family in ("gemma2", "gemma3"):  # as llama.cpp's converter, and the query scale it lacks as attention.scale
         w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
         w.add_sliding_window(cfg["sliding_window"])
-        w.add_uint32("gemma3.attention.sliding_window_pattern", 2)
         w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
         w.add_attention_scale(cfg["query_pre_attn_scalar"] ** -0.5)
-        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        w.add_rope_scaling_factor(cfg["rope_scaling"]["factor"])
+        if family == "gemma2":
+            w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+        else:
+            w.add_uint32("gemma3.attention.sliding_window_pattern", 2)
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(cfg["rope_scaling"]["factor"])
     elif family == "starcoder2":  # LayerNorm; the window as our files record it (llama.cpp writes none)
         w.add_layer_norm_eps(cfg["norm_epsilon"])
         w.add_sliding_window(cfg["sliding_window"])
