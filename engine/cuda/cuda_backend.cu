@@ -18,7 +18,6 @@
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "cuda/device_weights.h"
-#include "model/model.h"
 #include "format/format.h"
 
 #if defined(COLIBRI_CUDA_EMULATED) // the tests' CPU emulation (tests/engine/cuda_emulation.h)

@@ -2,6 +2,7 @@
 // A loaded model: the validated file plus typed views of every weight, per layer.
 
 #include "format/model_file.h"
+#include "ops/backend.h"
 
 #include <array>
 #include <memory>
@@ -9,14 +10,6 @@
 #include <vector>
 
 namespace colibri {
-
-struct expert_weights {
-    const tensor_view* gate = nullptr; // [n_ff, n_embd]; null in a GELU MLP
-    const tensor_view* up = nullptr;   // [n_ff, n_embd]
-    const tensor_view* down = nullptr; // [n_embd, n_ff]
-    const tensor_view* up_bias = nullptr;   // [n_ff], optional (dense FFN only)
-    const tensor_view* down_bias = nullptr; // [n_embd]
-};
 
 struct layer_weights {
     const tensor_view* attn_norm = nullptr;

@@ -81,7 +81,14 @@ struct ffn_job {
     float* y;              ///< [n, down.rows]
 };
 
-struct expert_weights; // model/model.h
+/// One feed-forward's weights: a routed expert, a shared expert or a dense layer's FFN.
+struct expert_weights {
+    const tensor_view* gate = nullptr; // [n_ff, n_embd]; null in a GELU MLP
+    const tensor_view* up = nullptr;   // [n_ff, n_embd]
+    const tensor_view* down = nullptr; // [n_embd, n_ff]
+    const tensor_view* up_bias = nullptr;   // [n_ff], optional (dense FFN only)
+    const tensor_view* down_bias = nullptr; // [n_embd]
+};
 
 /// A MoE layer's feed-forward for one token, routing included (moe_one): what the session
 /// otherwise does with matmul_many, its own routing, ffn_many and weighted_sum_rows.
