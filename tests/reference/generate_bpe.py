@@ -132,6 +132,10 @@ TEXTS = [
     ("arabic", "مرحبا بالعالم! هذا نص عربي مع أرقام ١٢٣."),
     ("hindi", "नमस्ते दुनिया, यह हिंदी पाठ है।"),
     ("greek_cyrillic", "Αλφάβητο και кириллица: Привет, мир!"),
+    # stacked diacritics, precomposed and decomposed
+    ("vietnamese", "Cửa Việt, Đà Nẵng và Thừa Thiên Huế; tiếng Việt có dấu: ắ ặ ẳ ẵ ấ ầ ẩ ẫ ậ"),
+    ("vietnamese_nfd", "Vie\u0323\u0302t Nam, Đa\u0300 Na\u0306\u0303ng"),
+    ("thai_hebrew_turkish", "ภาษาไทย שלום עולם İstanbul'da ığdır şehir"),
     ("punctuation", "!!! ??? ... --- ___ ((())) [[]] {{}} <<>> ;;; ::: ''' \"\"\" ``` ~~~"),
     ("mixed_case_contractions", "I'M HE'S they've You'll we'D it'S"),
     ("url_path", "https://example.com/a/b?c=d&e=f#frag /usr/local/lib/libcolibri.so.1"),
