@@ -315,8 +315,11 @@ public:
             const auto len = [&](int i) { return int64_t(jobs[i].n) * int64_t(jobs[i].gate->rows()); };
             int64_t n = len(j);
             int e = j + 1;
-            for (; e < n_jobs && jobs[e].g == jobs[j].g + n && jobs[e].u == jobs[j].u + n; ++e) n += len(e);
-            swiglu(jobs[j].g, jobs[j].u, n);
+            for (; e < n_jobs && jobs[e].g == jobs[j].g + n && jobs[e].u == jobs[j].u + n && jobs[e].gelu == jobs[j].gelu; ++e) {
+                n += len(e);
+            }
+            if (jobs[j].gelu) geglu(jobs[j].g, jobs[j].u, n);
+            else swiglu(jobs[j].g, jobs[j].u, n);
             j = e;
         }
         ffn_products_.clear();
@@ -392,7 +395,8 @@ public:
             for (int j = j0; j < j1; ++j) {
                 const ffn_job& f = jobs[j];
                 const int64_t n_ff = static_cast<int64_t>(f.gate->rows());
-                vk_.swiglu(f.g, f.u, n_ff);
+                if (f.gelu) kernels::geglu(f.g, f.u, n_ff);
+                else vk_.swiglu(f.g, f.u, n_ff);
                 vk_.quantize_x(f.g, xq_.data() + ffn_xq_at_[size_t(j)], n_ff);
             }
         };

@@ -709,7 +709,8 @@ public:
             const int32_t* rows = f.x_rows != nullptr ? upload(f.x_rows, size_t(f.n), 0) : nullptr;
             product(*f.gate, f.x, rows, f.n, f.g);
             product(*f.up, f.x, rows, f.n, f.u);
-            swiglu(f.g, f.u, int64_t(f.n) * int64_t(f.gate->rows()));
+            if (f.gelu) geglu(f.g, f.u, int64_t(f.n) * int64_t(f.gate->rows()));
+            else swiglu(f.g, f.u, int64_t(f.n) * int64_t(f.gate->rows()));
             product(*f.down, f.g, nullptr, f.n, f.y);
         }
     }

@@ -237,15 +237,9 @@ void session::norm(const float* x, const tensor_view& w, const tensor_view* bias
 }
 
 void session::dense_ffn(const expert_weights& w, const float* x, int n, float* out) {
-    if (w.gate != nullptr && (model_.hp().flags & flag_geglu)) { // GeGLU: down . (gelu(gate . x) * (up . x))
-        const matmul_job gate_up[2] = {{w.gate, x, n, hg_->data()}, {w.up, x, n, hu_->data()}}; // [n, n_ff] each
-        be_.matmul_many(gate_up, 2);
-        be_.geglu(hg_->data(), hu_->data(), int64_t(n) * int64_t(w.gate->rows()));
-        be_.matmul(*w.down, hg_->data(), n, out);
-        return;
-    }
-    if (w.gate != nullptr) { // SwiGLU
-        const ffn_job job{w.gate, w.up, w.down, x, n, nullptr, hg_->data(), hu_->data(), out};
+    if (w.gate != nullptr) { // SwiGLU, or GeGLU
+        const ffn_job job{w.gate, w.up, w.down, x, n, nullptr, hg_->data(), hu_->data(), out,
+                          (model_.hp().flags & flag_geglu) != 0};
         be_.ffn_many(&job, 1);
         return;
     }

@@ -67,8 +67,9 @@ struct matmul_job {
     const int32_t* x_rows = nullptr;
 };
 
-/// One SwiGLU feed-forward of ffn_many (an expert, the shared expert, a dense layer's):
-/// y[n, down.rows] = down . (silu(gate . x) * (up . x)), x taken as matmul_job takes it.
+/// One gated feed-forward of ffn_many (an expert, the shared expert, a dense layer's):
+/// y[n, down.rows] = down . (act(gate . x) * (up . x)), act silu (SwiGLU) or gelu_tanh
+/// (GeGLU), x taken as matmul_job takes it.
 struct ffn_job {
     const tensor_view* gate;
     const tensor_view* up;
@@ -76,9 +77,10 @@ struct ffn_job {
     const float* x;
     int n;
     const int32_t* x_rows; ///< as matmul_job::x_rows
-    float* g;              ///< [n, n_ff]: the gate products, then silu(gate) * up (down's input)
+    float* g;              ///< [n, n_ff]: the gate products, then act(gate) * up (down's input)
     float* u;              ///< [n, n_ff]: the up products
     float* y;              ///< [n, down.rows]
+    bool gelu = false;     ///< the gate's activation: gelu_tanh (GeGLU), else silu (SwiGLU)
 };
 
 /// One feed-forward's weights: a routed expert, a shared expert or a dense layer's FFN.

@@ -33,8 +33,7 @@ profiled_backend::profiled_backend(backend& inner, const model& m) : inner_(inne
         for (const tensor_view* w : {l.wq, l.wk, l.wv}) add(w, op::qkv);
         add(l.wo, op::attention_output);
         add(l.router, op::router);
-        if (l.dense.gate == nullptr || (m.hp().flags & format::flag_geglu)) { // products one by one
-            add(l.dense.gate, op::feed_forwards);
+        if (l.dense.gate == nullptr) { // a GELU MLP's products come one by one
             add(l.dense.up, op::feed_forwards);
             add(l.dense.down, op::feed_forwards);
         }

@@ -358,16 +358,20 @@ TEST_CASE("feed-forwards with token rows taken by index match the CPU's on the d
         for (int i = 0; i < 6; ++i) w.push_back(test::make_matrix(type, i % 3 == 2 ? dim : n_ff, i % 3 == 2 ? n_ff : dim, uint64_t(40 + i)));
         const std::vector<float> x = test::random_floats(size_t(n) * dim, 31);
         const std::vector<int32_t> rows_a = {0, 2, 5}, rows_b = {1, 2, 3, 4};
-        compare([&](backend& be, buffers& b) {
-            const float* xs = b.put(x);
-            float* g = b.zeros(size_t(7) * n_ff);
-            float* u = b.zeros(size_t(7) * n_ff);
-            float* y = b.zeros(size_t(7) * dim);
-            const ffn_job jobs[2] = {{&w[0].view, &w[1].view, &w[2].view, xs, 3, rows_a.data(), g, u, y},
-                                     {&w[3].view, &w[4].view, &w[5].view, xs, 4, rows_b.data(), g + 3 * n_ff, u + 3 * n_ff, y + 3 * dim}};
-            be.ffn_many(jobs, 2);
-            return b.get(y, size_t(7) * dim);
-        });
+        for (const bool gelu : {false, true}) { // SwiGLU, GeGLU
+            CAPTURE(gelu);
+            compare([&](backend& be, buffers& b) {
+                const float* xs = b.put(x);
+                float* g = b.zeros(size_t(7) * n_ff);
+                float* u = b.zeros(size_t(7) * n_ff);
+                float* y = b.zeros(size_t(7) * dim);
+                const ffn_job jobs[2] = {
+                    {&w[0].view, &w[1].view, &w[2].view, xs, 3, rows_a.data(), g, u, y, gelu},
+                    {&w[3].view, &w[4].view, &w[5].view, xs, 4, rows_b.data(), g + 3 * n_ff, u + 3 * n_ff, y + 3 * dim, gelu}};
+                be.ffn_many(jobs, 2);
+                return b.get(y, size_t(7) * dim);
+            });
+        }
     }
 }
 

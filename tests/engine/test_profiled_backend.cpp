@@ -65,8 +65,8 @@ TEST_CASE("through the timing wrapper every family decodes the same logits and a
             const bool qk_norm = m.layers().front().q_norm != nullptr;
             const layer_weights& l0 = m.layers().front();
             const int biases = (l0.bq != nullptr ? 3 : 0) + (l0.bo != nullptr ? 1 : 0) + (l0.dense.up_bias != nullptr ? 2 : 0);
-            // up, GELU, down (or gate and up, GeGLU, down) one by one
-            const bool one_by_one = !l0.is_moe() && (l0.dense.gate == nullptr || (hp.flags & format::flag_geglu));
+            // a GELU MLP's up, GELU, down one by one
+            const bool one_by_one = !l0.is_moe() && l0.dense.gate == nullptr;
             const bool sandwich = l0.attn_post_norm != nullptr;
             CHECK(calls(op::embedding) == 1);
             CHECK(calls(op::norms) == 2 * layers + 1 + (qk_norm ? 2 * layers : 0) + (sandwich ? 2 * layers : 0));
