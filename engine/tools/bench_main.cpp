@@ -633,7 +633,7 @@ int main(int argc, char** argv) {
                         load_ms, ready_ms, page_in_ms, bytes_per_token / 1048576.0, w_bytes / 1048576.0, kv_bytes / 1048576.0);
             if (huge_share >= 0) {
                 std::printf("weights in 2 MiB pages: %.0f%% of their resident pages (4 KiB pages read a few percent slower; "
-                            "docs/performance.md)\n", 100.0 * huge_share);
+                            "docs/performance-log.md)\n", 100.0 * huge_share);
             }
             std::printf("prompt %d tokens (batches of %d), %d decoded, %d repetitions: median [min-max]\n", prompt_tokens, n_batch,
                         gen_tokens, reps);
