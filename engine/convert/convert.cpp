@@ -94,6 +94,15 @@ void count_params(const hparams& hp, const std::vector<std::pair<std::string, ui
     }
 }
 
+void check_finite(const std::vector<float>& row, const std::string& file, const std::string& tensor, uint64_t r) {
+    for (const float v : row) {
+        if (!std::isfinite(v)) {
+            throw error(errc::format, file + ": tensor '" + tensor + "' holds a value that is not finite (row " +
+                                          std::to_string(r) + ")");
+        }
+    }
+}
+
 convert_summary convert_checkpoint(const std::string& input, const std::string& output, dtype quant,
                                    const model_writer::progress& progress, std::optional<fim_order> order) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -148,7 +157,7 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
         const uint64_t rows_per_matrix = src->shape.size() == 3 ? src->shape[1] : (src->shape.size() == 2 ? src->shape[0] : 1);
         const uint64_t first = (tp.src.index * rows_per_matrix + tp.src.row0) * cols; // element offset
         const dtype type = tp.type;
-        w.add_tensor(tp.name, type, tp.shape, [src, rows, cols, first, type](uint8_t* dst) {
+        w.add_tensor(tp.name, type, tp.shape, [src, rows, cols, first, type, name = tp.src.name](uint8_t* dst) {
             std::vector<float> row(cols);
             const uint64_t rb = row_bytes(type, cols);
             for (uint64_t r = 0; r < rows; ++r) {
@@ -158,6 +167,7 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
                 } else {
                     for (uint64_t c = 0; c < cols; ++c) row[c] = st_element(*src, base + c);
                 }
+                check_finite(row, src->file, name, r);
                 kernels::from_f32_row(type, row.data(), dst + r * rb, static_cast<int64_t>(cols));
             }
         });

@@ -69,6 +69,11 @@ struct convert_summary {
     std::vector<type_conversion> conversions; ///< GGUF input only
 };
 
+/// Throws colibri::error (format) naming `file`, `tensor` and row r when a value of `row` is
+/// not finite: quantising a NaN is undefined, and a model that holds one computes nothing
+/// (llama.cpp's quantiser refuses them too).
+void check_finite(const std::vector<float>& row, const std::string& file, const std::string& tensor, uint64_t r);
+
 /// Converts the checkpoint directory `input` to `output`. The tokenizer is input/tokenizer.model
 /// (sentencepiece) when present, else input/tokenizer.json (byte-level BPE). The FIM order the
 /// model was trained with, recorded in the file (format::tok_fim_spm) so that generation uses

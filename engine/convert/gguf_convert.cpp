@@ -367,7 +367,7 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
         type_conversion& c = (*conv)[t.conversion];
         c.n_tensors += 1;
         c.n_elements += rows * cols;
-        w.add_tensor(t.name, t.type, t.shape, [t, rows, cols, conv](uint8_t* dst) {
+        w.add_tensor(t.name, t.type, t.shape, [t, rows, cols, conv, &input](uint8_t* dst) {
             const gguf_tensor& src = *t.src;
             const uint64_t src_rb = ggml::row_bytes(src.type, cols);
             const uint64_t rb = row_bytes(t.type, cols);
@@ -386,11 +386,13 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
                 }
                 const uint8_t* srow = base + sr * src_rb;
                 uint8_t* drow = dst + r * rb;
+                // every value read, copied blocks too: a NaN or an infinity is refused by name
+                ggml::dequantize_row(src.type, srow, x.data(), static_cast<int64_t>(cols));
+                check_finite(x, input, t.src->name, r);
                 if (c.copied) {
                     std::memcpy(drow, srow, rb);
                     continue;
                 }
-                ggml::dequantize_row(src.type, srow, x.data(), static_cast<int64_t>(cols));
                 kernels::from_f32_row(t.type, x.data(), drow, static_cast<int64_t>(cols));
                 kernels::to_f32_row(t.type, drow, back.data(), static_cast<int64_t>(cols));
                 for (uint64_t k = 0; k < cols; ++k) {

@@ -36,7 +36,21 @@ inline uint16_t f32_to_f16(float f) {
 #if defined(__FLT16_MAX__)
     return std::bit_cast<uint16_t>(static_cast<_Float16>(f));
 #else
-#error "a compiler with _Float16 support is required"
+    // Round to nearest even without _Float16 (clang 14 on x86): F. Giesen's conversion
+    uint32_t x = std::bit_cast<uint32_t>(f);
+    const uint32_t sign = x & 0x80000000u;
+    x ^= sign;
+    uint32_t h;
+    if (x >= (127u + 16) << 23) { // 65536 and above, infinities, NaNs
+        h = x > 255u << 23 ? 0x7E00u : 0x7C00u;
+    } else if (x < 113u << 23) { // a subnormal half or zero: the FPU rounds the shift
+        constexpr uint32_t magic = ((127u - 15) + (23 - 10) + 1) << 23;
+        h = std::bit_cast<uint32_t>(std::bit_cast<float>(x) + std::bit_cast<float>(magic)) - magic;
+    } else { // rebias the exponent, round the 13 dropped bits to even
+        x += 0xC8000000u + 0xFFFu + ((x >> 13) & 1u);
+        h = x >> 13;
+    }
+    return static_cast<uint16_t>(h | (sign >> 16));
 #endif
 }
 

@@ -8,6 +8,7 @@
 #if defined(__x86_64__)
 #include <cstring>
 #include <type_traits>
+#include <cpuid.h>
 #include <immintrin.h>
 
 // No inline function or template from another header (std::min, std::fill_n, ...) is used
@@ -650,8 +651,9 @@ constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, di
 
 const vec_kernels* avx2_vec_kernels() {
     __builtin_cpu_init();
-    const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0; // F16C from CPUID: clang 14's builtin does not know it
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     return ok ? &table : nullptr;
 }
 

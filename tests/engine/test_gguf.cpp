@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <random>
 
 using namespace colibri;
@@ -363,6 +364,16 @@ TEST_CASE("unsupported architectures tensor types and tokenizers are refused by 
         test::gguf_builder b(llama);
         b.set("llama.rope.scaling.type", std::string("yarn"));
         refused(b, "RoPE scaling 'yarn'", errc::unsupported);
+    }
+    {
+        test::gguf_builder b(llama);
+        std::vector<float> norm(64, 1.0f); // blk.0.attn_norm.weight: [64] F32
+        norm[17] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<uint8_t> bytes(norm.size() * sizeof(float));
+        std::memcpy(bytes.data(), norm.data(), bytes.size());
+        b.set_tensor_type("blk.0.attn_norm.weight", 0, bytes);
+        refused(b, "tensor 'blk.0.attn_norm.weight' holds a value that is not finite (row 0)", errc::format);
+        CHECK_FALSE(std::filesystem::exists(dir.file("out.colibri")));
     }
     {
         test::gguf_builder b(llama);
