@@ -116,7 +116,6 @@ public:
         if (plus_one) norm_plus_one(name, src, n);
         else vector(name, src, n);
     }
-    const st_tensor& get(const std::string& src) const { return ckpt_.get(src); }
 
     bool has(const std::string& src) const { return ckpt_.find(src) != nullptr; }
 
