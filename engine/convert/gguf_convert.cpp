@@ -142,7 +142,8 @@ struct gguf_plan {
 
 gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<type_conversion>& conv) {
     const std::string a = f.string_of("general.architecture");
-    if (find_gguf_family(a, false) == nullptr) {
+    const family_info* desc = find_gguf_family(a, f.get_uint(a + ".expert_count").value_or(0) > 0);
+    if (desc == nullptr) {
         throw error(errc::unsupported, f.path() + ": architecture '" + a + "' is not supported (supported: " +
                                            known_gguf_architectures() + ")");
     }
@@ -185,7 +186,6 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     } else if (scaling_type != "none") {
         unsupported("RoPE scaling '" + scaling_type + "' (" + key("rope.scaling.type") + ")");
     }
-    const family_info* desc = find_gguf_family(a, u32("expert_count", 0) > 0);
     const std::string eps_key = key(desc->layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon");
     const auto eps = f.get_float(eps_key);
     if (!eps) {

@@ -135,9 +135,10 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
 // rope_scaling (rope_parameters in newer configs, which also hold rope_theta): the types
 // transformers computes frequencies for that the runtime can express.
 // Which layers attend through the window: layer_types (newer configs) or
-// sliding_window_pattern, as every N-th layer global and the rest local.
-void read_swa_pattern(const config_reader& cfg, hparams& hp) {
-    uint32_t pattern = cfg.u32("sliding_window_pattern", 6);
+// sliding_window_pattern, else the family's own (older configs have neither), as every N-th
+// layer global and the rest local.
+void read_swa_pattern(const config_reader& cfg, const family_info& fam, hparams& hp) {
+    uint32_t pattern = cfg.u32("sliding_window_pattern", fam.swa_pattern);
     if (cfg.has("layer_types")) {
         const json& types = cfg.raw("layer_types");
         if (!types.is_array() || types.size() != hp.n_layer) cfg.fail("layer_types", "must list every layer");
@@ -272,7 +273,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (cfg.boolean("mlp_bias", false)) cfg.unsupported("mlp_bias is not supported");
     if (fam->sliding_window > 0 || fam->swa_pattern > 0) { // the family's layers (some of them) attend through a window
         hp.sliding_window = cfg.u32("sliding_window", 0);
-        if (fam->swa_pattern > 0 && hp.sliding_window > 0) read_swa_pattern(cfg, hp);
+        if (fam->swa_pattern > 0 && hp.sliding_window > 0) read_swa_pattern(cfg, *fam, hp);
     } else if (cfg.boolean("use_sliding_window", false)) {
         cfg.unsupported("sliding-window attention is not supported");
     }

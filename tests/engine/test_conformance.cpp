@@ -175,6 +175,27 @@ TEST_CASE("the converter reads the config spellings of newer transformers releas
     CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel < 1e-5);
 }
 
+TEST_CASE("a Gemma 2 config without layer_types alternates local and global layers, as its model does") {
+    test::temp_dir dir;
+    const std::string ckpt = dir.file("gemma2_old");
+    std::filesystem::copy(test::fixture("gemma2"), ckpt);
+    nlohmann::json cfg;
+    {
+        std::ifstream in(ckpt + "/config.json");
+        cfg = nlohmann::json::parse(in);
+    }
+    REQUIRE(cfg.contains("layer_types"));
+    cfg.erase("layer_types"); // as configs written before transformers listed them
+    cfg.erase("sliding_window_pattern");
+    std::ofstream(ckpt + "/config.json") << cfg.dump(2);
+    const std::string path = dir.file("gemma2_old.colibri");
+    convert_checkpoint(ckpt, path, format::dtype::f32, {});
+    auto rt = load_runtime(path, "cpu", 1);
+    CHECK(rt->mdl->hp().swa_pattern == 2);
+    const reference r = load_reference("gemma2");
+    CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel < 1e-5);
+}
+
 TEST_CASE("linear RoPE scaling divides every frequency by its factor; unknown scalings are refused by name") {
     test::temp_dir dir;
     auto with_scaling = [&](const nlohmann::json& scaling, const std::string& name) {
