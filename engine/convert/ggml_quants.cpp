@@ -2,14 +2,13 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "cpu/kernels.h"
 
 #include <cstring>
 
 namespace colibri::ggml {
 
 namespace {
-
-constexpr int qk_k = 256; // elements per K-quant super-block
 
 constexpr type_info types[] = {
     {f32, "F32", 1, 4, true},
@@ -50,20 +49,6 @@ constexpr type_info types[] = {
 
 uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 float half_at(const uint8_t* p) { return f16_to_f32(le16(p)); }
-
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block, packed in
-// 12 bytes: bytes 0-3 hold the low 6 bits of scales 0-3 (top 2 bits: high bits of scales
-// 4-7), bytes 4-7 the same for the mins, bytes 8-11 the low 4 bits of scale (low nibble)
-// and min (high nibble) of sub-blocks 4-7.
-void k_scale_min(const uint8_t* s, int j, int& sc, int& m) {
-    if (j < 4) {
-        sc = s[j] & 63;
-        m = s[j + 4] & 63;
-    } else {
-        sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
 
 } // namespace
 
@@ -142,47 +127,9 @@ void dequantize_row(uint32_t id, const uint8_t* row, float* out, int64_t n) {
         }
         return;
     }
-    case q4_k: // f16 d, f16 dmin, u8 scales[12], u8 qs[128]: 8 sub-blocks of 32
-    case q5_k: { // f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]
-        const bool five = id == q5_k;
-        for (int64_t ib = 0; ib < nb; ++ib, b += t->block_bytes, out += qk_k) {
-            const float d = half_at(b), dmin = half_at(b + 2);
-            const uint8_t* scales = b + 4;
-            const uint8_t* qh = b + 16;
-            const uint8_t* qs = b + (five ? 48 : 16);
-            // sub-block j: 32 bytes qs[32 (j/2) ..], low nibbles for even j, high for odd;
-            // Q5_K's fifth bit of element l of sub-block j is bit j of qh[l]
-            for (int j = 0; j < 8; ++j) {
-                int sc, m;
-                k_scale_min(scales, j, sc, m);
-                const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
-                const uint8_t* q = qs + 32 * (j / 2);
-                for (int l = 0; l < 32; ++l) {
-                    int v = (j % 2 == 0) ? (q[l] & 15) : (q[l] >> 4);
-                    if (five) v |= ((qh[l] >> j) & 1) << 4;
-                    out[32 * j + l] = dl * static_cast<float>(v) - ml;
-                }
-            }
-        }
-        return;
-    }
-    case q6_k: { // u8 ql[128], u8 qh[64], i8 scales[16], f16 d; x = d scale[e/16] (q - 32)
-        for (int64_t ib = 0; ib < nb; ++ib, b += 210, out += qk_k) {
-            const uint8_t* ql = b;
-            const uint8_t* qh = b + 128;
-            const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-            const float d = half_at(b + 208);
-            // each half of 128: element r takes the low nibble of ql[r % 64] (r < 64) or
-            // its high nibble (r >= 64), and bits 2 (r / 32) .. +1 of qh[r % 32]
-            for (int e = 0; e < qk_k; ++e) {
-                const int h = e / 128, r = e % 128;
-                const int lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 15;
-                const int hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-                out[e] = d * static_cast<float>(scales[e / 16]) * static_cast<float>((lo | (hi << 4)) - 32);
-            }
-        }
-        return;
-    }
+    case q4_k: kernels::to_f32_row(format::dtype::q4_k, row, out, n); return; // docs/model-format.md
+    case q5_k: kernels::to_f32_row(format::dtype::q5_k, row, out, n); return;
+    case q6_k: kernels::to_f32_row(format::dtype::q6_k, row, out, n); return;
     default: break;
     }
     COLIBRI_ASSERT(false);

@@ -29,7 +29,8 @@ namespace {
 bool same_layout(uint32_t ggml_type, dtype t) {
     return (ggml_type == ggml::f32 && t == dtype::f32) || (ggml_type == ggml::f16 && t == dtype::f16) ||
            (ggml_type == ggml::bf16 && t == dtype::bf16) || (ggml_type == ggml::q8_0 && t == dtype::q8_0) ||
-           (ggml_type == ggml::q4_0 && t == dtype::q4_0);
+           (ggml_type == ggml::q4_0 && t == dtype::q4_0) || (ggml_type == ggml::q4_k && t == dtype::q4_k) ||
+           (ggml_type == ggml::q5_k && t == dtype::q5_k) || (ggml_type == ggml::q6_k && t == dtype::q6_k);
 }
 
 /// What "keep" writes for a source type: the same layout where we have it, else q8_0.
@@ -39,6 +40,9 @@ dtype kept_type(uint32_t ggml_type) {
     case ggml::f16: return dtype::f16;
     case ggml::bf16: return dtype::bf16;
     case ggml::q4_0: return dtype::q4_0;
+    case ggml::q4_k: return dtype::q4_k;
+    case ggml::q5_k: return dtype::q5_k;
+    case ggml::q6_k: return dtype::q6_k;
     default: return dtype::q8_0;
     }
 }

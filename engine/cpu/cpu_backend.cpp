@@ -487,7 +487,7 @@ public:
         if (format::is_interleaved(w.type)) {
             matmul_groups(jb, xq, r0, r1);
         } else if (uses_int8(w)) {
-            const auto tile = q8 ? vk_.tile_q8_0 : vk_.tile_q4_0;
+            const auto tile = int8_tile(w.type);
             const size_t nb = size_t(cols / format::qk);
             float out[16];
             // one row at a time (stride 0 repeats it in the tile), for the rows left over
@@ -531,6 +531,10 @@ public:
                 }
             }
             for (int64_t r = r4; r < r1; ++r) single_row(r);
+        } else if (format::is_k_quant(w.type)) { // f32 activations: the scalar rows
+            for (int64_t r = r0; r < r1; ++r) {
+                for (int t = 0; t < n; ++t) y[t * rows + r] = kernels::dot_row(w.type, w.data + r * rb, x + t * cols, cols);
+            }
         } else if (format::is_quantized(w.type) && n == 1) {
             auto dot4 = q8 ? vk_.dot4_q8_0_f32 : vk_.dot4_q4_0_f32;
             auto dot1 = q8 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
@@ -567,6 +571,18 @@ public:
                     y[t * rows + r] = v;
                 }
             }
+        }
+    }
+
+    // The integer tile kernel of a plain (not interleaved) quantised type.
+    decltype(vec_kernels::tile_q8_0) int8_tile(format::dtype t) const {
+        switch (t) {
+        case format::dtype::q8_0: return vk_.tile_q8_0;
+        case format::dtype::q4_0: return vk_.tile_q4_0;
+        case format::dtype::q4_k: return vk_.tile_q4_k;
+        case format::dtype::q5_k: return vk_.tile_q5_k;
+        case format::dtype::q6_k: return vk_.tile_q6_k;
+        default: COLIBRI_ASSERT(false); return nullptr;
         }
     }
 

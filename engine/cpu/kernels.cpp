@@ -1,5 +1,6 @@
 #include "cpu/kernels.h"
 
+#include "core/error.h"
 #include "core/half.h"
 #include "core/softmax.h"
 #include "format/model_file.h"
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace colibri::kernels {
@@ -34,8 +36,52 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
     for (i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
+namespace {
+
+// One K-quant super-block (q4_k, q5_k, q6_k) in f32, as llama.cpp and the gguf package
+// compute it: (d sc) q - (dmin m), or (d sc) (q - 32).
+void k_block_to_f32(dtype t, const uint8_t* block, float* out) {
+    if (t == dtype::q6_k) {
+        const auto& b = *reinterpret_cast<const format::block_q6_k*>(block);
+        const float d = f16_to_f32(b.d);
+        for (int e = 0; e < format::qk_k; ++e) {
+            const int h = e / 128, k = e % 128 / 32, l = e % 32;
+            const int lo = (b.ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+            const int hi = (b.qh[32 * h + l] >> (2 * k)) & 3;
+            out[e] = d * static_cast<float>(b.scales[e / 16]) * static_cast<float>((lo | (hi << 4)) - 32);
+        }
+        return;
+    }
+    const bool five = t == dtype::q5_k;
+    const auto& b4 = *reinterpret_cast<const format::block_q4_k*>(block);
+    const auto& b5 = *reinterpret_cast<const format::block_q5_k*>(block);
+    const float d = f16_to_f32(b4.d), dmin = f16_to_f32(b4.dmin);
+    const uint8_t* qs = five ? b5.qs : b4.qs;
+    for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        format::k_scale_min(b4.scales, j, sc, m);
+        const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
+        for (int l = 0; l < 32; ++l) {
+            int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+            if (five) q |= ((b5.qh[l] >> j) & 1) << 4;
+            out[32 * j + l] = dl * static_cast<float>(q) - ml;
+        }
+    }
+}
+
+} // namespace
+
 void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
     switch (t) {
+    case dtype::q4_k:
+    case dtype::q5_k:
+    case dtype::q6_k: {
+        const uint64_t bb = format::row_bytes(t, format::qk_k);
+        for (int64_t ib = 0; ib < n / format::qk_k; ++ib) {
+            k_block_to_f32(t, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, out + ib * format::qk_k);
+        }
+        return;
+    }
     case dtype::f32: std::memcpy(out, row, static_cast<size_t>(n) * 4); return;
     case dtype::f16: {
         const auto* p = static_cast<const uint16_t*>(row);
@@ -93,6 +139,22 @@ void embed_rows(const tensor_view& table, const int32_t* ids, int n, float scale
 float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     float sum = 0.0f;
     switch (t) {
+    case dtype::q4_k:
+    case dtype::q5_k:
+    case dtype::q6_k: { // each super-block in f32, its dot in one sum per 32 elements
+        const uint64_t bb = format::row_bytes(t, format::qk_k);
+        float w[format::qk_k];
+        for (int64_t ib = 0; ib < n / format::qk_k; ++ib) {
+            k_block_to_f32(t, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, w);
+            const float* xb = x + ib * format::qk_k;
+            for (int j = 0; j < format::qk_k / format::qk; ++j) {
+                float block = 0.0f;
+                for (int i = 0; i < format::qk; ++i) block += w[32 * j + i] * xb[32 * j + i];
+                sum += block;
+            }
+        }
+        return sum;
+    }
     case dtype::f32: {
         const auto* p = static_cast<const float*>(row);
         for (int64_t i = 0; i < n; ++i) sum += p[i] * x[i];
@@ -138,6 +200,10 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
 
 void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
     switch (t) {
+    case dtype::q4_k:
+    case dtype::q5_k:
+    case dtype::q6_k:
+        throw error(errc::unsupported, "quantising to " + std::string(format::dtype_name(t)) + " is not supported");
     case dtype::f32: std::memcpy(out, x, static_cast<size_t>(n) * 4); return;
     case dtype::f16: {
         auto* p = static_cast<uint16_t*>(out);

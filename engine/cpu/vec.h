@@ -33,6 +33,13 @@ struct vec_kernels {
     /// batching never changes a result.
     void (*tile_q8_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q4_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    /// The same for K-quant rows (n a multiple of 256). Each 32-element sub-block's integer
+    /// sums with its activation block are exact and scaled in f32 into one of eight sums
+    /// (sub-block j of every super-block into sum j), added in a fixed tree at the end
+    /// (vec_reference.cpp's dot_k).
+    void (*tile_q4_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q5_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q6_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     /// Integer dot products of q4_0x8 row groups: n_groups (1..4) groups of eight rows
     /// (`stride` bytes apart) with n_tok (1..8) quantised activation vectors (`x_stride`
     /// blocks apart): out[(t * n_groups + g) * 8 + r] = row r of group g . x_t.

@@ -3,6 +3,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/vec.h"
+#include "cpu/vec_kquant_x86.h"
 #include "cpu/vec_x86.h"
 
 #if defined(__x86_64__)
@@ -69,16 +70,6 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
     }
 }
 
-// Per-row sums of four vectors of 8 int32 lanes, by 128-bit half:
-// [s0 lo, s1 lo, s2 lo, s3 lo | s0 hi, s1 hi, s2 hi, s3 hi], each the sum of 4 lanes.
-// Unpacks and adds in place of vphaddd, which decodes to several uops on many CPUs.
-inline __m256i hsum4(const __m256i s[4]) {
-    // per half: [s0 0+2, s1 0+2, s0 1+3, s1 1+3] and the same for s2, s3
-    const __m256i t01 = _mm256_add_epi32(_mm256_unpacklo_epi32(s[0], s[1]), _mm256_unpackhi_epi32(s[0], s[1]));
-    const __m256i t23 = _mm256_add_epi32(_mm256_unpacklo_epi32(s[2], s[3]), _mm256_unpackhi_epi32(s[2], s[3]));
-    return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
-}
-
 // q8_0: per block and row, |w| and the activations with w's sign go through maddubs (no
 // saturation: |w| <= 127, |x| <= 127), then pairs of int16 are summed to int32 lanes.
 template <int T>
@@ -101,7 +92,7 @@ void tile_q8_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
             const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
             __m256i s[4];
             for (int r = 0; r < 4; ++r) s[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(abs[r], _mm256_sign_epi8(xv, a[r])), ones);
-            acc[t] = q8_0_accumulate(dw, hsum4(s), xb, acc[t]);
+            acc[t] = q8_0_accumulate(dw, half_sums4(s), xb, acc[t]);
         }
     }
     store_tile<T>(acc, out);
@@ -130,7 +121,7 @@ inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t 
             const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], xa), _mm256_maddubs_epi16(hi[r], xb));
             s[r] = _mm256_madd_epi16(p, ones);
         }
-        acc[t] = q4_0_accumulate<Pair>(dw, hsum4(s), xt, acc[t]);
+        acc[t] = q4_0_accumulate<Pair>(dw, half_sums4(s), xt, acc[t]);
     }
 }
 
@@ -644,7 +635,7 @@ uint64_t madd_loop(int64_t iterations) {
     return static_cast<uint64_t>(_mm256_extract_epi16(s, 0));
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, x8_streams<q4_0x8_ops>, x8_streams<q8_0x8_ops>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
+constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, tile_k<format::block_q4_k, false>, tile_k<format::block_q5_k, false>, tile_k<format::block_q6_k, false>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, x8_streams<q4_0x8_ops>, x8_streams<q8_0x8_ops>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
                                 dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f32_t<4>, dot4_f32, attend<float>, attend<uint16_t>, swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace

@@ -25,6 +25,7 @@
 #undef _mm512_madd_epi16
 #define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
 #endif
+#include "cpu/vec_kquant_x86.h"
 #include "cpu/vec_x86.h"
 
 namespace colibri {
@@ -562,6 +563,9 @@ vec_kernels make_table(const vec_kernels& avx2) {
     k.tile_q8_0 = dispatch_tile<q8_0_tiles<Vnni>>;
     k.tile_q4_0 = dispatch_tile<q4_0_tiles<Vnni>>;
     if constexpr (Vnni) { // else the AVX2 ones
+        k.tile_q4_k = tile_k<format::block_q4_k, true>;
+        k.tile_q5_k = tile_k<format::block_q5_k, true>;
+        k.tile_q6_k = tile_k<format::block_q6_k, true>;
         k.tile_q4_0x8 = dispatch_x8_pairs<q4_0x8_pair_ops>;
         k.tile_q8_0x8 = dispatch_x8_pairs<q8_0x8_pair_ops>;
         k.streams_q4_0x8 = x8_pair_streams<q4_0x8_pair_ops>;

@@ -62,6 +62,61 @@ float dot_q4_0(const block_q4_0* w, const block_q8_x* x, int64_t n) {
     return sum[0] + sum[1];
 }
 
+// K-quant rows: per 32-element sub-block an exact integer sum, scaled into sum j.
+inline float sum8(const float a[8]) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
+
+template <format::dtype T>
+float dot_k(const void* row, const block_q8_x* x, int64_t n) {
+    using namespace format;
+    float acc[8] = {};
+    const uint64_t bytes = row_bytes(T, qk_k);
+    for (int64_t s = 0; s < n / qk_k; ++s) {
+        const uint8_t* blk = static_cast<const uint8_t*>(row) + uint64_t(s) * bytes;
+        const block_q8_x* xs = x + 8 * s;
+        if constexpr (T == dtype::q6_k) {
+            const auto& b = *reinterpret_cast<const block_q6_k*>(blk);
+            const float d = f16_to_f32(b.d);
+            for (int j = 0; j < 8; ++j) { // j = 4h + k
+                const int h = j / 4, k = j % 4;
+                int32_t half[2] = {0, 0}; // elements 0-15 and 16-31, each with its own scale
+                for (int l = 0; l < qk; ++l) {
+                    const int lo = (b.ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+                    const int hi = (b.qh[32 * h + l] >> (2 * k)) & 3;
+                    half[l / 16] += ((lo | (hi << 4)) - 32) * int32_t(xs[j].qs[l]);
+                }
+                const int32_t a = b.scales[2 * j] * half[0] + b.scales[2 * j + 1] * half[1];
+                acc[j] = std::fma(d * xs[j].d, static_cast<float>(a), acc[j]);
+            }
+        } else {
+            constexpr bool five = T == dtype::q5_k;
+            const auto& b4 = *reinterpret_cast<const block_q4_k*>(blk);
+            const auto& b5 = *reinterpret_cast<const block_q5_k*>(blk);
+            const uint8_t* qs = five ? b5.qs : b4.qs;
+            const float d = f16_to_f32(b4.d), dmin = f16_to_f32(b4.dmin);
+            for (int j = 0; j < 8; ++j) {
+                int sc, m;
+                k_scale_min(b4.scales, j, sc, m);
+                int32_t isum = 0;
+                for (int l = 0; l < qk; ++l) {
+                    int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+                    if (five) q |= ((b5.qh[l] >> j) & 1) << 4;
+                    isum += q * int32_t(xs[j].qs[l]);
+                }
+                acc[j] = std::fma(d * xs[j].d, static_cast<float>(sc * isum), acc[j]);
+                acc[j] = std::fma(-(dmin * xs[j].d), static_cast<float>(m * xs[j].sum), acc[j]); // the mins
+            }
+        }
+    }
+    return sum8(acc);
+}
+
+template <format::dtype T>
+void tile_k(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
+    for (int t = 0; t < n_tok; ++t) {
+        for (int r = 0; r < 4; ++r) out[t * 4 + r] = dot_k<T>(static_cast<const uint8_t*>(rows) + r * stride, x + t * x_stride, n);
+    }
+}
+
 float dot_q4_0x8(const format::block_q4_0x8* g, int r, const block_q8_x* x, int64_t n) {
     float sum = 0.0f;
     for (int64_t ib = 0; ib < n / qk; ++ib) {
@@ -196,7 +251,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 

@@ -114,6 +114,14 @@ inline void q4_0_tile(const void* rows, size_t stride, int64_t n, float* out, St
     store_tile<T>(acc, out);
 }
 
+// Per 128-bit half, the sums of each vector's four lanes: [s0, s1, s2, s3 | the same of the
+// high halves] (unpacks and adds in place of vphaddd, which decodes to several uops).
+inline __m256i half_sums4(const __m256i s[4]) {
+    const __m256i t01 = _mm256_add_epi32(_mm256_unpacklo_epi32(s[0], s[1]), _mm256_unpackhi_epi32(s[0], s[1]));
+    const __m256i t23 = _mm256_add_epi32(_mm256_unpacklo_epi32(s[2], s[3]), _mm256_unpackhi_epi32(s[2], s[3]));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+}
+
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 // A tile kernel for a fixed token count, and the dispatch over 1-4 tokens.

@@ -7,7 +7,7 @@ namespace colibri::format {
 
 namespace {
 constexpr std::array<std::string_view, dtype_count> dtype_names = {"f32", "f16", "bf16", "q8_0",
-                                                                   "q4_0", "q4_0x8", "q8_0x8"};
+                                                                   "q4_0", "q4_0x8", "q8_0x8", "q4_k", "q5_k", "q6_k"};
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
     "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2"};
 } // namespace
@@ -36,11 +36,18 @@ uint64_t row_bytes(dtype t, uint64_t n) {
     case dtype::q8_0x8: return n % qk ? 0 : n / qk * sizeof(block_q8_0);
     case dtype::q4_0:
     case dtype::q4_0x8: return n % qk ? 0 : n / qk * sizeof(block_q4_0);
+    case dtype::q4_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q4_k);
+    case dtype::q5_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q5_k);
+    case dtype::q6_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q6_k);
     }
     return 0;
 }
 
-bool is_quantized(dtype t) { return t == dtype::q8_0 || t == dtype::q4_0 || is_interleaved(t); }
+bool is_quantized(dtype t) { return t == dtype::q8_0 || t == dtype::q4_0 || is_interleaved(t) || is_k_quant(t); }
+
+bool is_k_quant(dtype t) { return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k; }
+
+int block_elements(dtype t) { return is_k_quant(t) ? qk_k : is_quantized(t) ? qk : 1; }
 
 bool is_interleaved(dtype t) { return t == dtype::q4_0x8 || t == dtype::q8_0x8; }
 

@@ -32,9 +32,14 @@ enum class dtype : uint32_t {
     /// q8_0 blocks of a matrix whose rows come in groups of eight, interleaved so that one
     /// 256-bit load holds four values of each row (block_q8_0x8); rows a multiple of 8
     q8_0x8 = 6,
+    /// GGUF's K-quants, blocks as llama.cpp stores them (super-blocks of 256 elements):
+    q4_k = 7, ///< 8 sub-blocks of 32, 6-bit scale and min each: x = d sc q - dmin m, q 4-bit
+    q5_k = 8, ///< the same with 5-bit q
+    q6_k = 9, ///< 16 sub-blocks of 16, int8 scale each: x = d sc (q - 32), q 6-bit
 };
-inline constexpr uint32_t dtype_count = 7;
-inline constexpr int qk = 32; ///< elements per quantisation block
+inline constexpr uint32_t dtype_count = 10;
+inline constexpr int qk = 32;    ///< elements per quantisation block (activations, q8_0, q4_0, K-quant sub-blocks)
+inline constexpr int qk_k = 256; ///< elements per K-quant super-block
 
 #pragma pack(push, 1)
 struct block_q8_0 {
@@ -60,7 +65,31 @@ struct block_q8_0x8 {
     uint16_t d[8];
     int8_t qs[8][8][4];
 };
+/// A super-block of q4_k (q5_k adds qh). Sub-block j's 6-bit scale and min are packed in
+/// `scales` (k_scale_min); its elements are the low (j even) or high (j odd) nibbles of
+/// qs[32 (j / 2) .. + 31], and for q5_k bit j of qh[0 .. 31] is their fifth bit.
+struct block_q4_k {
+    uint16_t d, dmin; // f16
+    uint8_t scales[12];
+    uint8_t qs[128];
+};
+struct block_q5_k {
+    uint16_t d, dmin; // f16
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+};
+/// A super-block of q6_k: element e = 128 h + 32 k + l (l < 32) has the low (k < 2) or high
+/// nibble of ql[64 h + 32 (k % 2) + l], bits 2k, 2k + 1 of qh[32 h + l] above them, and the
+/// scale scales[e / 16].
+struct block_q6_k {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d; // f16
+};
 #pragma pack(pop)
+static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210);
 static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0) &&
               sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0));
 inline constexpr int x8_rows = 8; ///< rows in one group of q4_0x8 and q8_0x8
@@ -72,6 +101,23 @@ bool parse_dtype(std::string_view name, dtype& out);
 /// Bytes of one row of `n` elements; 0 when `n` is not a multiple of the block size.
 uint64_t row_bytes(dtype t, uint64_t n);
 bool is_quantized(dtype t);
+/// q4_k, q5_k, q6_k: rows of super-blocks of qk_k elements.
+bool is_k_quant(dtype t);
+/// Elements per block of `t` (1 for f32, f16, bf16).
+int block_elements(dtype t);
+/// The 6-bit scale and min of sub-block j (0..7) of a q4_k or q5_k super-block's `scales`:
+/// bytes 0-3 hold the low 6 bits of scales 0-3 (their top 2 bits: the high bits of scales
+/// 4-7), bytes 4-7 the same for the mins, bytes 8-11 the low 4 bits of scale (low nibble)
+/// and min (high nibble) of sub-blocks 4-7.
+inline void k_scale_min(const uint8_t* s, int j, int& sc, int& m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
 /// q4_0x8 and q8_0x8: rows stored interleaved in groups of eight.
 bool is_interleaved(dtype t);
 /// The type of one row taken out of a `t` matrix (x8_row): q4_0 for q4_0x8, q8_0 for

@@ -188,6 +188,70 @@ TEST_CASE("GGUF Q8_0 and Q4_0 blocks are copied and the other types requantised 
     }
 }
 
+TEST_CASE("llama.cpp's Q4_K_M, Q5_K_M and Q6_K files keep their blocks and give llama.cpp's logits") {
+    // tests/reference/generate_gguf_kquants.py: a random Llama of 256-wide rows quantised by
+    // llama.cpp, and llama.cpp's logits for the llama fixture's prompt on each file
+    const test::reference prompt = test::load_reference("llama");
+    test::reference f32 = prompt;
+    f32.logits = test::read_array<float>(test::fixture("gguf/kquant-f32.logits.bin"));
+    REQUIRE(f32.logits.size() == prompt.prompt.size() * 512);
+    struct expectation {
+        const char* name;
+        std::vector<std::string> types; // the ggml types of its matrices
+    };
+    const expectation cases[] = {{"q4_k_m", {"Q4_K", "Q6_K"}}, {"q5_k_m", {"Q5_K", "Q6_K"}}, {"q6_k", {"Q6_K"}}};
+    for (const expectation& e : cases) {
+        const std::string file = std::string("kquant-") + e.name;
+        CAPTURE(file);
+        test::temp_dir dir;
+        const std::string out = dir.file("m.colibri");
+        const convert_summary s = convert_gguf(gguf_fixture(file), out, std::nullopt, {});
+        std::vector<std::string> seen;
+        for (const type_conversion& c : s.conversions) {
+            if (c.from == "F32") continue; // norms
+            seen.push_back(c.from);
+            CHECK(c.copied);
+            CHECK(format::dtype_name(c.to) == std::string(c.from == "Q4_K" ? "q4_k" : c.from == "Q5_K" ? "q5_k" : "q6_k"));
+        }
+        std::sort(seen.begin(), seen.end());
+        CHECK(seen == e.types);
+        // the blocks as llama.cpp wrote them
+        const gguf_file g(gguf_fixture(file));
+        const model_file mf(out);
+        for (const char* name : {"blk.1.attn_v.weight", "blk.0.ffn_down.weight", "output.weight", "token_embd.weight"}) {
+            const tensor_view* v = mf.find(name);
+            const gguf_tensor* gv = g.find_tensor(name);
+            REQUIRE((v != nullptr && gv != nullptr));
+            std::string type = ggml::type_name(gv->type);
+            for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
+            CHECK(format::dtype_name(v->type) == type);
+            CHECK(v->size == gv->size);
+            CHECK(std::memcmp(v->data, gv->data, v->size) == 0);
+        }
+        // against llama.cpp on the same file: the two differ only in how the activations are
+        // rounded to int8 (blocks of 32 here, of 256 there), far less than the weights' own
+        // error, which is llama.cpp's against the F32 original
+        test::reference llamacpp = prompt;
+        llamacpp.logits = test::read_array<float>(test::fixture("gguf/" + file + ".logits.bin"));
+        const test::error_stats theirs = test::compare(f32, llamacpp.logits);
+        for (int threads : {1, 2}) {
+            auto rt = load_runtime(out, "cpu", threads);
+            for (int batch : {1, 7, 32}) {
+                const std::vector<float> ours = test::run_logits(*rt, prompt.prompt, batch);
+                const test::error_stats same = test::compare(llamacpp, ours), orig = test::compare(f32, ours);
+                MESSAGE(file << ", batch " << batch << ": against llama.cpp on the file max rel " << same.max_rel << ", top-1 "
+                             << same.top1 << "; against the F32 original top-1 " << orig.top1 << ", mean KL " << orig.mean_kl
+                             << " (llama.cpp: max rel " << theirs.max_rel << ", top-1 " << theirs.top1 << ", mean KL " << theirs.mean_kl << ")");
+                CHECK(same.max_rel <= 0.04);
+                CHECK(same.max_rel <= theirs.max_rel / 2);
+                CHECK(same.top1 >= 0.9);
+                CHECK(orig.top1 >= theirs.top1 - 0.1);
+                CHECK(orig.mean_kl <= theirs.mean_kl * 1.5);
+            }
+        }
+    }
+}
+
 TEST_CASE("an explicit --quant applies to every matrix of a GGUF") {
     test::temp_dir dir;
     const convert_summary s = convert_gguf(gguf_fixture("mixtral"), dir.file("m.colibri"), format::dtype::q8_0, {});

@@ -77,9 +77,30 @@ std::vector<uint8_t> quantize(dtype t, const std::vector<float>& x, int64_t rows
     return q;
 }
 
+// K-quant rows of random bits with finite scales of either sign (q4_k, q5_k: d and dmin;
+// q6_k: d), as GGUF files may hold them.
+std::vector<uint8_t> random_k_rows(dtype t, int64_t rows, int64_t cols, uint64_t seed) {
+    xorshift64s rng(seed);
+    std::vector<uint8_t> q(format::row_bytes(t, uint64_t(cols)) * uint64_t(rows));
+    for (auto& b : q) b = static_cast<uint8_t>(rng.next() >> 56);
+    const size_t bb = format::row_bytes(t, format::qk_k);
+    const auto scale = [&] { return f32_to_f16((rng.uniform() < 0.5 ? -1.0f : 1.0f) * (0.001f + 0.05f * rng.uniform())); };
+    for (size_t at = 0; at < q.size(); at += bb) {
+        const uint16_t d = scale(), dmin = scale();
+        if (t == dtype::q6_k) {
+            std::memcpy(q.data() + at + offsetof(format::block_q6_k, d), &d, 2);
+        } else {
+            std::memcpy(q.data() + at + offsetof(format::block_q4_k, d), &d, 2);
+            std::memcpy(q.data() + at + offsetof(format::block_q4_k, dmin), &dmin, 2);
+        }
+    }
+    return q;
+}
+
 // Weights of type t as a file stores them: quantised rows, interleaved by eights for
-// q4_0x8 and q8_0x8.
+// q4_0x8 and q8_0x8; K-quants of random bits.
 std::vector<uint8_t> stored_matrix(dtype t, const std::vector<float>& w, int64_t rows, int64_t cols) {
+    if (format::is_k_quant(t)) return random_k_rows(t, rows, cols, w.size() + uint64_t(t));
     auto q = quantize(format::row_type(t), w, rows, cols);
     if (format::is_interleaved(t)) {
         const std::vector<uint8_t> plain = q;
@@ -285,7 +306,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
     for (const vec_kernels* simd : simd_list) {
     const std::string table = simd->name;
     CAPTURE(table);
-    for (int64_t n : {32, 64, 96, 1024, 4096 + 32}) {
+    for (int64_t n : {32, 64, 96, 256, 1024, 4096 + 32, 4096 + 256}) {
         CAPTURE(n);
         auto w = random_vec(size_t(n), 41 + n, 2.0f), x = random_vec(size_t(n), 42 + n, 3.0f);
         // activation quantisation: identical blocks
@@ -355,6 +376,36 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             auto dx4 = t == dtype::q8_0 ? simd->dotx4_q8_0_f32 : simd->dotx4_q4_0_f32;
             dx4(q.data(), xa.data(), size_t(n), n, out);
             for (int k = 0; k < 4; ++k) CHECK(out[k] == f_simd(q.data(), xa.data() + k * n, n));
+        }
+        // K-quants: four rows (a stride apart, or one repeated) by 1-4 vectors, bit-identical
+        // to the reference and within rounding of the exact dot of the stored values
+        for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+            if (n % format::qk_k != 0) continue;
+            CAPTURE(format::dtype_name(t));
+            const auto q4 = random_k_rows(t, 4, n, 46 + uint64_t(n));
+            const size_t rb = format::row_bytes(t, n);
+            std::vector<float> stored4(size_t(4 * n));
+            for (int r = 0; r < 4; ++r) kernels::to_f32_row(t, q4.data() + r * rb, stored4.data() + r * n, n);
+            const auto pick = [&](const vec_kernels& k) { return t == dtype::q4_k ? k.tile_q4_k : t == dtype::q5_k ? k.tile_q5_k : k.tile_q6_k; };
+            for (size_t stride : {rb, size_t(0)}) {
+                for (int n_tok = 1; n_tok <= 4; ++n_tok) {
+                    CAPTURE(stride);
+                    CAPTURE(n_tok);
+                    float want[16], got[16];
+                    pick(ref)(q4.data(), stride, xqa.data(), size_t(n / 32), n_tok, n, want);
+                    pick(*simd)(q4.data(), stride, xqa.data(), size_t(n / 32), n_tok, n, got);
+                    for (int k = 0; k < n_tok; ++k) {
+                        for (int r = 0; r < 4; ++r) {
+                            CHECK(got[4 * k + r] == want[4 * k + r]);
+                            const float* row = stored4.data() + (stride == 0 ? 0 : r) * n;
+                            const float* xk = xva.data() + k * n;
+                            double exact = 0;
+                            for (int64_t i = 0; i < n; ++i) exact += double(row[i]) * xk[i];
+                            CHECK(std::fabs(want[4 * k + r] - exact) <= dot_tolerance(row, xk, n, 1e-5));
+                        }
+                    }
+                }
+            }
         }
         // q4_0x8 and q8_0x8: four groups of eight rows (and the first again), every count of
         // groups and tokens the tiles take, bit-identical to the reference and within
@@ -657,7 +708,8 @@ TEST_CASE("decode walks every product of a dispatch across matrices and threads 
 
 TEST_CASE("backend matmul matches the reference on odd and large shapes") {
     struct shape { int64_t rows, cols; int n; } shapes[] = {{1, 32, 1}, {7, 64, 3}, {257, 96, 1}, {33, 1024, 5}, {1000, 352, 2}, {37, 64, 70},
-                                                            {8, 32, 1}, {24, 1024, 3}, {264, 96, 1}, {136, 352, 4}, {40, 64, 70}};
+                                                            {8, 32, 1}, {24, 1024, 3}, {264, 96, 1}, {136, 352, 4}, {40, 64, 70},
+                                                            {7, 256, 3}, {37, 512, 70}, {1000, 256, 2}};
     for (const vec_kernels* vk : all_tables())
     for (bool int8_act : {false, true})
     for (int threads : {1, 3}) {
@@ -667,8 +719,10 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
         o.int8_activations = int8_act;
         auto be = make_cpu_backend(o, 4096);
         for (auto s : shapes) {
-            for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_0x8, dtype::q8_0x8}) {
+            for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_0x8, dtype::q8_0x8,
+                            dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
                 if (format::is_interleaved(t) && s.rows % 8 != 0) continue;
+                if (format::row_bytes(t, uint64_t(s.cols)) == 0) continue;
                 const std::string table = vk->name;
                 CAPTURE(table);
                 CAPTURE(int8_act);
