@@ -487,7 +487,7 @@ public:
         if (format::is_interleaved(w.type)) {
             matmul_groups(jb, xq, r0, r1);
         } else if (uses_int8(w)) {
-            const auto tile = int8_tile(w.type);
+            const auto tile = int8_tile(vk_, w.type);
             const size_t nb = size_t(cols / format::qk);
             float out[16];
             // one row at a time (stride 0 repeats it in the tile), for the rows left over
@@ -571,18 +571,6 @@ public:
                     y[t * rows + r] = v;
                 }
             }
-        }
-    }
-
-    // The integer tile kernel of a plain (not interleaved) quantised type.
-    decltype(vec_kernels::tile_q8_0) int8_tile(format::dtype t) const {
-        switch (t) {
-        case format::dtype::q8_0: return vk_.tile_q8_0;
-        case format::dtype::q4_0: return vk_.tile_q4_0;
-        case format::dtype::q4_k: return vk_.tile_q4_k;
-        case format::dtype::q5_k: return vk_.tile_q5_k;
-        case format::dtype::q6_k: return vk_.tile_q6_k;
-        default: COLIBRI_ASSERT(false); return nullptr;
         }
     }
 

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/softmax.h"
+#include "cpu/k_quants.h"
 #include "format/model_file.h"
 
 #include <algorithm>
@@ -35,41 +36,6 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
     // normalise and scale
     for (i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
-
-namespace {
-
-// One K-quant super-block (q4_k, q5_k, q6_k) in f32, as llama.cpp and the gguf package
-// compute it: (d sc) q - (dmin m), or (d sc) (q - 32).
-void k_block_to_f32(dtype t, const uint8_t* block, float* out) {
-    if (t == dtype::q6_k) {
-        const auto& b = *reinterpret_cast<const format::block_q6_k*>(block);
-        const float d = f16_to_f32(b.d);
-        for (int e = 0; e < format::qk_k; ++e) {
-            const int h = e / 128, k = e % 128 / 32, l = e % 32;
-            const int lo = (b.ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
-            const int hi = (b.qh[32 * h + l] >> (2 * k)) & 3;
-            out[e] = d * static_cast<float>(b.scales[e / 16]) * static_cast<float>((lo | (hi << 4)) - 32);
-        }
-        return;
-    }
-    const bool five = t == dtype::q5_k;
-    const auto& b4 = *reinterpret_cast<const format::block_q4_k*>(block);
-    const auto& b5 = *reinterpret_cast<const format::block_q5_k*>(block);
-    const float d = f16_to_f32(b4.d), dmin = f16_to_f32(b4.dmin);
-    const uint8_t* qs = five ? b5.qs : b4.qs;
-    for (int j = 0; j < 8; ++j) {
-        int sc, m;
-        format::k_scale_min(b4.scales, j, sc, m);
-        const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
-        for (int l = 0; l < 32; ++l) {
-            int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
-            if (five) q |= ((b5.qh[l] >> j) & 1) << 4;
-            out[32 * j + l] = dl * static_cast<float>(q) - ml;
-        }
-    }
-}
-
-} // namespace
 
 void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
     switch (t) {
@@ -202,8 +168,13 @@ void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
     switch (t) {
     case dtype::q4_k:
     case dtype::q5_k:
-    case dtype::q6_k:
-        throw error(errc::unsupported, "quantising to " + std::string(format::dtype_name(t)) + " is not supported");
+    case dtype::q6_k: {
+        const size_t bytes = format::row_bytes(t, format::qk_k);
+        for (int64_t ib = 0; ib < n / format::qk_k; ++ib) {
+            k_block_from_f32(t, x + ib * format::qk_k, static_cast<uint8_t*>(out) + size_t(ib) * bytes);
+        }
+        return;
+    }
     case dtype::f32: std::memcpy(out, x, static_cast<size_t>(n) * 4); return;
     case dtype::f16: {
         auto* p = static_cast<uint16_t*>(out);

@@ -82,6 +82,7 @@ double read_probe::measure(int passes) {
 }
 
 dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype weights) {
+    if (!format::is_quantized(weights)) weights = format::dtype::q8_0; // f32/f16/bf16 models: the q8_0 kernels
     const int64_t n = 4096, rows = 8, iters = 1000; // 8 rows of 4096: 34 KiB per thread at q8_0
     thread_pool pool(n_threads);
     // activation vectors: the prefill kernels' batch, four (eight for the interleaved types)
@@ -89,6 +90,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
     for (int64_t i = 0; i < x8_prefill_tokens * n; ++i) x[size_t(i)] = float(i % 7) - 3.0f;
     const format::dtype row_type = format::row_type(weights); // q4_0x8 rows are q4_0 rows, q8_0x8 q8_0
     const bool q8 = row_type == format::dtype::q8_0, x8 = format::is_interleaved(weights);
+    const bool k_quant = format::is_k_quant(row_type);
     const size_t rb = format::row_bytes(row_type, n);
     std::vector<uint8_t> w(size_t(rows) * rb);
     for (int64_t r = 0; r < rows; ++r) kernels::from_f32_row(row_type, x.data(), w.data() + size_t(r) * rb, n);
@@ -96,7 +98,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
     if (x8) format::interleave_x8(weights, w.data(), uint64_t(rows), uint64_t(n), groups.data());
     const auto tile_x8 = weights == format::dtype::q8_0x8 ? vk.tile_q8_0x8 : vk.tile_q4_0x8;
     const auto dotx4 = q8 ? vk.dotx4_q8_0_f32 : vk.dotx4_q4_0_f32;
-    const auto tile = q8 ? vk.tile_q8_0 : vk.tile_q4_0;
+    const auto tile = int8_tile(vk, row_type);
     std::vector<block_q8_x> xq(size_t(x8_prefill_tokens * n / format::qk));
     vk.quantize_x(x.data(), xq.data(), x8_prefill_tokens * n);
     std::atomic<uint64_t> sink{0};
@@ -118,7 +120,11 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
             float s = 0, out[4];
             for (int64_t it = 0; it < iters; ++it) {
                 for (int64_t r = 0; r < rows; ++r) {
-                    dotx4(w.data() + size_t(r) * rb, x.data(), size_t(n), n, out);
+                    if (k_quant) { // the backend's K-quant rows with f32 activations: kernels::dot_row
+                        for (int t = 0; t < 4; ++t) out[t] = kernels::dot_row(row_type, w.data() + size_t(r) * rb, x.data() + t * n, n);
+                    } else {
+                        dotx4(w.data() + size_t(r) * rb, x.data(), size_t(n), n, out);
+                    }
                     s += out[0] + out[3];
                 }
             }

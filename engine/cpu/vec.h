@@ -120,4 +120,7 @@ std::vector<const vec_kernels*> supported_vec_kernels();
 /// names none this CPU supports.
 const vec_kernels& best_vec_kernels();
 
+/// vk's integer tile kernel for plain (not interleaved) rows of t: q8_0, q4_0 or a K-quant.
+decltype(vec_kernels::tile_q8_0) int8_tile(const vec_kernels& vk, format::dtype t);
+
 } // namespace colibri

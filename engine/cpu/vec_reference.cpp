@@ -257,6 +257,17 @@ constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>,
 
 const vec_kernels& reference_vec_kernels() { return table; }
 
+decltype(vec_kernels::tile_q8_0) int8_tile(const vec_kernels& vk, format::dtype t) {
+    switch (t) {
+    case format::dtype::q8_0: return vk.tile_q8_0;
+    case format::dtype::q4_0: return vk.tile_q4_0;
+    case format::dtype::q4_k: return vk.tile_q4_k;
+    case format::dtype::q5_k: return vk.tile_q5_k;
+    case format::dtype::q6_k: return vk.tile_q6_k;
+    default: throw error(errc::internal, "no integer tile for " + std::string(format::dtype_name(t)));
+    }
+}
+
 std::vector<const vec_kernels*> supported_vec_kernels() {
     std::vector<const vec_kernels*> v;
     for (const vec_kernels* k : {avx512_vec_kernels(), avx512_without_vnni_vec_kernels(), avx2_vec_kernels()}) {

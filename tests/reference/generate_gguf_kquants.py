@@ -6,6 +6,10 @@ llama.cpp's own quantiser (llama_model_quantize) to Q4_K_M, Q5_K_M and Q6_K, the
 users download. llama.cpp's logits for the llama fixture's prompt are stored beside each
 file (and for the F32 original), as kquant-<type>.logits.bin (float32 LE [n_prompt][512]).
 
+For the quantiser, kquant-rows.f32.bin holds rows of 1024 values (float32 LE [48][1024]:
+Gaussian, heavy-tailed, and sub-blocks of mixed scale and offset) and kquant-rows.<type>.bin
+those rows as llama.cpp's ggml_quantize_chunk quantises them (q4_k, q5_k, q6_k).
+
     build-cpu/llamacpp-venv/bin/pip install gguf==0.19.0 sentencepiece safetensors
     build-cpu/llamacpp-venv/bin/python tests/reference/generate_gguf_kquants.py --fixtures tests/fixtures
 
@@ -14,6 +18,7 @@ source.) Fixed seeds: reruns give identical weights; the quantised files are lla
 """
 
 import argparse
+import ctypes
 import json
 import tempfile
 from pathlib import Path
@@ -75,6 +80,33 @@ def write_f32(fixtures, path):
     w.close()
 
 
+ROWS, COLS = 48, 1024
+GGML_TYPES = {"q4_k": (12, 144), "q5_k": (13, 176), "q6_k": (14, 210)}  # ggml type id, bytes per 256
+
+
+def quantiser_rows():
+    rng = np.random.default_rng(20261204)
+    gauss = rng.standard_normal((16, COLS))
+    heavy = rng.standard_t(3, (16, COLS))
+    blocks = rng.standard_normal((16, COLS // 32, 32)) * rng.uniform(0.01, 4.0, (16, COLS // 32, 1))
+    blocks += rng.uniform(-2.0, 2.0, (16, COLS // 32, 1)) * (rng.uniform(size=(16, COLS // 32, 1)) < 0.3)
+    return np.concatenate([gauss, heavy, blocks.reshape(16, COLS)]).astype(np.float32)
+
+
+def write_quantiser_rows(out):
+    rows = quantiser_rows()
+    rows.tofile(out / "kquant-rows.f32.bin")
+    ggml = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
+    ggml.ggml_quantize_chunk.restype = ctypes.c_size_t
+    ggml.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    for name, (ggml_type, block_bytes) in GGML_TYPES.items():
+        dst = np.zeros(ROWS * COLS // 256 * block_bytes, dtype=np.uint8)
+        n = ggml.ggml_quantize_chunk(ggml_type, rows.ctypes.data, dst.ctypes.data, 0, ROWS, COLS, None)
+        assert n == dst.size, (name, n)
+        dst.tofile(out / f"kquant-rows.{name}.bin")
+
+
 def llamacpp_logits(path, ids):
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_batch=64, n_threads=1, logits_all=True, verbose=False)
     llm.eval(ids)
@@ -86,6 +118,7 @@ def main():
     ap.add_argument("--fixtures", required=True, type=Path)
     args = ap.parse_args()
     out = args.fixtures / "gguf"
+    write_quantiser_rows(out)
     ids = json.loads((args.fixtures / "llama" / "expected.json").read_text())["prompt_ids"]
     with tempfile.TemporaryDirectory() as tmp:
         f32 = Path(tmp) / "kquant-f32.gguf"
