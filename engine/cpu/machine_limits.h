@@ -40,8 +40,9 @@ private:
 
 /// Multiply-adds per second, all threads: the machine's int8 peak (the integer dot-product
 /// instructions on registers), and the prefill kernels of `weights` (q8_0, q4_0, a K-quant,
-/// q4_0x8 or q8_0x8; q8_0 for unquantised weights) on cache-resident data with f32 and with int8 activations (four tokens by eight
-/// rows; for the interleaved types the tokens and groups a prefill call takes).
+/// q4_0x8 or q8_0x8; q8_0 for unquantised weights) on cache-resident data with f32 and with
+/// int8 activations (four tokens by eight rows; for the interleaved types the tokens and
+/// groups a prefill call takes).
 struct dot_peak {
     double machine_int8;
     double f32_act;
