@@ -285,10 +285,10 @@ public:
 
     // A streamed job's groups after the `groups` before it.
     void add_segment(std::vector<segment>& segs, int64_t& groups, const tensor_view& w, const block_q8_x* x, float* y) const {
-        const bool q8 = w.type == format::dtype::q8_0x8;
         const int64_t g = static_cast<int64_t>(w.rows()) / 8;
+        const x8_kernels k = int8_x8_kernels(vk_, w.type);
         segs.push_back({groups, w.data, format::x8_rows * format::row_bytes(w.type, w.cols()), x, y, g,
-                        static_cast<int64_t>(w.cols()), q8 ? vk_.streams_q8_0x8 : vk_.streams_q4_0x8, q8 ? vk_.tile_q8_0x8 : vk_.tile_q4_0x8});
+                        static_cast<int64_t>(w.cols()), k.streams, k.tile});
         groups += g;
     }
 
@@ -546,7 +546,7 @@ public:
                          [&](int64_t r) { return vk_.dot_f32(wf + r * cols, x, cols); });
         } else if (format::is_quantized(w.type)) {
             // prefill: each row is converted once per block for four tokens at a time
-            for (int64_t r = r0; r < r1; ++r) f32_row_tokens(q8, w.data + r * rb, jb, r);
+            for (int64_t r = r0; r < r1; ++r) f32_row_tokens(w.type, w.data + r * rb, jb, r);
         } else {
             int t0 = 0; // f32 rows (the router; an f32 model's every matrix): four tokens at a
                         // time, which stay in L1 while the rows pass
@@ -590,10 +590,15 @@ public:
 
     // Row r of a q8_0 or q4_0 product (its bytes at `row`) with every token's f32
     // activations: four tokens at a time, then one, each bit-identical to one at a time.
-    void f32_row_tokens(bool q8, const uint8_t* row, const matmul_job& jb, int64_t r) const {
+    void f32_row_tokens(format::dtype row_type, const uint8_t* row, const matmul_job& jb, int64_t r) const {
+        const int64_t rows = static_cast<int64_t>(jb.w->rows()), cols = static_cast<int64_t>(jb.w->cols());
+        if (format::is_k_quant(row_type)) { // the scalar rows
+            for (int t = 0; t < jb.n; ++t) jb.y[t * rows + r] = kernels::dot_row(row_type, row, jb.x + t * cols, cols);
+            return;
+        }
+        const bool q8 = row_type == format::dtype::q8_0;
         const auto dotx4 = q8 ? vk_.dotx4_q8_0_f32 : vk_.dotx4_q4_0_f32;
         const auto dot1 = q8 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
-        const int64_t rows = static_cast<int64_t>(jb.w->rows()), cols = static_cast<int64_t>(jb.w->cols());
         int t = 0;
         for (float out[4]; t + 4 <= jb.n; t += 4) {
             dotx4(row, jb.x + t * cols, size_t(cols), cols, out);
@@ -612,18 +617,17 @@ public:
         const int64_t g0 = (r0 + 7) / 8, g1 = (r1 + 7) / 8;
         const auto y_at = [&](int t, int64_t row) { return jb.y + t * rows + row; };
         if (!uses_int8(w)) {
-            // f32 activations: each group back in plain rows (q4_0, q8_0), then their row kernels
+            // f32 activations: each group back in plain rows (q4_0, q8_0, q4_k...), then their row kernels
             const uint64_t rb = gb / format::x8_rows;
-            const bool q8 = format::row_type(w.type) == format::dtype::q8_0;
             std::vector<uint8_t> plain(gb);
             for (int64_t g = g0; g < g1; ++g) {
                 for (int r = 0; r < 8; ++r) format::x8_row(w.type, w.data, w.cols(), uint64_t(g * 8 + r), plain.data() + r * rb);
-                for (int r = 0; r < 8; ++r) f32_row_tokens(q8, plain.data() + r * rb, jb, g * 8 + r);
+                for (int r = 0; r < 8; ++r) f32_row_tokens(format::row_type(w.type), plain.data() + r * rb, jb, g * 8 + r);
             }
             return;
         }
         const size_t nb = size_t(cols / format::qk);
-        const auto tile = w.type == format::dtype::q8_0x8 ? vk_.tile_q8_0x8 : vk_.tile_q4_0x8;
+        const auto tile = int8_x8_kernels(vk_, w.type).tile;
         float out[8 * 4 * 8]; // the most a tile call returns: 8 tokens by 4 groups
         if (n <= 4) {
             // short batches (decode walks its groups in decode()): 4 / n groups a share of

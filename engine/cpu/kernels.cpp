@@ -41,10 +41,13 @@ void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
     switch (t) {
     case dtype::q4_k:
     case dtype::q5_k:
-    case dtype::q6_k: {
+    case dtype::q6_k:
+    case dtype::q4_kx8: // a row in its plain form (format::x8_row)
+    case dtype::q5_kx8:
+    case dtype::q6_kx8: {
         const uint64_t bb = format::row_bytes(t, format::qk_k);
         for (int64_t ib = 0; ib < n / format::qk_k; ++ib) {
-            k_block_to_f32(t, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, out + ib * format::qk_k);
+            k_block_to_f32(format::row_type(t), static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, out + ib * format::qk_k);
         }
         return;
     }
@@ -107,11 +110,14 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     switch (t) {
     case dtype::q4_k:
     case dtype::q5_k:
-    case dtype::q6_k: { // each super-block in f32, its dot in one sum per 32 elements
+    case dtype::q6_k:
+    case dtype::q4_kx8: // a row in its plain form (format::x8_row)
+    case dtype::q5_kx8:
+    case dtype::q6_kx8: { // each super-block in f32, its dot in one sum per 32 elements
         const uint64_t bb = format::row_bytes(t, format::qk_k);
         float w[format::qk_k];
         for (int64_t ib = 0; ib < n / format::qk_k; ++ib) {
-            k_block_to_f32(t, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, w);
+            k_block_to_f32(format::row_type(t), static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, w);
             const float* xb = x + ib * format::qk_k;
             for (int j = 0; j < format::qk_k / format::qk; ++j) {
                 float block = 0.0f;
@@ -168,10 +174,13 @@ void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
     switch (t) {
     case dtype::q4_k:
     case dtype::q5_k:
-    case dtype::q6_k: {
+    case dtype::q6_k:
+    case dtype::q4_kx8: // a row in its plain form (format::x8_row)
+    case dtype::q5_kx8:
+    case dtype::q6_kx8: {
         const size_t bytes = format::row_bytes(t, format::qk_k);
         for (int64_t ib = 0; ib < n / format::qk_k; ++ib) {
-            k_block_from_f32(t, x + ib * format::qk_k, static_cast<uint8_t*>(out) + size_t(ib) * bytes);
+            k_block_from_f32(format::row_type(t), x + ib * format::qk_k, static_cast<uint8_t*>(out) + size_t(ib) * bytes);
         }
         return;
     }

@@ -96,7 +96,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
     for (int64_t r = 0; r < rows; ++r) kernels::from_f32_row(row_type, x.data(), w.data() + size_t(r) * rb, n);
     std::vector<uint8_t> groups(x8 ? w.size() : 0);
     if (x8) format::interleave_x8(weights, w.data(), uint64_t(rows), uint64_t(n), groups.data());
-    const auto tile_x8 = weights == format::dtype::q8_0x8 ? vk.tile_q8_0x8 : vk.tile_q4_0x8;
+    const auto tile_x8 = x8 ? int8_x8_kernels(vk, weights).tile : nullptr;
     const auto dotx4 = q8 ? vk.dotx4_q8_0_f32 : vk.dotx4_q4_0_f32;
     const auto tile = int8_tile(vk, row_type);
     std::vector<block_q8_x> xq(size_t(x8_prefill_tokens * n / format::qk));

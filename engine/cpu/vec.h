@@ -34,9 +34,9 @@ struct vec_kernels {
     void (*tile_q8_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q4_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     /// The same for K-quant rows (n a multiple of 256). Each 32-element sub-block's integer
-    /// sums with its activation block are exact and scaled in f32 into one of eight sums
-    /// (sub-block j of every super-block into sum j), added in a fixed tree at the end
-    /// (vec_reference.cpp's dot_k).
+    /// sums with its activation block are exact and scaled in f32; a super-block's eight
+    /// are added in a fixed tree, and the super-blocks one after another (vec_reference.cpp's
+    /// dot_k).
     void (*tile_q4_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q5_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q6_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
@@ -57,6 +57,17 @@ struct vec_kernels {
     void (*streams_q4_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     /// The same for q8_0x8 groups.
     void (*streams_q8_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    /// tile_q4_0x8 and streams_q4_0x8 for the interleaved K-quants (n a multiple of 256),
+    /// each row's result bit-identical to tile_q4_k's (tile_q5_k's, tile_q6_k's) on it.
+    void (*tile_q4_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                        int64_t n, float* out);
+    void (*tile_q5_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                        int64_t n, float* out);
+    void (*tile_q6_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                        int64_t n, float* out);
+    void (*streams_q4_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    void (*streams_q5_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    void (*streams_q6_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);
@@ -122,5 +133,11 @@ const vec_kernels& best_vec_kernels();
 
 /// vk's integer tile kernel for plain (not interleaved) rows of t: q8_0, q4_0 or a K-quant.
 decltype(vec_kernels::tile_q8_0) int8_tile(const vec_kernels& vk, format::dtype t);
+/// vk's kernels for the interleaved type t.
+struct x8_kernels {
+    decltype(vec_kernels::tile_q4_0x8) tile;
+    decltype(vec_kernels::streams_q4_0x8) streams;
+};
+x8_kernels int8_x8_kernels(const vec_kernels& vk, format::dtype t);
 
 } // namespace colibri

@@ -2,9 +2,12 @@
 // K-quant tiles (q4_k, q5_k, q6_k) with int8 activations on 256-bit vectors: the AVX2
 // table's, and with VNNI (vpdpbusd on 256 bits) the AVX-512 table's. Included after
 // vec_x86.h by files built with at least AVX2 + FMA + F16C. The arithmetic is vec.h's:
-// exact integer sums per 32-element sub-block, scaled in f32 into one lane per sub-block.
+// exact integer sums per 32-element sub-block, scaled in f32 (one lane per sub-block), a
+// super-block's lanes added in hsum4's tree.
 
 #include "cpu/vec_x86.h"
+
+#include <cstddef>
 
 namespace colibri {
 namespace {
@@ -42,12 +45,19 @@ inline void k_scales_mins(const uint8_t* packed, __m256i& sc, __m256i& m) {
     m = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(n)));
 }
 
-// The eight activation blocks of a super-block: their scales and their sums.
-inline __m256 k_x_scales(const block_q8_x* x) {
-    return _mm256_setr_ps(x[0].d, x[1].d, x[2].d, x[3].d, x[4].d, x[5].d, x[6].d, x[7].d);
-}
-inline __m256i k_x_sums(const block_q8_x* x) {
-    return _mm256_setr_epi32(x[0].sum, x[1].sum, x[2].sum, x[3].sum, x[4].sum, x[5].sum, x[6].sum, x[7].sum);
+// The eight activation blocks of a super-block: their scales and their sums, from eight
+// 8-byte loads of (d, sum) (built lane by lane, they went through the stack and stalled
+// the vector loads that read them back).
+inline void k_x_scales_sums(const block_q8_x* x, __m256& d, __m256i& sum) {
+    static_assert(offsetof(block_q8_x, sum) == 4);
+    __m128 ds[4]; // [d sum d sum] of blocks 2i, 2i + 1
+    for (int i = 0; i < 4; ++i) {
+        ds[i] = _mm_castsi128_ps(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x[2 * i])),
+                                                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x[2 * i + 1]))));
+    }
+    d = _mm256_set_m128(_mm_shuffle_ps(ds[2], ds[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(ds[0], ds[1], _MM_SHUFFLE(2, 0, 2, 0)));
+    sum = _mm256_castps_si256(
+        _mm256_set_m128(_mm_shuffle_ps(ds[2], ds[3], _MM_SHUFFLE(3, 1, 3, 1)), _mm_shuffle_ps(ds[0], ds[1], _MM_SHUFFLE(3, 1, 3, 1))));
 }
 
 template <class Block>
@@ -58,7 +68,7 @@ template <class Block>
 
 // One q4_k / q5_k super-block of a row against T tokens' activation blocks xs[t][0..7].
 template <class Block, int T, bool Vnni>
-inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m256 xd[T], __m256 acc[T]) {
+inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m256 xd[T], const __m256i xsum[T], __m256 p[T]) {
     constexpr bool five = std::is_same_v<Block, format::block_q5_k>;
     __m256i sc, m;
     k_scales_mins(b.scales, sc, m);
@@ -75,19 +85,19 @@ inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m
     }
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
     for (int t = 0; t < T; ++t) {
-        __m256i p[8];
-        for (int j = 0; j < 8; ++j) p[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
-        const __m256i a = _mm256_mullo_epi32(join_halves(half_sums4(p), half_sums4(p + 4)), sc);
-        const __m256i mins = _mm256_mullo_epi32(k_x_sums(xs[t]), m);
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a), acc[t]);
-        acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, xd[t]), _mm256_cvtepi32_ps(mins), acc[t]);
+        __m256i s[8];
+        for (int j = 0; j < 8; ++j) s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
+        const __m256i a = _mm256_mullo_epi32(join_halves(half_sums4(s), half_sums4(s + 4)), sc);
+        const __m256i mins = _mm256_mullo_epi32(xsum[t], m);
+        p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
+        p[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, xd[t]), _mm256_cvtepi32_ps(mins), p[t]);
     }
 }
 
 // One q6_k super-block of a row against T tokens' activation blocks. The values less 32 go
 // through the unsigned side as |w|, the activations taking w's sign.
 template <int T, bool Vnni>
-inline void q6_k_block(const format::block_q6_k& b, const block_q8_x* const xs[T], const __m256 xd[T], __m256 acc[T]) {
+inline void q6_k_block(const format::block_q6_k& b, const block_q8_x* const xs[T], const __m256 xd[T], __m256 p[T]) {
     // the 16 scales in the order of the half sums: [0 2 4 6 | 1 3 5 7] and [8 10 12 14 | 9 11 13 15]
     const __m128i s8 = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)),
                                         _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
@@ -107,13 +117,13 @@ inline void q6_k_block(const format::block_q6_k& b, const block_q8_x* const xs[T
     }
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
     for (int t = 0; t < T; ++t) {
-        __m256i p[8];
+        __m256i s[8];
         for (int j = 0; j < 8; ++j) {
             const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs));
-            p[j] = dot_u8s8<Vnni>(u[j], _mm256_sign_epi8(x, w[j]));
+            s[j] = dot_u8s8<Vnni>(u[j], _mm256_sign_epi8(x, w[j]));
         }
-        const __m256i a = join_halves(_mm256_mullo_epi32(half_sums4(p), sc0), _mm256_mullo_epi32(half_sums4(p + 4), sc1));
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a), acc[t]);
+        const __m256i a = join_halves(_mm256_mullo_epi32(half_sums4(s), sc0), _mm256_mullo_epi32(half_sums4(s + 4), sc1));
+        p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
     }
 }
 
@@ -122,25 +132,28 @@ template <class Block, int T, bool Vnni>
 void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
     const Block* w[4];
     for (int r = 0; r < 4; ++r) w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
-    __m256 acc[4][T];
-    for (int r = 0; r < 4; ++r) {
-        for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    }
+    __m128 acc[4]; // row r, lane t: token t
+    for (int r = 0; r < 4; ++r) acc[r] = _mm_setzero_ps();
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
         const block_q8_x* xs[T];
         __m256 xd[T];
+        __m256i xsum[T];
         for (int t = 0; t < T; ++t) {
             xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
-            xd[t] = k_x_scales(xs[t]);
+            k_x_scales_sums(xs[t], xd[t], xsum[t]);
         }
         for (int r = 0; r < 4; ++r) {
             prefetch_k_block(w[r][s]);
-            if constexpr (std::is_same_v<Block, format::block_q6_k>) q6_k_block<T, Vnni>(w[r][s], xs, xd, acc[r]);
-            else q45_k_block<Block, T, Vnni>(w[r][s], xs, xd, acc[r]);
+            __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            if constexpr (std::is_same_v<Block, format::block_q6_k>) q6_k_block<T, Vnni>(w[r][s], xs, xd, p);
+            else q45_k_block<Block, T, Vnni>(w[r][s], xs, xd, xsum, p);
+            acc[r] = _mm_add_ps(acc[r], hsum4(p)); // each token's super-block: vec_reference.cpp's sum8
         }
     }
+    alignas(16) float a[4][4];
+    for (int r = 0; r < 4; ++r) _mm_store_ps(a[r], acc[r]);
     for (int t = 0; t < T; ++t) {
-        for (int r = 0; r < 4; ++r) out[t * 4 + r] = hsum(acc[r][t]); // vec_reference.cpp's sum8
+        for (int r = 0; r < 4; ++r) out[t * 4 + r] = a[r][t];
     }
 }
 
@@ -152,6 +165,186 @@ void tile_k(const void* rows, size_t stride, const block_q8_x* x, size_t x_strid
     case 3: tile_k_t<Block, 3, Vnni>(rows, stride, x, x_stride, n, out); break;
     default: tile_k_t<Block, 4, Vnni>(rows, stride, x, x_stride, n, out); break;
     }
+}
+
+// --- Interleaved K-quants (q4_kx8, q5_kx8, q6_kx8): the eight rows of a group in the lanes.
+// Each row's arithmetic is dot_k's: a sub-block's integer sum per lane, scaled, the eight
+// sub-blocks added in sum8's tree ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)).
+
+// v >> k in each 32-bit lane.
+inline __m256i shr32(__m256i v, int k) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(k)); }
+
+// The 6-bit scale (sc) and min (m) of sub-block j of eight q4_k/q5_k rows, from their
+// scale words (format::k_scale_min, lane by lane).
+inline void kx8_scale_min(const uint32_t (&words)[3][8], int j, __m256i& sc, __m256i& m) {
+    const auto word = [&](int w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words[w])); };
+    const __m256i six = _mm256_set1_epi32(63), four = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
+    if (j < 4) {
+        sc = _mm256_and_si256(shr32(word(0), 8 * j), six);
+        m = _mm256_and_si256(shr32(word(1), 8 * j), six);
+    } else {
+        const int k = 8 * (j - 4);
+        const __m256i w2 = word(2);
+        sc = _mm256_or_si256(_mm256_and_si256(shr32(w2, k), four), _mm256_slli_epi32(_mm256_and_si256(shr32(word(0), k + 6), two), 4));
+        m = _mm256_or_si256(_mm256_and_si256(shr32(w2, k + 4), four), _mm256_slli_epi32(_mm256_and_si256(shr32(word(1), k + 6), two), 4));
+    }
+}
+
+// acc + the integer dot products of four bytes per lane: u unsigned, s signed.
+template <bool Vnni>
+inline __m256i dot_add(__m256i acc, __m256i u, __m256i s) {
+    if constexpr (Vnni) return _mm256_dpbusd_epi32(acc, u, s);
+    else return _mm256_add_epi32(acc, dot_u8s8<false>(u, s));
+}
+
+// One super-block column of a q4_kx8 / q5_kx8 group against T tokens (xs[t]: the
+// token's eight activation blocks of it): acc[t] += each row's sum8 of p.
+template <class Block, int T, bool Vnni>
+inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 acc[T]) {
+    constexpr bool five = std::is_same_v<Block, format::block_q5_kx8>;
+    const __m256i low = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
+    __m256 pair[4][T]; // p2c + p2c+1
+    for (int c = 0; c < 4; ++c) { // sub-blocks 2c (low nibbles) and 2c + 1 (high)
+        __m256i s[T][2];
+        for (int t = 0; t < T; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+        for (int i = 0; i < 8; ++i) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[c][i]));
+            __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            if constexpr (five) { // bit j of qh into bit 4 of sub-block j's values
+                const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh[i]));
+                lo = _mm256_or_si256(lo, _mm256_and_si256(shift16(h, 4 - 2 * c), bit4));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(shift16(h, 3 - 2 * c), bit4));
+            }
+            for (int t = 0; t < T; ++t) {
+                s[t][0] = dot_add<Vnni>(s[t][0], lo, x4_all_lanes(xs[t][2 * c].qs + 4 * i));
+                s[t][1] = dot_add<Vnni>(s[t][1], hi, x4_all_lanes(xs[t][2 * c + 1].qs + 4 * i));
+            }
+        }
+        __m256i sc[2], m[2];
+        kx8_scale_min(b.scales, 2 * c, sc[0], m[0]);
+        kx8_scale_min(b.scales, 2 * c + 1, sc[1], m[1]);
+        for (int t = 0; t < T; ++t) {
+            __m256 p[2];
+            for (int e = 0; e < 2; ++e) {
+                const block_q8_x& xb = xs[t][2 * c + e];
+                const __m256 xd = _mm256_set1_ps(xb.d);
+                p[e] = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(_mm256_mullo_epi32(s[t][e], sc[e])));
+                const __m256i mins = _mm256_mullo_epi32(m[e], _mm256_set1_epi32(xb.sum));
+                p[e] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, xd), _mm256_cvtepi32_ps(mins), p[e]);
+            }
+            pair[c][t] = _mm256_add_ps(p[0], p[1]);
+        }
+    }
+    for (int t = 0; t < T; ++t) {
+        const __m256 sum8 = _mm256_add_ps(_mm256_add_ps(pair[0][t], pair[1][t]), _mm256_add_ps(pair[2][t], pair[3][t]));
+        acc[t] = _mm256_add_ps(acc[t], sum8);
+    }
+}
+
+// One super-block column of a q6_kx8 group against T tokens, likewise. The values less 32
+// go through the unsigned side as |w|, the activations taking w's sign.
+template <int T, bool Vnni>
+inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const xs[T], __m256 acc[T]) {
+    const __m256i low = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30), offset = _mm256_set1_epi8(32);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    const auto scale = [&](int k) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))); };
+    __m256 p[2][2][2][T]; // h, c, e: sub-block 4h + c + 2e
+    for (int h = 0; h < 2; ++h) {
+        for (int c = 0; c < 2; ++c) { // sub-blocks 4h + c (low nibbles) and 4h + c + 2 (high)
+            __m256i s[T][2][2]; // token, sub-block, half (elements 0-15, 16-31)
+            for (int t = 0; t < T; ++t) s[t][0][0] = s[t][0][1] = s[t][1][0] = s[t][1][1] = _mm256_setzero_si256();
+            for (int i = 0; i < 8; ++i) {
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql[h][c][i]));
+                const __m256i vh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh[h][i]));
+                const __m256i w[2] = {
+                    _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(shift16(vh, 4 - 2 * c), bits45)), offset),
+                    _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
+                                                    _mm256_and_si256(shift16(vh, -2 * c), bits45)),
+                                    offset)};
+                const __m256i u[2] = {_mm256_sign_epi8(w[0], w[0]), _mm256_sign_epi8(w[1], w[1])};
+                for (int t = 0; t < T; ++t) {
+                    for (int e = 0; e < 2; ++e) {
+                        const __m256i x = x4_all_lanes(xs[t][4 * h + c + 2 * e].qs + 4 * i);
+                        s[t][e][i / 4] = dot_add<Vnni>(s[t][e][i / 4], u[e], _mm256_sign_epi8(x, w[e]));
+                    }
+                }
+            }
+            for (int e = 0; e < 2; ++e) {
+                const int j = 4 * h + c + 2 * e;
+                const __m256i sc0 = scale(2 * j), sc1 = scale(2 * j + 1);
+                for (int t = 0; t < T; ++t) {
+                    const __m256i a = _mm256_add_epi32(_mm256_mullo_epi32(s[t][e][0], sc0), _mm256_mullo_epi32(s[t][e][1], sc1));
+                    p[h][c][e][t] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(xs[t][j].d)), _mm256_cvtepi32_ps(a));
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) {
+        __m256 half[2]; // (p4h + p4h+1) + (p4h+2 + p4h+3)
+        for (int h = 0; h < 2; ++h) {
+            half[h] = _mm256_add_ps(_mm256_add_ps(p[h][0][0][t], p[h][1][0][t]), _mm256_add_ps(p[h][0][1][t], p[h][1][1][t]));
+        }
+        acc[t] = _mm256_add_ps(acc[t], _mm256_add_ps(half[0], half[1]));
+    }
+}
+
+template <class Block, int T, bool Vnni>
+inline void kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 acc[T]) {
+    if constexpr (std::is_same_v<Block, format::block_q6_kx8>) q6_kx8_block<T, Vnni>(b, xs, acc);
+    else q45_kx8_block<Block, T, Vnni>(b, xs, acc);
+}
+
+// One group by T tokens (x_stride blocks apart): out[t * out_stride + r].
+template <class Block, int T, bool Vnni>
+void kx8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, float* out, size_t out_stride) {
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < n / format::qk_k; ++s) {
+        prefetch_x8_block<false>(w[s]);
+        const block_q8_x* xs[T];
+        for (int t = 0; t < T; ++t) xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
+        kx8_block<Block, T, Vnni>(w[s], xs, acc);
+    }
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + size_t(t) * out_stride, acc[t]);
+}
+
+// tile_q4_kx8 / tile_q5_kx8 / tile_q6_kx8: each group by up to four tokens at a time.
+template <class Block, bool Vnni>
+void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+              float* out) {
+    for (int g = 0; g < n_groups; ++g) {
+        const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride);
+        for (int t0 = 0; t0 < n_tok; t0 += 4) {
+            const block_q8_x* xt = x + size_t(t0) * x_stride;
+            float* o = out + (size_t(t0) * size_t(n_groups) + size_t(g)) * 8;
+            const size_t os = size_t(n_groups) * 8;
+            switch (std::min(4, n_tok - t0)) {
+            case 1: kx8_walk<Block, 1, Vnni>(w, xt, x_stride, n, o, os); break;
+            case 2: kx8_walk<Block, 2, Vnni>(w, xt, x_stride, n, o, os); break;
+            case 3: kx8_walk<Block, 3, Vnni>(w, xt, x_stride, n, o, os); break;
+            default: kx8_walk<Block, 4, Vnni>(w, xt, x_stride, n, o, os); break;
+            }
+        }
+    }
+}
+
+// streams_q4_kx8 / streams_q5_kx8 / streams_q6_kx8: four groups anywhere, each with its own
+// activations, side by side; decode reads them once (non-temporal prefetches).
+template <class Block, bool Vnni>
+void streams_kx8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
+    __m256 acc[4];
+    for (int g = 0; g < 4; ++g) acc[g] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < n / format::qk_k; ++s) {
+        for (int g = 0; g < 4; ++g) {
+            const Block& b = static_cast<const Block*>(groups[g])[s];
+            prefetch_x8_block<true>(b);
+            const block_q8_x* xs[1] = {x[g] + size_t(8 * s)};
+            kx8_block<Block, 1, Vnni>(b, xs, &acc[g]);
+        }
+    }
+    for (int g = 0; g < 4; ++g) _mm256_storeu_ps(out + 8 * g, acc[g]);
 }
 
 } // namespace

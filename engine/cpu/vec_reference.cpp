@@ -62,17 +62,19 @@ float dot_q4_0(const block_q4_0* w, const block_q8_x* x, int64_t n) {
     return sum[0] + sum[1];
 }
 
-// K-quant rows: per 32-element sub-block an exact integer sum, scaled into sum j.
-inline float sum8(const float a[8]) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
+// K-quant rows: per 32-element sub-block j an exact integer sum, scaled into p[j]; each
+// super-block's p added in a fixed tree, and the super-blocks one after another.
+inline float sum8(const float p[8]) { return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])); }
 
 template <format::dtype T>
 float dot_k(const void* row, const block_q8_x* x, int64_t n) {
     using namespace format;
-    float acc[8] = {};
+    float acc = 0.0f;
     const uint64_t bytes = row_bytes(T, qk_k);
     for (int64_t s = 0; s < n / qk_k; ++s) {
         const uint8_t* blk = static_cast<const uint8_t*>(row) + uint64_t(s) * bytes;
         const block_q8_x* xs = x + 8 * s;
+        float p[8];
         if constexpr (T == dtype::q6_k) {
             const auto& b = *reinterpret_cast<const block_q6_k*>(blk);
             const float d = f16_to_f32(b.d);
@@ -85,7 +87,7 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                     half[l / 16] += ((lo | (hi << 4)) - 32) * int32_t(xs[j].qs[l]);
                 }
                 const int32_t a = b.scales[2 * j] * half[0] + b.scales[2 * j + 1] * half[1];
-                acc[j] = std::fma(d * xs[j].d, static_cast<float>(a), acc[j]);
+                p[j] = (d * xs[j].d) * static_cast<float>(a);
             }
         } else {
             constexpr bool five = T == dtype::q5_k;
@@ -102,12 +104,13 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                     if (five) q |= ((b5.qh[l] >> j) & 1) << 4;
                     isum += q * int32_t(xs[j].qs[l]);
                 }
-                acc[j] = std::fma(d * xs[j].d, static_cast<float>(sc * isum), acc[j]);
-                acc[j] = std::fma(-(dmin * xs[j].d), static_cast<float>(m * xs[j].sum), acc[j]); // the mins
+                p[j] = (d * xs[j].d) * static_cast<float>(sc * isum);
+                p[j] = std::fma(-(dmin * xs[j].d), static_cast<float>(m * xs[j].sum), p[j]); // the mins
             }
         }
+        acc += sum8(p);
     }
-    return sum8(acc);
+    return acc;
 }
 
 template <format::dtype T>
@@ -115,6 +118,25 @@ void tile_k(const void* rows, size_t stride, const block_q8_x* x, size_t x_strid
     for (int t = 0; t < n_tok; ++t) {
         for (int r = 0; r < 4; ++r) out[t * 4 + r] = dot_k<T>(static_cast<const uint8_t*>(rows) + r * stride, x + t * x_stride, n);
     }
+}
+
+// Interleaved K-quants: each row taken out of its group, then dot_k.
+template <format::dtype T>
+void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+              float* out) {
+    std::vector<uint8_t> row(format::row_bytes(T, uint64_t(n)));
+    for (int g = 0; g < n_groups; ++g) {
+        for (int r = 0; r < 8; ++r) {
+            format::x8_row(format::matmul_storage(T, 8), static_cast<const uint8_t*>(groups) + size_t(g) * stride, uint64_t(n),
+                           uint64_t(r), row.data());
+            for (int t = 0; t < n_tok; ++t) out[(t * n_groups + g) * 8 + r] = dot_k<T>(row.data(), x + size_t(t) * x_stride, n);
+        }
+    }
+}
+
+template <format::dtype T>
+void streams_kx8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
+    for (int g = 0; g < 4; ++g) tile_kx8<T>(groups[g], 0, 1, x[g], 0, 1, n, out + 8 * g);
 }
 
 float dot_q4_0x8(const format::block_q4_0x8* g, int r, const block_q8_x* x, int64_t n) {
@@ -251,7 +273,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 
@@ -265,6 +287,17 @@ decltype(vec_kernels::tile_q8_0) int8_tile(const vec_kernels& vk, format::dtype 
     case format::dtype::q5_k: return vk.tile_q5_k;
     case format::dtype::q6_k: return vk.tile_q6_k;
     default: throw error(errc::internal, "no integer tile for " + std::string(format::dtype_name(t)));
+    }
+}
+
+x8_kernels int8_x8_kernels(const vec_kernels& vk, format::dtype t) {
+    switch (t) {
+    case format::dtype::q4_0x8: return {vk.tile_q4_0x8, vk.streams_q4_0x8};
+    case format::dtype::q8_0x8: return {vk.tile_q8_0x8, vk.streams_q8_0x8};
+    case format::dtype::q4_kx8: return {vk.tile_q4_kx8, vk.streams_q4_kx8};
+    case format::dtype::q5_kx8: return {vk.tile_q5_kx8, vk.streams_q5_kx8};
+    case format::dtype::q6_kx8: return {vk.tile_q6_kx8, vk.streams_q6_kx8};
+    default: throw error(errc::internal, "no interleaved kernels for " + std::string(format::dtype_name(t)));
     }
 }
 

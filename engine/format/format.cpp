@@ -2,12 +2,14 @@
 
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 namespace colibri::format {
 
 namespace {
 constexpr std::array<std::string_view, dtype_count> dtype_names = {"f32", "f16", "bf16", "q8_0",
-                                                                   "q4_0", "q4_0x8", "q8_0x8", "q4_k", "q5_k", "q6_k"};
+                                                                   "q4_0", "q4_0x8", "q8_0x8", "q4_k", "q5_k", "q6_k",
+                                                                   "q4_kx8", "q5_kx8", "q6_kx8"};
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
     "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2"};
 } // namespace
@@ -36,9 +38,12 @@ uint64_t row_bytes(dtype t, uint64_t n) {
     case dtype::q8_0x8: return n % qk ? 0 : n / qk * sizeof(block_q8_0);
     case dtype::q4_0:
     case dtype::q4_0x8: return n % qk ? 0 : n / qk * sizeof(block_q4_0);
-    case dtype::q4_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q4_k);
-    case dtype::q5_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q5_k);
-    case dtype::q6_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q6_k);
+    case dtype::q4_k:
+    case dtype::q4_kx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_q4_k);
+    case dtype::q5_k:
+    case dtype::q5_kx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_q5_k);
+    case dtype::q6_k:
+    case dtype::q6_kx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_q6_k);
     }
     return 0;
 }
@@ -47,66 +52,113 @@ bool is_quantized(dtype t) { return t == dtype::q8_0 || t == dtype::q4_0 || is_i
 
 bool is_k_quant(dtype t) { return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k; }
 
-int block_elements(dtype t) { return is_k_quant(t) ? qk_k : is_quantized(t) ? qk : 1; }
+int block_elements(dtype t) { return is_k_quant(row_type(t)) ? qk_k : is_quantized(t) ? qk : 1; }
 
-bool is_interleaved(dtype t) { return t == dtype::q4_0x8 || t == dtype::q8_0x8; }
+bool is_interleaved(dtype t) { return row_type(t) != t; }
 
 dtype row_type(dtype t) {
-    return t == dtype::q4_0x8 ? dtype::q4_0 : t == dtype::q8_0x8 ? dtype::q8_0 : t;
+    switch (t) {
+    case dtype::q4_0x8: return dtype::q4_0;
+    case dtype::q8_0x8: return dtype::q8_0;
+    case dtype::q4_kx8: return dtype::q4_k;
+    case dtype::q5_kx8: return dtype::q5_k;
+    case dtype::q6_kx8: return dtype::q6_k;
+    default: return t;
+    }
 }
 
 dtype matmul_storage(dtype t, uint64_t rows) {
     if (rows % x8_rows != 0) return t;
-    return t == dtype::q4_0 ? dtype::q4_0x8 : t == dtype::q8_0 ? dtype::q8_0x8 : t;
+    switch (t) {
+    case dtype::q4_0: return dtype::q4_0x8;
+    case dtype::q8_0: return dtype::q8_0x8;
+    case dtype::q4_k: return dtype::q4_kx8;
+    case dtype::q5_k: return dtype::q5_kx8;
+    case dtype::q6_k: return dtype::q6_kx8;
+    default: return t;
+    }
 }
 
 namespace {
 
-// Pieces of four bytes in one block of a row: 4 for q4_0 (nibbles), 8 for q8_0.
-template <class X8>
-constexpr int x8_pieces = sizeof(X8::qs) / (x8_rows * 4);
+template <class Plain>
+constexpr uint64_t block_elems = std::is_same_v<Plain, block_q4_0> || std::is_same_v<Plain, block_q8_0> ? qk : qk_k;
 
-// Each group of eight rows, block column by block column: the eight blocks' scales, then
-// their values in 4-byte pieces, piece k of every row in turn.
+// Row r's block p into an interleaved block b (Put), or back out of it: the scales, then
+// the values in 4-byte pieces, piece k of every row in turn.
+template <bool Put, class X8, class Plain>
+void pieces(X8& b, int r, Plain& p) {
+    using P = std::remove_const_t<Plain>;
+    const auto copy = [](auto* in_x8, auto* in_plain, size_t n) {
+        if constexpr (Put) std::memcpy(in_x8, in_plain, n);
+        else std::memcpy(in_plain, in_x8, n);
+    };
+    copy(&b.d[r], &p.d, 2);
+    if constexpr (std::is_same_v<P, block_q4_0> || std::is_same_v<P, block_q8_0>) {
+        for (size_t k = 0; k < sizeof(p.qs) / 4; ++k) copy(b.qs[k][r], p.qs + 4 * k, 4);
+    } else if constexpr (std::is_same_v<P, block_q6_k>) {
+        for (int k = 0; k < 16; ++k) copy(&b.scales[k][r], &p.scales[k], 1);
+        for (int h = 0; h < 2; ++h) {
+            for (int i = 0; i < 8; ++i) {
+                copy(b.ql[h][0][i][r], p.ql + 64 * h + 4 * i, 4);
+                copy(b.ql[h][1][i][r], p.ql + 64 * h + 32 + 4 * i, 4);
+                copy(b.qh[h][i][r], p.qh + 32 * h + 4 * i, 4);
+            }
+        }
+    } else { // q4_k, q5_k
+        copy(&b.dmin[r], &p.dmin, 2);
+        for (int w = 0; w < 3; ++w) copy(&b.scales[w][r], p.scales + 4 * w, 4);
+        for (int c = 0; c < 4; ++c) {
+            for (int i = 0; i < 8; ++i) copy(b.qs[c][i][r], p.qs + 32 * c + 4 * i, 4);
+        }
+        if constexpr (std::is_same_v<P, block_q5_k>) {
+            for (int i = 0; i < 8; ++i) copy(b.qh[i][r], p.qh + 4 * i, 4);
+        }
+    }
+}
+
+// Each group of eight rows, block column by block column.
 template <class Plain, class X8>
 void interleave_t(const void* plain_rows, uint64_t rows, uint64_t cols, void* out) {
     const auto* in = static_cast<const Plain*>(plain_rows);
     auto* o = static_cast<X8*>(out);
-    const uint64_t nb = cols / qk;
+    const uint64_t nb = cols / block_elems<Plain>;
     for (uint64_t g = 0; g < rows / x8_rows; ++g) {
         for (uint64_t ib = 0; ib < nb; ++ib) {
-            X8& b = o[g * nb + ib];
-            for (int r = 0; r < x8_rows; ++r) {
-                const Plain& src = in[(g * x8_rows + uint64_t(r)) * nb + ib];
-                b.d[r] = src.d;
-                for (int k = 0; k < x8_pieces<X8>; ++k) std::memcpy(b.qs[k][r], src.qs + 4 * k, 4);
-            }
+            for (int r = 0; r < x8_rows; ++r) pieces<true>(o[g * nb + ib], r, in[(g * x8_rows + uint64_t(r)) * nb + ib]);
         }
     }
 }
 
 template <class Plain, class X8>
 void row_t(const void* matrix, uint64_t cols, uint64_t r, void* out_row) {
-    const uint64_t nb = cols / qk;
+    const uint64_t nb = cols / block_elems<Plain>;
     const auto* g = static_cast<const X8*>(matrix) + r / x8_rows * nb;
     auto* o = static_cast<Plain*>(out_row);
-    const int i = static_cast<int>(r % x8_rows);
-    for (uint64_t ib = 0; ib < nb; ++ib) {
-        o[ib].d = g[ib].d[i];
-        for (int k = 0; k < x8_pieces<X8>; ++k) std::memcpy(o[ib].qs + 4 * k, g[ib].qs[k][i], 4);
+    for (uint64_t ib = 0; ib < nb; ++ib) pieces<false>(g[ib], static_cast<int>(r % x8_rows), o[ib]);
+}
+
+// Calls f with the plain and interleaved block types of the interleaved type t.
+template <class F>
+void with_x8_blocks(dtype t, F&& f) {
+    switch (t) {
+    case dtype::q4_0x8: f(block_q4_0{}, block_q4_0x8{}); return;
+    case dtype::q8_0x8: f(block_q8_0{}, block_q8_0x8{}); return;
+    case dtype::q4_kx8: f(block_q4_k{}, block_q4_kx8{}); return;
+    case dtype::q5_kx8: f(block_q5_k{}, block_q5_kx8{}); return;
+    case dtype::q6_kx8: f(block_q6_k{}, block_q6_kx8{}); return;
+    default: return;
     }
 }
 
 } // namespace
 
 void interleave_x8(dtype t, const void* plain_rows, uint64_t rows, uint64_t cols, void* out) {
-    if (t == dtype::q4_0x8) interleave_t<block_q4_0, block_q4_0x8>(plain_rows, rows, cols, out);
-    if (t == dtype::q8_0x8) interleave_t<block_q8_0, block_q8_0x8>(plain_rows, rows, cols, out);
+    with_x8_blocks(t, [&](auto plain, auto x8) { interleave_t<decltype(plain), decltype(x8)>(plain_rows, rows, cols, out); });
 }
 
 void x8_row(dtype t, const void* matrix, uint64_t cols, uint64_t r, void* out_row) {
-    if (t == dtype::q4_0x8) row_t<block_q4_0, block_q4_0x8>(matrix, cols, r, out_row);
-    if (t == dtype::q8_0x8) row_t<block_q8_0, block_q8_0x8>(matrix, cols, r, out_row);
+    with_x8_blocks(t, [&](auto plain, auto x8) { row_t<decltype(plain), decltype(x8)>(matrix, cols, r, out_row); });
 }
 
 std::string_view arch_name(arch a) {

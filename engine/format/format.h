@@ -36,8 +36,13 @@ enum class dtype : uint32_t {
     q4_k = 7, ///< 8 sub-blocks of 32, 6-bit scale and min each: x = d sc q - dmin m, q 4-bit
     q5_k = 8, ///< the same with 5-bit q
     q6_k = 9, ///< 16 sub-blocks of 16, int8 scale each: x = d sc (q - 32), q 6-bit
+    /// q4_k, q5_k and q6_k super-blocks of a matrix whose rows come in groups of eight,
+    /// interleaved like q4_0x8 (block_q4_kx8, block_q5_kx8, block_q6_kx8); rows a multiple of 8
+    q4_kx8 = 10,
+    q5_kx8 = 11,
+    q6_kx8 = 12,
 };
-inline constexpr uint32_t dtype_count = 10;
+inline constexpr uint32_t dtype_count = 13;
 inline constexpr int qk = 32;    ///< elements per quantisation block (activations, q8_0, q4_0, K-quant sub-blocks)
 inline constexpr int qk_k = 256; ///< elements per K-quant super-block
 
@@ -89,10 +94,36 @@ struct block_q6_k {
     uint16_t d; // f16
 };
 #pragma pack(pop)
+/// Super-block column s of rows 8g..8g+7 of a q4_kx8 matrix: the eight super-blocks' d and
+/// dmin, their 12 bytes of scales as three 32-bit words (word w of row r: scales[w][r]),
+/// and their quants four bytes of each row at a time: qs[c][i][r] holds bytes
+/// 32c + 4i .. 32c + 4i + 3 of row r's qs (elements 4i.. of sub-blocks 2c and 2c + 1).
+struct block_q4_kx8 {
+    uint16_t d[8], dmin[8];
+    uint32_t scales[3][8];
+    uint8_t qs[4][8][8][4];
+};
+/// The same for q5_k, with qh[i][r]: bytes 4i .. 4i + 3 of row r's qh.
+struct block_q5_kx8 {
+    uint16_t d[8], dmin[8];
+    uint32_t scales[3][8];
+    uint8_t qh[8][8][4];
+    uint8_t qs[4][8][8][4];
+};
+/// The same for q6_k: scales[k][r] is row r's scale k; ql[h][c][i][r] holds bytes
+/// 64h + 32c + 4i .. + 3 of row r's ql, qh[h][i][r] bytes 32h + 4i .. + 3 of its qh.
+struct block_q6_kx8 {
+    uint16_t d[8];
+    int8_t scales[16][8];
+    uint8_t ql[2][2][8][8][4];
+    uint8_t qh[2][8][8][4];
+};
+static_assert(sizeof(block_q4_kx8) == 8 * sizeof(block_q4_k) && sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) &&
+              sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k));
 static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210);
 static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0) &&
               sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0));
-inline constexpr int x8_rows = 8; ///< rows in one group of q4_0x8 and q8_0x8
+inline constexpr int x8_rows = 8; ///< rows in one group of an interleaved type
 
 /// Name used in files, on the command line and in the docs.
 std::string_view dtype_name(dtype t);
@@ -118,14 +149,15 @@ inline void k_scale_min(const uint8_t* s, int j, int& sc, int& m) {
         m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
 }
-/// q4_0x8 and q8_0x8: rows stored interleaved in groups of eight.
+/// q4_0x8, q8_0x8, q4_kx8, q5_kx8, q6_kx8: rows stored interleaved in groups of eight.
 bool is_interleaved(dtype t);
-/// The type of one row taken out of a `t` matrix (x8_row): q4_0 for q4_0x8, q8_0 for
-/// q8_0x8, else `t` itself.
+/// The type of one row taken out of a `t` matrix (x8_row): q4_0 for q4_0x8, q4_k for
+/// q4_kx8 and so on, else `t` itself.
 dtype row_type(dtype t);
 /// The type a matrix of `rows` is stored as for matrix products when `t` is asked for:
-/// q4_0x8 for q4_0 and q8_0x8 for q8_0 with rows a multiple of 8, else `t` itself. (A
-/// table that is also looked up row by row, token_embd, keeps `t`.)
+/// t's interleaved type (q4_0x8 for q4_0, q8_0x8 for q8_0, q4_kx8 for q4_k...) with rows a
+/// multiple of 8, else `t` itself. (A table that is also looked up row by row, token_embd,
+/// keeps `t`.)
 dtype matmul_storage(dtype t, uint64_t rows);
 /// Interleaves `rows` (a multiple of 8) rows of `cols` elements, of type row_type(t), into
 /// the groups of the interleaved type `t`.

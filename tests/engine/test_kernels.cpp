@@ -451,13 +451,15 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                 }
             }
         }
-        // q4_0x8 and q8_0x8: four groups of eight rows (and the first again), every count of
-        // groups and tokens the tiles take, bit-identical to the reference and within
+        // the interleaved types: four groups of eight rows (and the first again), every count
+        // of groups and tokens the tiles take, bit-identical to the reference and within
         // rounding of the exact dot of the stored values
-        for (dtype t : {dtype::q4_0x8, dtype::q8_0x8}) {
+        for (dtype t : {dtype::q4_0x8, dtype::q8_0x8, dtype::q4_kx8, dtype::q5_kx8, dtype::q6_kx8}) {
+            if (format::row_bytes(t, uint64_t(n)) == 0) continue;
             CAPTURE(format::dtype_name(t));
+            const dtype plain = format::row_type(t);
             auto w32 = random_vec(size_t(32 * n), 45 + n, 2.0f);
-            const auto q32 = quantize(format::row_type(t), w32, 32, n);
+            const auto q32 = format::is_k_quant(plain) ? random_k_rows(plain, 32, n, 45 + uint64_t(n)) : quantize(plain, w32, 32, n);
             const size_t rb = format::row_bytes(t, n), gb = 8 * rb;
             std::vector<uint8_t> x8(5 * gb);
             format::interleave_x8(t, q32.data(), 32, uint64_t(n), x8.data());
@@ -469,12 +471,10 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                 CHECK(std::memcmp(row.data(), q32.data() + r * rb, rb) == 0);
                 kernels::to_f32_row(t, row.data(), stored32.data() + r * n, n);
             }
-            const auto tile_ref = t == dtype::q8_0x8 ? ref.tile_q8_0x8 : ref.tile_q4_0x8;
-            const auto tile_simd = t == dtype::q8_0x8 ? simd->tile_q8_0x8 : simd->tile_q4_0x8;
+            const auto tile_ref = int8_x8_kernels(ref, t).tile, tile_simd = int8_x8_kernels(*simd, t).tile;
             // decode's four streams: groups anywhere (the fifth is the first), each with its
             // own activations or all with the same, as each group alone
-            const auto streams_ref = t == dtype::q8_0x8 ? ref.streams_q8_0x8 : ref.streams_q4_0x8;
-            const auto streams_simd = t == dtype::q8_0x8 ? simd->streams_q8_0x8 : simd->streams_q4_0x8;
+            const auto streams_ref = int8_x8_kernels(ref, t).streams, streams_simd = int8_x8_kernels(*simd, t).streams;
             for (bool own_x : {true, false}) {
                 CAPTURE(own_x);
                 const int order[4] = {3, 0, 4, 1}; // groups
