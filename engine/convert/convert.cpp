@@ -103,7 +103,7 @@ void check_finite(const std::vector<float>& row, const std::string& file, const 
     }
 }
 
-convert_summary convert_checkpoint(const std::string& input, const std::string& output, dtype quant,
+convert_summary convert_checkpoint(const std::string& input, const std::string& output, const quant_choice& quant,
                                    const model_writer::progress& progress, std::optional<fim_order> order) {
     const auto t0 = std::chrono::steady_clock::now();
     const safetensors_checkpoint ckpt(input);

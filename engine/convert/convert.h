@@ -1,6 +1,7 @@
 #pragma once
 // colibri-convert: Hugging Face checkpoint (or random weights) -> .colibri file.
 
+#include "convert/quant_choice.h"
 #include "format/format.h"
 #include "format/writer.h"
 #include "generate/fim.h"
@@ -41,12 +42,12 @@ struct checkpoint_plan {
 };
 
 /// Reads config.json in `dir` and maps it and the checkpoint's tensors for the family named
-/// by `architectures`. Matrices get `quant` (f16 when a row does not fit its blocks);
+/// by `architectures`. Matrices get quant's type for them (quant_choice::matrix_type);
 /// norms and biases f32; the router and the shared-expert gate always f32.
 /// Throws colibri::error for an unsupported architecture or setting, or a missing or
 /// mis-shaped tensor, naming it.
 checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt,
-                                format::dtype quant);
+                                const quant_choice& quant);
 
 /// How one kind of source element became one of ours (GGUF input), with the error it added.
 struct type_conversion {
@@ -80,15 +81,15 @@ void check_finite(const std::vector<float>& row, const std::string& file, const 
 /// it unless told otherwise, is `fim_order` when given, else tokenizer_config.json's
 /// "fim_order" ("psm" or "spm") when present, else psm.
 convert_summary convert_checkpoint(const std::string& input, const std::string& output,
-                                   format::dtype quant, const model_writer::progress& progress,
+                                   const quant_choice& quant, const model_writer::progress& progress,
                                    std::optional<fim_order> order = std::nullopt);
 
 /// Converts a GGUF file (docs/gguf.md). `quant` empty keeps each tensor's type where ours
-/// has the same layout (F32, F16, BF16, Q8_0, Q4_0) and writes the other quantised types
-/// as q8_0; a given `quant` is used for every matrix. Throws colibri::error naming the file
+/// has the same layout (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and writes the other
+/// quantised types as q8_0; a given `quant` picks every matrix's. Throws colibri::error naming the file
 /// and any unsupported architecture, tensor type or tokenizer. `order` as for a checkpoint.
 convert_summary convert_gguf(const std::string& input, const std::string& output,
-                             std::optional<format::dtype> quant, const model_writer::progress& progress,
+                             std::optional<quant_choice> quant, const model_writer::progress& progress,
                              std::optional<fim_order> order = std::nullopt);
 
 /// Adds the parameter counts of tensors (name, elements) to `sum`: all of them, and those
@@ -107,7 +108,7 @@ struct random_model_options {
 
 /// Writes a model of the given shape with random weights (for benchmarks and tests).
 convert_summary write_random_model(const random_model_options& opt, const std::string& output,
-                                   format::dtype quant, const model_writer::progress& progress);
+                                   const quant_choice& quant, const model_writer::progress& progress);
 
 /// Reads a whole file into memory; throws colibri::error (io) naming it.
 std::vector<uint8_t> read_file_bytes(const std::string& path);

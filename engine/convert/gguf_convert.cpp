@@ -66,8 +66,10 @@ std::string shape_text(const std::vector<uint64_t>& s) {
 
 class gguf_planner {
 public:
-    gguf_planner(const gguf_file& f, std::optional<dtype> quant, std::vector<type_conversion>& conv)
+    gguf_planner(const gguf_file& f, std::optional<quant_choice> quant, std::vector<type_conversion>& conv)
         : f_(f), quant_(quant), conv_(conv) {}
+
+    mix_shape shape; ///< for quant's mixes
 
     const gguf_tensor& get(const std::string& name) const {
         const gguf_tensor* t = f_.find_tensor(name);
@@ -120,7 +122,7 @@ private:
     void add(const std::string& name, const gguf_tensor& t, std::vector<uint64_t> shape, uint64_t index,
              uint32_t perm_heads, bool router) {
         check_readable(t);
-        dtype type = router ? dtype::f32 : quant_.value_or(kept_type(t.type));
+        dtype type = router ? dtype::f32 : quant_ ? quant_->matrix_type(name, shape[1], this->shape) : kept_type(t.type);
         if (row_bytes(type, shape[1]) == 0) type = dtype::f16; // rows that do not fill whole blocks
         plan.push_back({name, type, std::move(shape), &t, index, perm_heads, conversion(t.type, type, same_layout(t.type, type)), {}});
     }
@@ -134,7 +136,7 @@ private:
     }
 
     const gguf_file& f_;
-    std::optional<dtype> quant_;
+    std::optional<quant_choice> quant_;
     std::vector<type_conversion>& conv_;
 };
 
@@ -144,7 +146,7 @@ struct gguf_plan {
     std::vector<planned> tensors;
 };
 
-gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<type_conversion>& conv) {
+gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::vector<type_conversion>& conv) {
     const std::string a = f.string_of("general.architecture");
     const family_info* desc = find_gguf_family(a, f.get_uint(a + ".expert_count").value_or(0) > 0);
     if (desc == nullptr) {
@@ -252,6 +254,7 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
     hp.n_vocab = static_cast<uint32_t>(embd.ne[1]);
     const bool tied = !pl.has(std::string(names::output));
     if (tied) hp.flags |= flag_tie_embeddings;
+    pl.shape = {hp.n_layer, hp.n_expert, tied};
     if (pl.has("blk.0.attn_q.bias")) hp.flags |= flag_attn_bias;
     if (pl.has("blk.0.attn_output.bias")) {
         if (desc->ffn != ffn_kind::gelu_mlp) unsupported("an output-projection bias (attn_output.bias)");
@@ -344,7 +347,7 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<dtype> quant, std::vector<
 
 } // namespace
 
-convert_summary convert_gguf(const std::string& input, const std::string& output, std::optional<dtype> quant,
+convert_summary convert_gguf(const std::string& input, const std::string& output, std::optional<quant_choice> quant,
                              const model_writer::progress& progress, std::optional<fim_order> order) {
     const auto t0 = std::chrono::steady_clock::now();
     const gguf_file f(input);

@@ -79,8 +79,8 @@ std::string shape_text(const std::vector<uint64_t>& s) {
 
 class planner {
 public:
-    planner(const safetensors_checkpoint& ckpt, dtype quant, checkpoint_plan& plan)
-        : ckpt_(ckpt), quant_(quant), plan_(plan) {}
+    planner(const safetensors_checkpoint& ckpt, const quant_choice& quant, const mix_shape& shape, checkpoint_plan& plan)
+        : ckpt_(ckpt), quant_(quant), shape_(shape), plan_(plan) {}
 
     /// A matrix [rows, cols] from rows row0.. of matrix `index` of `src`.
     void matrix(const std::string& name, const std::string& src, uint64_t rows, uint64_t cols,
@@ -90,8 +90,7 @@ public:
         if (t.shape.size() == 3) ok = index < t.shape[0] && row0 + rows <= t.shape[1] && t.shape[2] == cols;
         else ok = t.shape.size() == 2 && index == 0 && row0 + rows <= t.shape[0] && t.shape[1] == cols;
         if (!ok) bad_shape(src, t, shape_text({rows, cols}));
-        dtype type = keep_f32 ? dtype::f32 : quant_;
-        if (row_bytes(type, cols) == 0) type = dtype::f16; // rows that do not fill whole blocks
+        const dtype type = keep_f32 ? dtype::f32 : quant_.matrix_type(name, cols, shape_);
         plan_.tensors.push_back({name, type, {rows, cols}, {src, index, row0}, {}});
     }
 
@@ -126,11 +125,12 @@ private:
     }
 
     const safetensors_checkpoint& ckpt_;
-    dtype quant_;
+    quant_choice quant_;
+    mix_shape shape_;
     checkpoint_plan& plan_;
 };
 
-checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, dtype quant);
+checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, const quant_choice& quant);
 
 // rope_scaling (rope_parameters in newer configs, which also hold rope_theta): the types
 // transformers computes frequencies for that the runtime can express.
@@ -202,7 +202,7 @@ rope_scaling read_rope_scaling(const config_reader& cfg, hparams& hp) {
 
 } // namespace
 
-checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt, dtype quant) {
+checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt, const quant_choice& quant) {
     const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
     try {
         return plan_from_config(cfg_path, ckpt, quant);
@@ -213,7 +213,7 @@ checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkp
 
 namespace {
 
-checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, dtype quant) {
+checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, const quant_choice& quant) {
     std::ifstream in(cfg_path);
     if (!in) throw error(errc::io, cfg_path + ": cannot open");
     json j;
@@ -278,7 +278,6 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         cfg.unsupported("sliding-window attention is not supported");
     }
     hp.qk_norm = static_cast<uint32_t>(fam->qk);
-    hp.weight_type = static_cast<uint32_t>(matmul_storage(quant, hp.n_head * hp.head_dim)); // as blk.0.attn_q is stored
     hp.embedding_scale = 1.0f;
     hp.residual_scale = 1.0f;
     hp.logit_scale = 1.0f;
@@ -333,7 +332,10 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (out_bias && !gelu) cfg.unsupported("an output-projection bias (o_proj.bias) is not supported");
     if (out_bias) hp.flags |= flag_out_bias;
 
-    planner p(ckpt, quant, plan);
+    const mix_shape shape{hp.n_layer, hp.n_expert, tied};
+    hp.weight_type = static_cast<uint32_t>(matmul_storage(quant.matrix_type(names::layer(0, names::blk::attn_q), hp.n_embd, shape),
+                                                          hp.n_head * hp.head_dim)); // as blk.0.attn_q is stored
+    planner p(ckpt, quant, shape, plan);
     const uint64_t q_dim = uint64_t(hp.n_head) * hp.head_dim, kv_dim = uint64_t(hp.n_head_kv) * hp.head_dim;
     p.matrix(std::string(names::token_embd), "model.embed_tokens.weight", hp.n_vocab, hp.n_embd);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {

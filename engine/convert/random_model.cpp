@@ -16,7 +16,7 @@ namespace colibri {
 
 using namespace format;
 
-convert_summary write_random_model(const random_model_options& o, const std::string& output, dtype quant,
+convert_summary write_random_model(const random_model_options& o, const std::string& output, const quant_choice& quant,
                                    const model_writer::progress& progress) {
     const auto t0 = std::chrono::steady_clock::now();
     hparams hp{};
@@ -34,7 +34,9 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     hp.n_vocab = o.n_vocab;
     hp.n_ctx = o.n_ctx;
     hp.flags = flag_norm_topk_prob | (o.n_ff_shexp > 0 ? uint32_t(flag_shared_expert_gate) : 0u);
-    hp.weight_type = static_cast<uint32_t>(matmul_storage(quant, uint64_t(o.n_head) * o.head_dim)); // as blk.0.attn_q is stored
+    const mix_shape shape{o.n_layer, o.n_expert, false};
+    hp.weight_type = static_cast<uint32_t>(matmul_storage(quant.matrix_type(names::layer(0, names::blk::attn_q), o.n_embd, shape),
+                                                          uint64_t(o.n_head) * o.head_dim)); // as blk.0.attn_q is stored
     hp.rope_theta = 10000.0f;
     hp.norm_eps = 1e-5f;
     hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;
@@ -75,7 +77,6 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     // uniform in +-1/sqrt(cols): activations keep their scale through the layers
     auto add = [&](const std::string& name, std::vector<uint64_t> shape, dtype type, bool ones, bool active) {
         const uint64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
-        if (row_bytes(type, cols) == 0) type = dtype::f16;
         const uint64_t seed = ++tensor_seed;
         w.add_tensor(name, type, shape, [=](uint8_t* dst) {
             xorshift64s rng(seed);
@@ -90,39 +91,43 @@ convert_summary write_random_model(const random_model_options& o, const std::str
         sum.n_params += rows * cols;
         if (active) sum.n_params_active += rows * cols;
     };
+    const auto mat = [&](const std::string& name, std::vector<uint64_t> dims, bool active) {
+        const dtype type = quant.matrix_type(name, dims.back(), shape);
+        add(name, std::move(dims), type, false, active);
+    };
     const uint64_t E = o.n_embd, q_dim = uint64_t(o.n_head) * o.head_dim, kv_dim = uint64_t(o.n_head_kv) * o.head_dim;
-    add(std::string(names::token_embd), {o.n_vocab, E}, quant, false, false);
+    mat(std::string(names::token_embd), {o.n_vocab, E}, false);
     sum.n_params_active += E;
     for (int il = 0; il < static_cast<int>(o.n_layer); ++il) {
         auto n = [il](std::string_view s) { return names::layer(il, s); };
         add(n(names::blk::attn_norm), {E}, dtype::f32, true, true);
-        add(n(names::blk::attn_q), {q_dim, E}, quant, false, true);
-        add(n(names::blk::attn_k), {kv_dim, E}, quant, false, true);
-        add(n(names::blk::attn_v), {kv_dim, E}, quant, false, true);
-        add(n(names::blk::attn_output), {E, q_dim}, quant, false, true);
+        mat(n(names::blk::attn_q), {q_dim, E}, true);
+        mat(n(names::blk::attn_k), {kv_dim, E}, true);
+        mat(n(names::blk::attn_v), {kv_dim, E}, true);
+        mat(n(names::blk::attn_output), {E, q_dim}, true);
         add(n(names::blk::ffn_norm), {E}, dtype::f32, true, true);
         if (o.n_expert > 0) {
             add(n(names::blk::ffn_gate_inp), {o.n_expert, E}, dtype::f32, false, true);
             for (int e = 0; e < static_cast<int>(o.n_expert); ++e) {
                 const bool active = e < static_cast<int>(o.n_expert_used);
-                add(names::expert(il, e, names::exp::gate), {o.n_ff_exp, E}, quant, false, active);
-                add(names::expert(il, e, names::exp::up), {o.n_ff_exp, E}, quant, false, active);
-                add(names::expert(il, e, names::exp::down), {E, o.n_ff_exp}, quant, false, active);
+                mat(names::expert(il, e, names::exp::gate), {o.n_ff_exp, E}, active);
+                mat(names::expert(il, e, names::exp::up), {o.n_ff_exp, E}, active);
+                mat(names::expert(il, e, names::exp::down), {E, o.n_ff_exp}, active);
             }
             if (o.n_ff_shexp > 0) {
-                add(n(names::blk::ffn_gate_shexp), {o.n_ff_shexp, E}, quant, false, true);
-                add(n(names::blk::ffn_up_shexp), {o.n_ff_shexp, E}, quant, false, true);
-                add(n(names::blk::ffn_down_shexp), {E, o.n_ff_shexp}, quant, false, true);
+                mat(n(names::blk::ffn_gate_shexp), {o.n_ff_shexp, E}, true);
+                mat(n(names::blk::ffn_up_shexp), {o.n_ff_shexp, E}, true);
+                mat(n(names::blk::ffn_down_shexp), {E, o.n_ff_shexp}, true);
                 add(n(names::blk::ffn_gate_inp_shexp), {1, E}, dtype::f32, false, true);
             }
         } else {
-            add(n(names::blk::ffn_gate), {o.n_ff, E}, quant, false, true);
-            add(n(names::blk::ffn_up), {o.n_ff, E}, quant, false, true);
-            add(n(names::blk::ffn_down), {E, o.n_ff}, quant, false, true);
+            mat(n(names::blk::ffn_gate), {o.n_ff, E}, true);
+            mat(n(names::blk::ffn_up), {o.n_ff, E}, true);
+            mat(n(names::blk::ffn_down), {E, o.n_ff}, true);
         }
     }
     add(std::string(names::output_norm), {E}, dtype::f32, true, true);
-    add(std::string(names::output), {o.n_vocab, E}, quant, false, true);
+    mat(std::string(names::output), {o.n_vocab, E}, true);
     sum.n_tensors = w.n_tensors();
     sum.file_size = w.write(output, progress);
     sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

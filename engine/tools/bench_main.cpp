@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
         ("shape", po::value(&shape), "random-weight model instead: mixtral-like (dim 1024, 16 layers, 16/8 heads, "
                                       "8 experts top-2, FFN 2816) or fine-grained (dim 1024, 24 layers, 16/8 heads, "
                                       "32 experts top-8, FFN 512); vocabulary 32000")
-        ("quant", po::value(&quant), "weight type of the random model (default q8_0)")
+        ("quant", po::value(&quant), "weight type of the random model, as colibri-convert's --quant (default q8_0)")
         ("cache-dir", po::value(&cache_dir), "where random models are kept between runs (default: the temp directory)")
         ("device", po::value(&device), "cpu (default) or cuda:N: on a GPU, decode against its measured read bandwidth")
         ("gpu-memory", po::value(&gpu_memory_mib), "on a GPU: MiB of device memory for the weights (default 0: no limit); "
@@ -404,12 +404,10 @@ int main(int argc, char** argv) {
             } else {
                 throw error(errc::invalid_argument, "unknown --shape '" + shape + "'");
             }
-            format::dtype q;
-            if (!format::parse_dtype(quant, q)) throw error(errc::invalid_argument, "unknown --quant '" + quant + "'");
-            q = format::row_type(q); // q4_0 and q8_0 matrices are stored interleaved
+            const quant_choice q = quant_choice::parse(quant);
             // named after the type the matrices are stored as: a file from before a layout
             // change is not taken for a current one
-            const std::string stored(format::dtype_name(format::matmul_storage(q, 8)));
+            const std::string stored = std::string(format::dtype_name(format::matmul_storage(q.base(), 8))) + (q.is_mix() ? "-mix" : "");
             const auto dir = cache_dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(cache_dir);
             model_path = (dir / ("colibri-bench-" + shape + "-" + stored + ".colibri")).string();
             if (!std::filesystem::exists(model_path)) {

@@ -15,14 +15,6 @@ using namespace colibri;
 
 namespace {
 
-format::dtype parse_quant(const std::string& s) {
-    format::dtype t;
-    if (format::parse_dtype(s, t)) return format::row_type(t); // q4_0 and q8_0 matrices are stored interleaved
-    if (s == "int8") return format::dtype::q8_0;
-    if (s == "int4" || s == "q4") return format::dtype::q4_0;
-    throw error(errc::invalid_argument, "unknown --quant '" + s + "' (f32, f16, bf16, q8_0 (int8), q4_0 (int4))");
-}
-
 format::arch parse_arch(const std::string& s) {
     for (uint32_t i = 1; i <= format::arch_max; ++i) {
         if (format::arch_name(static_cast<format::arch>(i)) == s) return static_cast<format::arch>(i);
@@ -53,8 +45,10 @@ int main(int argc, char** argv) {
         ("help,h", "show this help")
         ("input,i", po::value(&input), "Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.model or tokenizer.json), or a GGUF file")
         ("output,o", po::value(&output), "the .colibri file to write")
-        ("quant,q", po::value(&quant), "weight type of the matrices: f32, f16, bf16, q8_0 (int8), q4_0 (int4); default f16, or for a GGUF "
-                               "file each tensor's own type where ours has its layout and q8_0 for the other quantised types")
+        ("quant,q", po::value(&quant), "weight type of the matrices: f32, f16, bf16, q8_0 (int8), q4_0 (int4), q4_k, q5_k, q6_k, "
+                               "or llama.cpp's mixes q4_k_m and q5_k_m (q6_k for the output and, in some layers, attn_v and "
+                               "ffn_down); default f16, or for a GGUF file each tensor's own type where ours has its layout "
+                               "(F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and q8_0 for the other quantised types")
         ("fim-order", po::value(&fim_order_name), "the fill-in-the-middle order the model was trained with, recorded in the file as "
                                               "the order its prompts use: psm (prefix, suffix, middle) or spm (suffix first); default "
                                               "tokenizer_config.json's \"fim_order\" when present, else psm")
@@ -106,14 +100,14 @@ int main(int argc, char** argv) {
         }
     };
     try {
-        const format::dtype q = parse_quant(quant.empty() ? "f16" : quant);
+        const quant_choice q = quant_choice::parse(quant.empty() ? "f16" : quant);
         convert_summary s;
         std::optional<fim_order> order;
         if (!fim_order_name.empty() && !parse_fim_order(fim_order_name, order.emplace()))
             throw error(errc::invalid_argument, "--fim-order must be 'psm' or 'spm' (got '" + fim_order_name + "')");
         if (random && order) throw error(errc::invalid_argument, "--fim-order applies to a converted model, not --random");
         if (!random && std::filesystem::is_regular_file(input) && is_gguf_file(input)) {
-            s = convert_gguf(input, output, quant.empty() ? std::nullopt : std::optional<format::dtype>(q), progress, order);
+            s = convert_gguf(input, output, quant.empty() ? std::nullopt : std::optional<quant_choice>(q), progress, order);
         } else if (random) {
             ro.arch = parse_arch(arch);
             ro.tokenizer_model = tokenizer;

@@ -265,6 +265,67 @@ TEST_CASE("llama.cpp's Q4_K_M, Q5_K_M and Q6_K files keep their blocks and give 
     }
 }
 
+TEST_CASE("--quant q4_k_m and q5_k_m pick llama.cpp's types and lose no more than llama.cpp's quantiser") {
+    const test::reference prompt = test::load_reference("llama");
+    test::reference f32 = prompt;
+    f32.logits = test::read_array<float>(test::fixture("gguf/kquant-f32.logits.bin"));
+    for (const char* mix : {"q4_k_m", "q5_k_m"}) {
+        CAPTURE(mix);
+        const quant_choice q = quant_choice::parse(mix);
+        CHECK(q.is_mix());
+        CHECK(q.name() == mix);
+        // tensor by tensor the type llama.cpp's quantiser gave it
+        const std::string file = std::string("kquant-") + mix;
+        const gguf_file theirs(gguf_fixture(file));
+        int matrices = 0;
+        for (const gguf_tensor& t : theirs.tensors()) {
+            if (t.ne.size() != 2) continue;
+            CAPTURE(t.name);
+            std::string type = ggml::type_name(t.type);
+            for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
+            CHECK(format::dtype_name(q.matrix_type(t.name, t.ne[0], {2, 0, false})) == type);
+            ++matrices;
+        }
+        CHECK(matrices == 2 + 2 * 7);
+        // our quantiser and llama.cpp's on the same weights (the Q6_K file's, the closest to
+        // the original there is), each against the F32 original
+        const test::error_stats ref =
+            test::compare(f32, test::read_array<float>(test::fixture("gguf/kquant-q6_k-to-" + std::string(mix) + ".logits.bin")));
+        test::temp_dir dir;
+        convert_gguf(gguf_fixture("kquant-q6_k"), dir.file("m.colibri"), q, {});
+        auto rt = load_runtime(dir.file("m.colibri"), "cpu", 2);
+        const test::error_stats ours = test::compare(f32, test::run_logits(*rt, prompt.prompt, 7));
+        MESSAGE(std::string(mix) << " against the F32 original: ours top-1 " << ours.top1 << ", mean KL " << ours.mean_kl << "; llama.cpp's top-1 "
+                    << ref.top1 << ", mean KL " << ref.mean_kl);
+        CHECK(ours.top1 >= ref.top1 - 0.05);
+        CHECK(ours.mean_kl <= ref.mean_kl * 1.1);
+    }
+    // llama.cpp's rules beyond that model: eight experts, tied embeddings, rows that do not
+    // fill a super-block
+    const quant_choice q4 = quant_choice::parse("q4_k_m"), q5 = quant_choice::parse("q5_k_m");
+    const mix_shape moe{32, 8, true};
+    CHECK(q4.matrix_type("blk.3.attn_k.weight", 4096, moe) == format::dtype::q8_0);
+    CHECK(q4.matrix_type("blk.3.attn_v.weight", 4096, moe) == format::dtype::q8_0);
+    CHECK(q4.matrix_type("blk.3.attn_q.weight", 4096, moe) == format::dtype::q4_k);
+    CHECK(q4.matrix_type("blk.3.attn_output.weight", 4096, moe) == format::dtype::q5_k);
+    CHECK(q5.matrix_type("blk.3.attn_output.weight", 4096, moe) == format::dtype::q5_k);
+    CHECK(q4.matrix_type("blk.3.ffn_down_exps.7.weight", 14336, moe) == format::dtype::q6_k);  // the first eighth
+    CHECK(q4.matrix_type("blk.5.ffn_down_exps.7.weight", 14336, moe) == format::dtype::q4_k);
+    CHECK(q4.matrix_type("blk.6.ffn_down_exps.7.weight", 14336, moe) == format::dtype::q6_k);  // every third
+    CHECK(q4.matrix_type("blk.28.ffn_down_exps.0.weight", 14336, moe) == format::dtype::q6_k); // the last eighth
+    CHECK(q4.matrix_type("blk.27.ffn_down_exps.0.weight", 14336, moe) == format::dtype::q6_k);
+    CHECK(q4.matrix_type("blk.26.ffn_down_exps.0.weight", 14336, moe) == format::dtype::q4_k);
+    CHECK(q4.matrix_type("blk.6.ffn_gate_exps.7.weight", 4096, moe) == format::dtype::q4_k);
+    CHECK(q4.matrix_type("token_embd.weight", 4096, moe) == format::dtype::q6_k);
+    CHECK(q4.matrix_type("token_embd.weight", 4096, {32, 8, false}) == format::dtype::q4_k);
+    CHECK(q4.matrix_type("blk.6.ffn_up.weight", 896, moe) == format::dtype::q8_0); // 896: not whole super-blocks
+    CHECK(q4.matrix_type("blk.6.ffn_up.weight", 48, moe) == format::dtype::f16);   // nor whole blocks of 32
+    CHECK(quant_choice::parse("q6_k").matrix_type("output.weight", 4096, moe) == format::dtype::q6_k);
+    CHECK(quant_choice::parse("q4_k").matrix_type("output.weight", 4096, moe) == format::dtype::q4_k); // one type for all
+    CHECK_THROWS_WITH_AS(quant_choice::parse("q4_kx8"), doctest::Contains("unknown --quant 'q4_kx8'"), colibri::error);
+    CHECK_THROWS_WITH_AS(quant_choice::parse("q3_k_m"), doctest::Contains("q4_k_m, q5_k_m"), colibri::error);
+}
+
 TEST_CASE("an explicit --quant applies to every matrix of a GGUF") {
     test::temp_dir dir;
     const convert_summary s = convert_gguf(gguf_fixture("mixtral"), dir.file("m.colibri"), format::dtype::q8_0, {});

@@ -4,7 +4,9 @@ a random-weight Llama of K-quant-sized rows (dim 256, FFN 512, 2 layers, the fix
 sentencepiece vocabulary), written in F32 with the `gguf` package, then quantised by
 llama.cpp's own quantiser (llama_model_quantize) to Q4_K_M, Q5_K_M and Q6_K, the files
 users download. llama.cpp's logits for the llama fixture's prompt are stored beside each
-file (and for the F32 original), as kquant-<type>.logits.bin (float32 LE [n_prompt][512]).
+file (and for the F32 original), as kquant-<type>.logits.bin (float32 LE [n_prompt][512]),
+and for the Q4_K_M and Q5_K_M llama.cpp makes from the Q6_K file, as
+kquant-q6_k-to-<type>.logits.bin.
 
 For the quantiser, kquant-rows.f32.bin holds rows of 1024 values (float32 LE [48][1024]:
 Gaussian, heavy-tailed, and sub-blocks of mixed scale and offset) and kquant-rows.<type>.bin
@@ -134,6 +136,16 @@ def main():
             llamacpp_logits(dst, ids).tofile(out / f"kquant-{name}.logits.bin")
             types = sorted({t.tensor_type.name for t in gguf.GGUFReader(dst).tensors})
             print(f"{dst.name}: {dst.stat().st_size} bytes, types {', '.join(types)}")
+        # the mixes once more from the Q6_K file, as a converter given only that file makes them
+        for name in ("q4_k_m", "q5_k_m"):
+            dst = Path(tmp) / f"requant-{name}.gguf"
+            params = llama_cpp.llama_model_quantize_default_params()
+            params.ftype = FTYPES[name]
+            params.nthread = 1
+            params.allow_requantize = True
+            rc = llama_cpp.llama_model_quantize(str(out / "kquant-q6_k.gguf").encode(), str(dst).encode(), params)
+            assert rc == 0, (name, rc)
+            llamacpp_logits(dst, ids).tofile(out / f"kquant-q6_k-to-{name}.logits.bin")
 
 
 if __name__ == "__main__":
