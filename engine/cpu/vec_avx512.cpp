@@ -552,6 +552,173 @@ uint64_t madd_loop(int64_t iterations) {
     return static_cast<uint64_t>(_mm256_extract_epi32(_mm512_castsi512_si256(s), 0));
 }
 
+// --- Interleaved K-quants, two groups per register ([group a: rows 0-7 | group b: rows
+// 0-7]) for prefill's tiles; each row's arithmetic is vec_kquant_x86.h's, so results are
+// bit-identical to the 256-bit tiles. (Decode keeps the 256-bit streams: it waits on memory.)
+
+inline __m512i shr32(__m512i v, int k) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(k)); }
+
+// Each 16-bit lane shifted left by k (k < 0: right by -k).
+inline __m512i shift16(__m512i v, int k) {
+    return k >= 0 ? _mm512_sll_epi16(v, _mm_cvtsi32_si128(k)) : _mm512_srl_epi16(v, _mm_cvtsi32_si128(-k));
+}
+
+// Sub-block j's 6-bit scales and mins of both groups' rows (format::k_scale_min).
+template <class Block>
+inline void kx8_pair_scale_min(const Block& a, const Block& b, int j, __m512i& sc, __m512i& m) {
+    const __m512i w0 = two_rows(a.scales[0], b.scales[0]), w1 = two_rows(a.scales[1], b.scales[1]);
+    const __m512i six = _mm512_set1_epi32(63), four = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3);
+    if (j < 4) {
+        sc = _mm512_and_si512(shr32(w0, 8 * j), six);
+        m = _mm512_and_si512(shr32(w1, 8 * j), six);
+    } else {
+        const int k = 8 * (j - 4);
+        const __m512i w2 = two_rows(a.scales[2], b.scales[2]);
+        sc = _mm512_or_si512(_mm512_and_si512(shr32(w2, k), four), _mm512_slli_epi32(_mm512_and_si512(shr32(w0, k + 6), two), 4));
+        m = _mm512_or_si512(_mm512_and_si512(shr32(w2, k + 4), four), _mm512_slli_epi32(_mm512_and_si512(shr32(w1, k + 6), two), 4));
+    }
+}
+
+// Scale k of both groups' q6_k rows as int32.
+inline __m512i q6_kx8_pair_scale(const format::block_q6_kx8& a, const format::block_q6_kx8& b, int k) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales[k])))),
+                              _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))), 1);
+}
+
+// p of one sub-block for both groups: (d xd) (sc s) - (dmin xd) (m sum x).
+inline __m512 k_scaled(__m512 d, __m512 dmin, __m512i s, __m512i sc, __m512i m, const block_q8_x& xb) {
+    const __m512 xd = _mm512_set1_ps(xb.d);
+    const __m512 p = _mm512_mul_ps(_mm512_mul_ps(d, xd), to_ps(_mm512_mullo_epi32(s, sc)));
+    return _mm512_fnmadd_ps(_mm512_mul_ps(dmin, xd), to_ps(_mm512_mullo_epi32(m, _mm512_set1_epi32(xb.sum))), p);
+}
+
+template <class Block, int T, bool Vnni>
+inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const xs[T], __m512 acc[T]) {
+    constexpr bool five = std::is_same_v<Block, format::block_q5_kx8>;
+    const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+    const __m512 d = scales16(a.d, b.d), dmin = scales16(a.dmin, b.dmin);
+    __m512 pair[4][T]; // p2c + p2c+1
+    for (int c = 0; c < 4; ++c) { // sub-blocks 2c (low nibbles) and 2c + 1 (high)
+        __m512i s[T][2];
+        for (int t = 0; t < T; ++t) s[t][0] = s[t][1] = _mm512_setzero_si512();
+        for (int i = 0; i < 8; ++i) {
+            const __m512i v = two_rows(a.qs[c][i], b.qs[c][i]);
+            __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+            if constexpr (five) { // bit j of qh into bit 4 of sub-block j's values
+                const __m512i h = two_rows(a.qh[i], b.qh[i]);
+                lo = _mm512_or_si512(lo, _mm512_and_si512(shift16(h, 4 - 2 * c), bit4));
+                hi = _mm512_or_si512(hi, _mm512_and_si512(shift16(h, 3 - 2 * c), bit4));
+            }
+            for (int t = 0; t < T; ++t) {
+                s[t][0] = dot4<Vnni>(s[t][0], lo, x4_all_lanes512(xs[t][2 * c].qs + 4 * i));
+                s[t][1] = dot4<Vnni>(s[t][1], hi, x4_all_lanes512(xs[t][2 * c + 1].qs + 4 * i));
+            }
+        }
+        __m512i sc[2], m[2];
+        kx8_pair_scale_min(a, b, 2 * c, sc[0], m[0]);
+        kx8_pair_scale_min(a, b, 2 * c + 1, sc[1], m[1]);
+        for (int t = 0; t < T; ++t) {
+            pair[c][t] = _mm512_add_ps(k_scaled(d, dmin, s[t][0], sc[0], m[0], xs[t][2 * c]),
+                                       k_scaled(d, dmin, s[t][1], sc[1], m[1], xs[t][2 * c + 1]));
+        }
+    }
+    for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(_mm512_add_ps(pair[0][t], pair[1][t]), _mm512_add_ps(pair[2][t], pair[3][t])));
+    }
+}
+
+// q6_kx8: the values less 32 through the unsigned side as |w|, x negated where w is.
+template <int T, bool Vnni>
+inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx8& b, const block_q8_x* const xs[T],
+                        __m512 acc[T]) {
+    const __m512i low = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30), offset = _mm512_set1_epi8(32);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512 d = scales16(a.d, b.d);
+    __m512 p[2][2][2][T]; // h, c, e: sub-block 4h + c + 2e
+    for (int h = 0; h < 2; ++h) {
+        for (int c = 0; c < 2; ++c) { // sub-blocks 4h + c (low nibbles) and 4h + c + 2 (high)
+            __m512i s[T][2][2]; // token, sub-block, half (elements 0-15, 16-31)
+            for (int t = 0; t < T; ++t) s[t][0][0] = s[t][0][1] = s[t][1][0] = s[t][1][1] = zero;
+            for (int i = 0; i < 8; ++i) {
+                const __m512i v = two_rows(a.ql[h][c][i], b.ql[h][c][i]);
+                const __m512i vh = two_rows(a.qh[h][i], b.qh[h][i]);
+                const __m512i w[2] = {
+                    _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(shift16(vh, 4 - 2 * c), bits45)), offset),
+                    _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low),
+                                                    _mm512_and_si512(shift16(vh, -2 * c), bits45)),
+                                    offset)};
+                const __m512i u[2] = {_mm512_abs_epi8(w[0]), _mm512_abs_epi8(w[1])};
+                const __mmask64 negative[2] = {_mm512_movepi8_mask(w[0]), _mm512_movepi8_mask(w[1])};
+                for (int t = 0; t < T; ++t) {
+                    for (int e = 0; e < 2; ++e) {
+                        const __m512i x = x4_all_lanes512(xs[t][4 * h + c + 2 * e].qs + 4 * i);
+                        s[t][e][i / 4] = dot4<Vnni>(s[t][e][i / 4], u[e], _mm512_mask_sub_epi8(x, negative[e], zero, x));
+                    }
+                }
+            }
+            for (int e = 0; e < 2; ++e) {
+                const int j = 4 * h + c + 2 * e;
+                const __m512i sc0 = q6_kx8_pair_scale(a, b, 2 * j), sc1 = q6_kx8_pair_scale(a, b, 2 * j + 1);
+                for (int t = 0; t < T; ++t) {
+                    const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(s[t][e][0], sc0), _mm512_mullo_epi32(s[t][e][1], sc1));
+                    p[h][c][e][t] = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs[t][j].d)), to_ps(sum));
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) {
+        __m512 half[2]; // (p4h + p4h+1) + (p4h+2 + p4h+3)
+        for (int h = 0; h < 2; ++h) {
+            half[h] = _mm512_add_ps(_mm512_add_ps(p[h][0][0][t], p[h][1][0][t]), _mm512_add_ps(p[h][0][1][t], p[h][1][1][t]));
+        }
+        acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(half[0], half[1]));
+    }
+}
+
+// Groups a and b (b may be a) by T tokens: out[t * out_stride + 8 g + r], g 0 for a and 1
+// for b (only a's when `both` is false).
+template <class Block, int T, bool Vnni>
+void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n, float* out,
+                   size_t out_stride) {
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < n / format::qk_k; ++s) {
+        prefetch_x8_block<false>(a[s]);
+        if (both) prefetch_x8_block<false>(b[s]);
+        const block_q8_x* xs[T];
+        for (int t = 0; t < T; ++t) xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
+        if constexpr (std::is_same_v<Block, format::block_q6_kx8>) q6_kx8_pair<T, Vnni>(a[s], b[s], xs, acc);
+        else q45_kx8_pair<Block, T, Vnni>(a[s], b[s], xs, acc);
+    }
+    for (int t = 0; t < T; ++t) {
+        if (both) _mm512_storeu_ps(out + size_t(t) * out_stride, acc[t]);
+        else _mm256_storeu_ps(out + size_t(t) * out_stride, _mm512_castps512_ps256(acc[t]));
+    }
+}
+
+// tile_q4_kx8 / tile_q5_kx8 / tile_q6_kx8: groups two by two (the last of an odd count with
+// itself, half of it kept), up to four tokens at a time.
+template <class Block, bool Vnni>
+void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                    float* out) {
+    const auto group = [&](int g) { return reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride); };
+    for (int g = 0; g < n_groups; g += 2) {
+        const bool both = g + 1 < n_groups;
+        const Block *a = group(g), *b = both ? group(g + 1) : a;
+        for (int t0 = 0; t0 < n_tok; t0 += 4) {
+            const block_q8_x* xt = x + size_t(t0) * x_stride;
+            float* o = out + (size_t(t0) * size_t(n_groups) + size_t(g)) * 8;
+            const size_t os = size_t(n_groups) * 8;
+            switch (std::min(4, n_tok - t0)) {
+            case 1: kx8_pair_walk<Block, 1, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
+            case 2: kx8_pair_walk<Block, 2, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
+            case 3: kx8_pair_walk<Block, 3, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
+            default: kx8_pair_walk<Block, 4, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
+            }
+        }
+    }
+}
+
 template <bool Vnni>
 vec_kernels make_table(const vec_kernels& avx2) {
     vec_kernels k = avx2;
@@ -566,9 +733,9 @@ vec_kernels make_table(const vec_kernels& avx2) {
         k.tile_q4_k = tile_k<format::block_q4_k, true>;
         k.tile_q5_k = tile_k<format::block_q5_k, true>;
         k.tile_q6_k = tile_k<format::block_q6_k, true>;
-        k.tile_q4_kx8 = tile_kx8<format::block_q4_kx8, true>;
-        k.tile_q5_kx8 = tile_kx8<format::block_q5_kx8, true>;
-        k.tile_q6_kx8 = tile_kx8<format::block_q6_kx8, true>;
+        k.tile_q4_kx8 = tile_kx8_pairs<format::block_q4_kx8, true>;
+        k.tile_q5_kx8 = tile_kx8_pairs<format::block_q5_kx8, true>;
+        k.tile_q6_kx8 = tile_kx8_pairs<format::block_q6_kx8, true>;
         k.streams_q4_kx8 = streams_kx8<format::block_q4_kx8, true>;
         k.streams_q5_kx8 = streams_kx8<format::block_q5_kx8, true>;
         k.streams_q6_kx8 = streams_kx8<format::block_q6_kx8, true>;
