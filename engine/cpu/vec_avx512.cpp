@@ -719,6 +719,26 @@ void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block
     }
 }
 
+// streams_q4_kx8 / streams_q5_kx8: when the four groups share their activations (decode's
+// gate and up products), as two pairs; else the 256-bit streams.
+template <class Block, bool Vnni>
+void streams_kx8_pairs(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
+    if (x[1] != x[0] || x[2] != x[0] || x[3] != x[0]) return streams_kx8<Block, Vnni>(groups, x, n, out);
+    const Block* w[4];
+    for (int g = 0; g < 4; ++g) w[g] = static_cast<const Block*>(groups[g]);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t s = 0; s < n / format::qk_k; ++s) {
+        const block_q8_x* xs[1] = {x[0] + size_t(8 * s)};
+        for (int p = 0; p < 2; ++p) {
+            prefetch_x8_block<true>(w[2 * p][s]);
+            prefetch_x8_block<true>(w[2 * p + 1][s]);
+            q45_kx8_pair<Block, 1, Vnni>(w[2 * p][s], w[2 * p + 1][s], xs, &acc[p]);
+        }
+    }
+    _mm512_storeu_ps(out, acc[0]);
+    _mm512_storeu_ps(out + 16, acc[1]);
+}
+
 template <bool Vnni>
 vec_kernels make_table(const vec_kernels& avx2) {
     vec_kernels k = avx2;
@@ -736,9 +756,9 @@ vec_kernels make_table(const vec_kernels& avx2) {
         k.tile_q4_kx8 = tile_kx8_pairs<format::block_q4_kx8, true>;
         k.tile_q5_kx8 = tile_kx8_pairs<format::block_q5_kx8, true>;
         k.tile_q6_kx8 = tile_kx8_pairs<format::block_q6_kx8, true>;
-        k.streams_q4_kx8 = streams_kx8<format::block_q4_kx8, true>;
-        k.streams_q5_kx8 = streams_kx8<format::block_q5_kx8, true>;
-        k.streams_q6_kx8 = streams_kx8<format::block_q6_kx8, true>;
+        k.streams_q4_kx8 = streams_kx8_pairs<format::block_q4_kx8, true>;
+        k.streams_q5_kx8 = streams_kx8_pairs<format::block_q5_kx8, true>;
+        k.streams_q6_kx8 = streams_kx8<format::block_q6_kx8, true>; // as pairs no faster
         k.tile_q4_0x8 = dispatch_x8_pairs<q4_0x8_pair_ops>;
         k.tile_q8_0x8 = dispatch_x8_pairs<q8_0x8_pair_ops>;
         k.streams_q4_0x8 = x8_pair_streams<q4_0x8_pair_ops>;
