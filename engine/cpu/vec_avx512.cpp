@@ -585,15 +585,20 @@ inline __m512i q6_kx8_pair_scale(const format::block_q6_kx8& a, const format::bl
                               _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))), 1);
 }
 
-// p of one sub-block for both groups: (d xd) (sc s) - (dmin xd) (m sum x).
-inline __m512 k_scaled(__m512 d, __m512 dmin, __m512i s, __m512i sc, __m512i m, const block_q8_x& xb) {
-    const __m512 xd = _mm512_set1_ps(xb.d);
+// p of one sub-block for both groups: (d xd) (sc s) - (dmin xd) (m sum x), with group a's
+// activation block xa and group b's xb (the same block unless OwnX).
+template <bool OwnX>
+[[gnu::always_inline]] inline __m512 k_scaled(__m512 d, __m512 dmin, __m512i s, __m512i sc, __m512i m, const block_q8_x& xa, const block_q8_x& xb) {
+    const __m512 xd = OwnX ? combine(_mm256_set1_ps(xa.d), _mm256_set1_ps(xb.d)) : _mm512_set1_ps(xa.d);
+    const __m512i sum = OwnX ? halves_epi32(xa.sum, xb.sum) : _mm512_set1_epi32(xa.sum);
     const __m512 p = _mm512_mul_ps(_mm512_mul_ps(d, xd), to_ps(_mm512_mullo_epi32(s, sc)));
-    return _mm512_fnmadd_ps(_mm512_mul_ps(dmin, xd), to_ps(_mm512_mullo_epi32(m, _mm512_set1_epi32(xb.sum))), p);
+    return _mm512_fnmadd_ps(_mm512_mul_ps(dmin, xd), to_ps(_mm512_mullo_epi32(m, sum)), p);
 }
 
-template <class Block, int T, bool Vnni>
-inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const xs[T], __m512 acc[T]) {
+// Group a against xs[t] and group b against xb[t] (OwnX; else xs[t] too).
+template <class Block, int T, bool Vnni, bool OwnX = false>
+inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const xs[T], __m512 acc[T],
+                         const block_q8_x* const xb[T] = nullptr) {
     constexpr bool five = std::is_same_v<Block, format::block_q5_kx8>;
     const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
     const __m512 d = scales16(a.d, b.d), dmin = scales16(a.dmin, b.dmin);
@@ -610,16 +615,20 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
                 hi = _mm512_or_si512(hi, _mm512_and_si512(shift16(h, 3 - 2 * c), bit4));
             }
             for (int t = 0; t < T; ++t) {
-                s[t][0] = dot4<Vnni>(s[t][0], lo, x4_all_lanes512(xs[t][2 * c].qs + 4 * i));
-                s[t][1] = dot4<Vnni>(s[t][1], hi, x4_all_lanes512(xs[t][2 * c + 1].qs + 4 * i));
+                for (int e = 0; e < 2; ++e) {
+                    const int8_t* q = xs[t][2 * c + e].qs + 4 * i;
+                    const __m512i x = OwnX ? x4_halves(q, xb[t][2 * c + e].qs + 4 * i) : x4_all_lanes512(q);
+                    s[t][e] = dot4<Vnni>(s[t][e], e == 0 ? lo : hi, x);
+                }
             }
         }
         __m512i sc[2], m[2];
         kx8_pair_scale_min(a, b, 2 * c, sc[0], m[0]);
         kx8_pair_scale_min(a, b, 2 * c + 1, sc[1], m[1]);
         for (int t = 0; t < T; ++t) {
-            pair[c][t] = _mm512_add_ps(k_scaled(d, dmin, s[t][0], sc[0], m[0], xs[t][2 * c]),
-                                       k_scaled(d, dmin, s[t][1], sc[1], m[1], xs[t][2 * c + 1]));
+            const block_q8_x* other = OwnX ? xb[t] : xs[t];
+            pair[c][t] = _mm512_add_ps(k_scaled<OwnX>(d, dmin, s[t][0], sc[0], m[0], xs[t][2 * c], other[2 * c]),
+                                       k_scaled<OwnX>(d, dmin, s[t][1], sc[1], m[1], xs[t][2 * c + 1], other[2 * c + 1]));
         }
     }
     for (int t = 0; t < T; ++t) {
@@ -719,24 +728,30 @@ void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block
     }
 }
 
-// streams_q4_kx8 / streams_q5_kx8: when the four groups share their activations (decode's
-// gate and up products), as two pairs; else the 256-bit streams.
-template <class Block, bool Vnni>
-void streams_kx8_pairs(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
-    if (x[1] != x[0] || x[2] != x[0] || x[3] != x[0]) return streams_kx8<Block, Vnni>(groups, x, n, out);
-    const Block* w[4];
-    for (int g = 0; g < 4; ++g) w[g] = static_cast<const Block*>(groups[g]);
+// streams_q4_kx8 / streams_q5_kx8: the four groups as two pairs, each group with its own
+// activations (OwnX) or all with the same ones (decode's gate and up products).
+template <class Block, bool Vnni, bool OwnX>
+void kx8_pair_streams_walk(const Block* const w[4], const block_q8_x* const x[4], int64_t n, float* out) {
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
-        const block_q8_x* xs[1] = {x[0] + size_t(8 * s)};
         for (int p = 0; p < 2; ++p) {
             prefetch_x8_block<true>(w[2 * p][s]);
             prefetch_x8_block<true>(w[2 * p + 1][s]);
-            q45_kx8_pair<Block, 1, Vnni>(w[2 * p][s], w[2 * p + 1][s], xs, &acc[p]);
+            const block_q8_x* xa[1] = {x[2 * p] + size_t(8 * s)};
+            const block_q8_x* xb[1] = {x[2 * p + 1] + size_t(8 * s)};
+            q45_kx8_pair<Block, 1, Vnni, OwnX>(w[2 * p][s], w[2 * p + 1][s], xa, &acc[p], xb);
         }
     }
     _mm512_storeu_ps(out, acc[0]);
     _mm512_storeu_ps(out + 16, acc[1]);
+}
+
+template <class Block, bool Vnni>
+void streams_kx8_pairs(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
+    const Block* w[4];
+    for (int g = 0; g < 4; ++g) w[g] = static_cast<const Block*>(groups[g]);
+    if (x[1] == x[0] && x[2] == x[0] && x[3] == x[0]) kx8_pair_streams_walk<Block, Vnni, false>(w, x, n, out);
+    else kx8_pair_streams_walk<Block, Vnni, true>(w, x, n, out);
 }
 
 template <bool Vnni>
