@@ -11,14 +11,16 @@
 
 namespace colibri {
 
-/// Activations quantised for integer dot products with q8_0 / q4_0 weights: blocks of 32
-/// int8 values in [-127, 127] with an f32 scale, x = d * q, and the sum of the qs.
+/// Activations quantised for integer dot products with the quantised weights: blocks of 32
+/// int8 values in [-127, 127] with an f32 scale, x = d * q, the sum of the qs and the sum of
+/// the first 16 (q6_k's sub-blocks are 16 wide).
 struct block_q8_x {
     float d;
     int32_t sum;
     int8_t qs[format::qk];
+    int32_t sum_lo;
 };
-static_assert(sizeof(block_q8_x) == 40);
+static_assert(sizeof(block_q8_x) == 44);
 
 struct vec_kernels {
     const char* name;

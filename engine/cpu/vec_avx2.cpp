@@ -55,13 +55,16 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
         for (int j = 0; j < 4; ++j) {
             i[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         }
-        // the sum of the 32 values, then pack 32 int32 -> 32 int8 and undo the lane
-        // interleaving of the packs
-        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-        out[ib].sum = _mm_cvtsi128_si32(s4);
+        // the sums of the first 16 values and of all 32, then pack 32 int32 -> 32 int8 and
+        // undo the lane interleaving of the packs
+        const auto hsum = [](__m256i s) {
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+            return _mm_cvtsi128_si32(s4);
+        };
+        out[ib].sum_lo = hsum(_mm256_add_epi32(i[0], i[1]));
+        out[ib].sum = out[ib].sum_lo + hsum(_mm256_add_epi32(i[2], i[3]));
         __m256i p01 = _mm256_packs_epi32(i[0], i[1]);
         __m256i p23 = _mm256_packs_epi32(i[2], i[3]);
         __m256i p = _mm256_packs_epi16(p01, p23);

@@ -636,32 +636,30 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
     }
 }
 
-// q6_kx8: the values less 32 through the unsigned side as |w|, x negated where w is.
+// q6_kx8: the unsigned values q (0..63), each half sub-block's sum starting at q6_bias.
 template <int T, bool Vnni>
 inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx8& b, const block_q8_x* const xs[T],
                         __m512 acc[T]) {
-    const __m512i low = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30), offset = _mm512_set1_epi8(32);
-    const __m512i zero = _mm512_setzero_si512();
+    const __m512i low = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     const __m512 d = scales16(a.d, b.d);
     __m512 p[2][2][2][T]; // h, c, e: sub-block 4h + c + 2e
     for (int h = 0; h < 2; ++h) {
         for (int c = 0; c < 2; ++c) { // sub-blocks 4h + c (low nibbles) and 4h + c + 2 (high)
             __m512i s[T][2][2]; // token, sub-block, half (elements 0-15, 16-31)
-            for (int t = 0; t < T; ++t) s[t][0][0] = s[t][0][1] = s[t][1][0] = s[t][1][1] = zero;
+            for (int t = 0; t < T; ++t) {
+                for (int e = 0; e < 2; ++e) {
+                    for (int half = 0; half < 2; ++half) s[t][e][half] = _mm512_set1_epi32(q6_bias(xs[t][4 * h + c + 2 * e], half));
+                }
+            }
             for (int i = 0; i < 8; ++i) {
                 const __m512i v = two_rows(a.ql[h][c][i], b.ql[h][c][i]);
                 const __m512i vh = two_rows(a.qh[h][i], b.qh[h][i]);
-                const __m512i w[2] = {
-                    _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(shift16(vh, 4 - 2 * c), bits45)), offset),
-                    _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low),
-                                                    _mm512_and_si512(shift16(vh, -2 * c), bits45)),
-                                    offset)};
-                const __m512i u[2] = {_mm512_abs_epi8(w[0]), _mm512_abs_epi8(w[1])};
-                const __mmask64 negative[2] = {_mm512_movepi8_mask(w[0]), _mm512_movepi8_mask(w[1])};
+                const __m512i q[2] = {
+                    _mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(shift16(vh, 4 - 2 * c), bits45)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_and_si512(shift16(vh, -2 * c), bits45))};
                 for (int t = 0; t < T; ++t) {
                     for (int e = 0; e < 2; ++e) {
-                        const __m512i x = x4_all_lanes512(xs[t][4 * h + c + 2 * e].qs + 4 * i);
-                        s[t][e][i / 4] = dot4<Vnni>(s[t][e][i / 4], u[e], _mm512_mask_sub_epi8(x, negative[e], zero, x));
+                        s[t][e][i / 4] = dot4<Vnni>(s[t][e][i / 4], q[e], x4_all_lanes512(xs[t][4 * h + c + 2 * e].qs + 4 * i));
                     }
                 }
             }

@@ -243,31 +243,35 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
     }
 }
 
-// One super-block column of a q6_kx8 group against T tokens, likewise. The values less 32
-// go through the unsigned side as |w|, the activations taking w's sign.
+// The sum of the first (half 0) or last 16 activations of a block, times -32: q6_k's
+// values are q - 32, and sum (q - 32) x = sum q x - 32 sum x.
+inline int32_t q6_bias(const block_q8_x& xb, int half) { return -32 * (half == 0 ? xb.sum_lo : xb.sum - xb.sum_lo); }
+
+// One super-block column of a q6_kx8 group against T tokens, likewise. The unsigned values
+// q (0..63) multiply the activations, each half sub-block's sum starting at q6_bias.
 template <int T, bool Vnni>
 inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const xs[T], __m256 acc[T]) {
-    const __m256i low = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30), offset = _mm256_set1_epi8(32);
+    const __m256i low = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     const auto scale = [&](int k) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))); };
     __m256 p[2][2][2][T]; // h, c, e: sub-block 4h + c + 2e
     for (int h = 0; h < 2; ++h) {
         for (int c = 0; c < 2; ++c) { // sub-blocks 4h + c (low nibbles) and 4h + c + 2 (high)
             __m256i s[T][2][2]; // token, sub-block, half (elements 0-15, 16-31)
-            for (int t = 0; t < T; ++t) s[t][0][0] = s[t][0][1] = s[t][1][0] = s[t][1][1] = _mm256_setzero_si256();
+            for (int t = 0; t < T; ++t) {
+                for (int e = 0; e < 2; ++e) {
+                    for (int half = 0; half < 2; ++half) s[t][e][half] = _mm256_set1_epi32(q6_bias(xs[t][4 * h + c + 2 * e], half));
+                }
+            }
             for (int i = 0; i < 8; ++i) {
                 const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql[h][c][i]));
                 const __m256i vh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh[h][i]));
-                const __m256i w[2] = {
-                    _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(shift16(vh, 4 - 2 * c), bits45)), offset),
-                    _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
-                                                    _mm256_and_si256(shift16(vh, -2 * c), bits45)),
-                                    offset)};
-                const __m256i u[2] = {_mm256_sign_epi8(w[0], w[0]), _mm256_sign_epi8(w[1], w[1])};
+                const __m256i q[2] = {
+                    _mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(shift16(vh, 4 - 2 * c), bits45)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), _mm256_and_si256(shift16(vh, -2 * c), bits45))};
                 for (int t = 0; t < T; ++t) {
                     for (int e = 0; e < 2; ++e) {
-                        const __m256i x = x4_all_lanes(xs[t][4 * h + c + 2 * e].qs + 4 * i);
-                        s[t][e][i / 4] = dot_add<Vnni>(s[t][e][i / 4], u[e], _mm256_sign_epi8(x, w[e]));
+                        s[t][e][i / 4] = dot_add<Vnni>(s[t][e][i / 4], q[e], x4_all_lanes(xs[t][4 * h + c + 2 * e].qs + 4 * i));
                     }
                 }
             }

@@ -28,10 +28,11 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         out[ib].d = d;
-        out[ib].sum = 0;
+        out[ib].sum = out[ib].sum_lo = 0;
         for (int i = 0; i < qk; ++i) {
             out[ib].qs[i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
             out[ib].sum += out[ib].qs[i];
+            if (i < qk / 2) out[ib].sum_lo += out[ib].qs[i];
         }
     }
 }
