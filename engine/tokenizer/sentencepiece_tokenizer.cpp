@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <sentencepiece_processor.h>
 
 namespace colibri {
@@ -18,8 +19,13 @@ class sentencepiece_tokenizer final : public tokenizer {
 public:
     sentencepiece_tokenizer(const format::tokenizer_header& th, std::span<const uint8_t> payload, uint32_t n_vocab,
                             const std::string& where) {
-        const auto status = sp_.LoadFromSerializedProto(
-            std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+        sentencepiece::util::Status status;
+        try { // the library reports some malformed models (an empty piece) by throwing
+            status = sp_.LoadFromSerializedProto(
+                std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+        } catch (const std::exception& e) {
+            throw error(errc::format, where + ": tokenizer section: " + e.what());
+        }
         if (!status.ok()) {
             throw error(errc::format, where + ": tokenizer section: " + status.ToString());
         }
