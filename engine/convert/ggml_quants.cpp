@@ -31,10 +31,10 @@ constexpr type_info types[] = {
     {17, "IQ2_XS", 256, 74, false},
     {18, "IQ3_XXS", 256, 98, false},
     {19, "IQ1_S", 256, 50, false},
-    {20, "IQ4_NL", 32, 18, false},
+    {iq4_nl, "IQ4_NL", 32, 18, true},
     {21, "IQ3_S", 256, 110, false},
     {22, "IQ2_S", 256, 82, false},
-    {23, "IQ4_XS", 256, 136, false},
+    {iq4_xs, "IQ4_XS", 256, 136, true},
     {24, "I8", 1, 1, false},
     {25, "I16", 1, 2, false},
     {26, "I32", 1, 4, false},
@@ -64,7 +64,7 @@ std::string type_name(uint32_t id) {
     return t != nullptr ? std::string(t->name) : "type " + std::to_string(id);
 }
 
-std::string_view readable_types() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"; }
+std::string_view readable_types() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"; }
 
 uint64_t row_bytes(uint32_t id, uint64_t n) {
     const type_info* t = find_type(id);
@@ -100,33 +100,11 @@ void dequantize_row(uint32_t id, const uint8_t* row, float* out, int64_t n) {
             }
         }
         return;
-    case q4_1: // f16 d, f16 m, u8 qs[16]: x = d q + m
-        for (int64_t ib = 0; ib < nb; ++ib, b += 20, out += 32) {
-            const float d = half_at(b), m = half_at(b + 2);
-            for (int i = 0; i < 16; ++i) {
-                out[i] = d * (b[4 + i] & 15) + m;
-                out[i + 16] = d * (b[4 + i] >> 4) + m;
-            }
-        }
-        return;
-    case q5_0: // f16 d, u32 qh (bit i: 5th bit of element i), u8 qs[16]; x = d (q - 16)
-    case q5_1: { // f16 d, f16 m, u32 qh, u8 qs[16]; x = d q + m
-        const bool has_min = id == q5_1;
-        const int size = has_min ? 24 : 22, at_qh = has_min ? 4 : 2;
-        for (int64_t ib = 0; ib < nb; ++ib, b += size, out += 32) {
-            const float d = half_at(b), m = has_min ? half_at(b + 2) : 0.0f;
-            uint32_t qh;
-            std::memcpy(&qh, b + at_qh, 4);
-            const uint8_t* qs = b + at_qh + 4;
-            for (int i = 0; i < 16; ++i) {
-                const int lo = (qs[i] & 15) | static_cast<int>(((qh >> i) & 1) << 4);
-                const int hi = (qs[i] >> 4) | static_cast<int>(((qh >> (i + 16)) & 1) << 4);
-                out[i] = has_min ? d * lo + m : d * (lo - 16);
-                out[i + 16] = has_min ? d * hi + m : d * (hi - 16);
-            }
-        }
-        return;
-    }
+    case q4_1: kernels::to_f32_row(format::dtype::q4_1, row, out, n); return; // docs/model-format.md
+    case q5_0: kernels::to_f32_row(format::dtype::q5_0, row, out, n); return;
+    case q5_1: kernels::to_f32_row(format::dtype::q5_1, row, out, n); return;
+    case iq4_nl: kernels::to_f32_row(format::dtype::iq4_nl, row, out, n); return;
+    case iq4_xs: kernels::to_f32_row(format::dtype::iq4_xs, row, out, n); return;
     case q4_k: kernels::to_f32_row(format::dtype::q4_k, row, out, n); return; // docs/model-format.md
     case q5_k: kernels::to_f32_row(format::dtype::q5_k, row, out, n); return;
     case q6_k: kernels::to_f32_row(format::dtype::q6_k, row, out, n); return;

@@ -30,7 +30,10 @@ bool same_layout(uint32_t ggml_type, dtype t) {
     return (ggml_type == ggml::f32 && t == dtype::f32) || (ggml_type == ggml::f16 && t == dtype::f16) ||
            (ggml_type == ggml::bf16 && t == dtype::bf16) || (ggml_type == ggml::q8_0 && t == dtype::q8_0) ||
            (ggml_type == ggml::q4_0 && t == dtype::q4_0) || (ggml_type == ggml::q4_k && t == dtype::q4_k) ||
-           (ggml_type == ggml::q5_k && t == dtype::q5_k) || (ggml_type == ggml::q6_k && t == dtype::q6_k);
+           (ggml_type == ggml::q5_k && t == dtype::q5_k) || (ggml_type == ggml::q6_k && t == dtype::q6_k) ||
+           (ggml_type == ggml::q4_1 && t == dtype::q4_1) || (ggml_type == ggml::q5_0 && t == dtype::q5_0) ||
+           (ggml_type == ggml::q5_1 && t == dtype::q5_1) || (ggml_type == ggml::iq4_nl && t == dtype::iq4_nl) ||
+           (ggml_type == ggml::iq4_xs && t == dtype::iq4_xs);
 }
 
 /// What "keep" writes for a source type: the same layout where we have it, else q8_0.
@@ -43,6 +46,11 @@ dtype kept_type(uint32_t ggml_type) {
     case ggml::q4_k: return dtype::q4_k;
     case ggml::q5_k: return dtype::q5_k;
     case ggml::q6_k: return dtype::q6_k;
+    case ggml::q4_1: return dtype::q4_1;
+    case ggml::q5_0: return dtype::q5_0;
+    case ggml::q5_1: return dtype::q5_1;
+    case ggml::iq4_nl: return dtype::iq4_nl;
+    case ggml::iq4_xs: return dtype::iq4_xs;
     default: return dtype::q8_0;
     }
 }

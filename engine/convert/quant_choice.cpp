@@ -38,7 +38,7 @@ quant_choice quant_choice::parse(std::string_view s) {
     if (s == "q4_k_m" || s == "q5_k_m") {
         q.base_ = s == "q4_k_m" ? dtype::q4_k : dtype::q5_k;
         q.mix_ = true;
-    } else if (format::parse_dtype(s, t) && !format::is_interleaved(t)) {
+    } else if (format::parse_dtype(s, t) && !format::is_interleaved(t) && !format::is_read_only(t)) {
         q.base_ = t;
     } else if (s == "int8") {
         q.base_ = dtype::q8_0;

@@ -242,6 +242,10 @@ public:
         return local_jobs_.data();
     }
 
+    // Quantised rows without SIMD kernels for f32 activations (all but q8_0 and q4_0):
+    // kernels::dot_row.
+    static bool scalar_f32_rows(format::dtype t) { return format::is_k_quant(t) || format::is_read_only(t); }
+
     bool uses_int8(const tensor_view& w) const { return int8_activations_ && format::is_quantized(w.type); }
 
     bool streamed(const tensor_view& w) const { return format::is_interleaved(w.type) && uses_int8(w); }
@@ -531,7 +535,7 @@ public:
                 }
             }
             for (int64_t r = r4; r < r1; ++r) single_row(r);
-        } else if (format::is_k_quant(w.type)) { // f32 activations: the scalar rows
+        } else if (scalar_f32_rows(w.type)) { // f32 activations: the scalar rows
             for (int64_t r = r0; r < r1; ++r) {
                 for (int t = 0; t < n; ++t) y[t * rows + r] = kernels::dot_row(w.type, w.data + r * rb, x + t * cols, cols);
             }
@@ -592,7 +596,7 @@ public:
     // activations: four tokens at a time, then one, each bit-identical to one at a time.
     void f32_row_tokens(format::dtype row_type, const uint8_t* row, const matmul_job& jb, int64_t r) const {
         const int64_t rows = static_cast<int64_t>(jb.w->rows()), cols = static_cast<int64_t>(jb.w->cols());
-        if (format::is_k_quant(row_type)) { // the scalar rows
+        if (scalar_f32_rows(row_type)) {
             for (int t = 0; t < jb.n; ++t) jb.y[t * rows + r] = kernels::dot_row(row_type, row, jb.x + t * cols, cols);
             return;
         }

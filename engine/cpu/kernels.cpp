@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/softmax.h"
+#include "cpu/gguf_blocks.h"
 #include "cpu/k_quants.h"
 #include "format/model_file.h"
 
@@ -39,6 +40,18 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
 
 void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
     switch (t) {
+    case dtype::q4_1:
+    case dtype::q5_0:
+    case dtype::q5_1:
+    case dtype::iq4_nl:
+    case dtype::iq4_xs: {
+        const int be = read_only_block_elements(t);
+        const uint64_t bb = format::row_bytes(t, uint64_t(be));
+        for (int64_t ib = 0; ib < n / be; ++ib) {
+            read_only_block_to_f32(t, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, out + ib * be);
+        }
+        return;
+    }
     case dtype::q4_k:
     case dtype::q5_k:
     case dtype::q6_k:
@@ -108,6 +121,25 @@ void embed_rows(const tensor_view& table, const int32_t* ids, int n, float scale
 float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     float sum = 0.0f;
     switch (t) {
+    case dtype::q4_1:
+    case dtype::q5_0:
+    case dtype::q5_1:
+    case dtype::iq4_nl:
+    case dtype::iq4_xs: { // each block in f32, its dot in one sum per 32 elements
+        const int be = read_only_block_elements(t);
+        const uint64_t bb = format::row_bytes(t, uint64_t(be));
+        float w[format::qk_k];
+        for (int64_t ib = 0; ib < n / be; ++ib) {
+            read_only_block_to_f32(t, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, w);
+            const float* xb = x + ib * be;
+            for (int j = 0; j < be / format::qk; ++j) {
+                float block = 0.0f;
+                for (int i = 0; i < format::qk; ++i) block += w[32 * j + i] * xb[32 * j + i];
+                sum += block;
+            }
+        }
+        return sum;
+    }
     case dtype::q4_k:
     case dtype::q5_k:
     case dtype::q6_k:
@@ -172,6 +204,11 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
 
 void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
     switch (t) {
+    case dtype::q4_1:
+    case dtype::q5_0:
+    case dtype::q5_1:
+    case dtype::iq4_nl:
+    case dtype::iq4_xs: throw error(errc::invalid_argument, "no quantiser for " + std::string(format::dtype_name(t)) + " (kept as GGUF files store it)");
     case dtype::q4_k:
     case dtype::q5_k:
     case dtype::q6_k:

@@ -90,10 +90,13 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
     for (int64_t i = 0; i < x8_prefill_tokens * n; ++i) x[size_t(i)] = float(i % 7) - 3.0f;
     const format::dtype row_type = format::row_type(weights); // q4_0x8 rows are q4_0 rows, q8_0x8 q8_0
     const bool q8 = row_type == format::dtype::q8_0, x8 = format::is_interleaved(weights);
-    const bool k_quant = format::is_k_quant(row_type);
+    const bool k_quant = format::is_k_quant(row_type) || format::is_read_only(row_type); // kernels::dot_row
     const size_t rb = format::row_bytes(row_type, n);
     std::vector<uint8_t> w(size_t(rows) * rb);
-    for (int64_t r = 0; r < rows; ++r) kernels::from_f32_row(row_type, x.data(), w.data() + size_t(r) * rb, n);
+    for (int64_t r = 0; r < rows; ++r) {
+        if (format::is_read_only(row_type)) std::memset(w.data() + size_t(r) * rb, 0x11, rb); // no quantiser: any blocks
+        else kernels::from_f32_row(row_type, x.data(), w.data() + size_t(r) * rb, n);
+    }
     std::vector<uint8_t> groups(x8 ? w.size() : 0);
     if (x8) format::interleave_x8(weights, w.data(), uint64_t(rows), uint64_t(n), groups.data());
     const auto tile_x8 = x8 ? int8_x8_kernels(vk, weights).tile : nullptr;

@@ -42,6 +42,15 @@ struct vec_kernels {
     void (*tile_q4_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q5_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q6_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    /// The same for the types kept as GGUF files store them (format::is_read_only). iq4_xs
+    /// rows (n a multiple of 256) go as the K-quants'. q4_1, q5_0, q5_1 and iq4_nl rows take
+    /// their 32-element blocks eight at a time as if they were a super-block's sub-blocks,
+    /// a last short group padded with zeros (vec_reference.cpp's dot_b32).
+    void (*tile_q4_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q5_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q5_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_iq4_nl)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_iq4_xs)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     /// Integer dot products of q4_0x8 row groups: n_groups (1..4) groups of eight rows
     /// (`stride` bytes apart) with n_tok (1..8) quantised activation vectors (`x_stride`
     /// blocks apart): out[(t * n_groups + g) * 8 + r] = row r of group g . x_t.
@@ -133,7 +142,8 @@ std::vector<const vec_kernels*> supported_vec_kernels();
 /// names none this CPU supports.
 const vec_kernels& best_vec_kernels();
 
-/// vk's integer tile kernel for plain (not interleaved) rows of t: q8_0, q4_0 or a K-quant.
+/// vk's integer tile kernel for plain (not interleaved) rows of t: q8_0, q4_0, a K-quant or
+/// a read-only type.
 decltype(vec_kernels::tile_q8_0) int8_tile(const vec_kernels& vk, format::dtype t);
 /// vk's kernels for the interleaved type t.
 struct x8_kernels {

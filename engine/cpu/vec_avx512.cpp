@@ -15,7 +15,9 @@
 // (GCC bug 105593, fixed in 12.3); the warnings point into the header.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #if defined(COLIBRI_AVX512_EMULATED)
@@ -766,6 +768,11 @@ vec_kernels make_table(const vec_kernels& avx2) {
         k.tile_q4_k = tile_k<format::block_q4_k, true>;
         k.tile_q5_k = tile_k<format::block_q5_k, true>;
         k.tile_q6_k = tile_k<format::block_q6_k, true>;
+        k.tile_q4_1 = tile_b32<format::block_q4_1, true>;
+        k.tile_q5_0 = tile_b32<format::block_q5_0, true>;
+        k.tile_q5_1 = tile_b32<format::block_q5_1, true>;
+        k.tile_iq4_nl = tile_b32<format::block_iq4_nl, true>;
+        k.tile_iq4_xs = tile_k<format::block_iq4_xs, true>;
         k.tile_q4_kx8 = tile_kx8_pairs<format::block_q4_kx8, true>;
         k.tile_q5_kx8 = tile_kx8_pairs<format::block_q5_kx8, true>;
         k.tile_q6_kx8 = tile_kx8_pairs<format::block_q6_kx8, true>;

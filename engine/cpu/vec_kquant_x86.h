@@ -5,6 +5,7 @@
 // exact integer sums per 32-element sub-block, scaled in f32 (one lane per sub-block), a
 // super-block's lanes added in hsum4's tree.
 
+#include "cpu/gguf_blocks.h"
 #include "cpu/vec_x86.h"
 
 #include <cstddef>
@@ -127,6 +128,150 @@ inline void q6_k_block(const format::block_q6_k& b, const block_q8_x* const xs[T
     }
 }
 
+// --- The read-only GGUF types: 32 values of a block in a vector, [elements 0-15 | 16-31].
+
+// The nibbles of qs[16]: element i the low nibble of qs[i], element i + 16 the high one.
+inline __m256i nibbles32(const uint8_t* qs) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), low = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low), _mm_and_si128(v, low));
+}
+
+// Bit i of qh[0..3] as 0x10 in byte i (a q5_0 / q5_1 element's fifth bit).
+inline __m256i fifth_bits32(const uint8_t* qh) {
+    uint32_t h;
+    std::memcpy(&h, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)),
+                                               _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
+                                                                2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// The iq4 values of 32 nibbles.
+inline __m256i iq4_lookup(__m256i nibbles) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(format::iq4_values));
+    return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles);
+}
+
+// The integer dot of signed values w (|w| <= 127) with activations x, four per int32 lane.
+template <bool Vnni>
+inline __m256i dot_s8s8(__m256i w, __m256i x) {
+    return dot_u8s8<Vnni>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+// What a 32-element block type brings to the tile: its values, its f16 scale and min.
+template <class Block>
+inline __m256i block32_values(const Block& b) {
+    if constexpr (std::is_same_v<Block, format::block_iq4_nl>) return iq4_lookup(nibbles32(b.qs));
+    else if constexpr (std::is_same_v<Block, format::block_q4_1>) return nibbles32(b.qs);
+    else return _mm256_or_si256(nibbles32(b.qs), fifth_bits32(b.qh)); // q5_0, q5_1
+}
+template <class Block>
+constexpr bool block32_has_min = std::is_same_v<Block, format::block_q4_1> || std::is_same_v<Block, format::block_q5_1>;
+
+// Eight blocks of a row against T tokens' eight activation blocks: vec_reference.cpp's
+// dot_b32 for one group, each token's p[t] holding the eight blocks' scaled sums.
+template <class Block, int T, bool Vnni>
+inline void b32_group(const Block* w, const block_q8_x* const xs[T], const __m256 xd[T], const __m256i xsum[T], __m256 p[T]) {
+    __m256i q[8];
+    for (int j = 0; j < 8; ++j) q[j] = block32_values(w[j]);
+    const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(w[0].d), static_cast<short>(w[1].d), static_cast<short>(w[2].d),
+                                                    static_cast<short>(w[3].d), static_cast<short>(w[4].d), static_cast<short>(w[5].d),
+                                                    static_cast<short>(w[6].d), static_cast<short>(w[7].d)));
+    __m256 m = _mm256_setzero_ps();
+    if constexpr (block32_has_min<Block>) {
+        m = _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(w[0].m), static_cast<short>(w[1].m), static_cast<short>(w[2].m),
+                                           static_cast<short>(w[3].m), static_cast<short>(w[4].m), static_cast<short>(w[5].m),
+                                           static_cast<short>(w[6].m), static_cast<short>(w[7].m)));
+    }
+    for (int t = 0; t < T; ++t) {
+        __m256i s[8];
+        for (int j = 0; j < 8; ++j) {
+            const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs));
+            if constexpr (std::is_same_v<Block, format::block_iq4_nl>) s[j] = dot_s8s8<Vnni>(q[j], x);
+            else s[j] = dot_u8s8<Vnni>(q[j], x);
+        }
+        __m256i a = join_halves(half_sums4(s), half_sums4(s + 4));
+        if constexpr (std::is_same_v<Block, format::block_q5_0>) a = _mm256_sub_epi32(a, _mm256_slli_epi32(xsum[t], 4)); // q - 16
+        p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
+        if constexpr (block32_has_min<Block>) p[t] = _mm256_fmadd_ps(_mm256_mul_ps(m, xd[t]), _mm256_cvtepi32_ps(xsum[t]), p[t]);
+    }
+}
+
+// A q4_1 / q5_0 / q5_1 / iq4_nl tile for a fixed token count T: four rows by T tokens, the
+// blocks eight at a time, a short last group padded with zero blocks (which add +0).
+template <class Block, int T, bool Vnni>
+void tile_b32_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
+    const Block* w[4];
+    for (int r = 0; r < 4; ++r) w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
+    __m128 acc[4]; // row r, lane t: token t
+    for (int r = 0; r < 4; ++r) acc[r] = _mm_setzero_ps();
+    const int64_t nb = n / format::qk;
+    for (int64_t g = 0; g < nb; g += 8) {
+        const int left = static_cast<int>(nb - g < 8 ? nb - g : 8);
+        block_q8_x x_pad[T][8];
+        Block w_pad[8];
+        const block_q8_x* xs[T];
+        __m256 xd[T];
+        __m256i xsum[T];
+        for (int t = 0; t < T; ++t) {
+            xs[t] = x + size_t(t) * x_stride + size_t(g);
+            if (left < 8) {
+                std::memset(x_pad[t], 0, sizeof(x_pad[t]));
+                std::memcpy(x_pad[t], xs[t], size_t(left) * sizeof(block_q8_x));
+                xs[t] = x_pad[t];
+            }
+            k_x_scales_sums(xs[t], xd[t], xsum[t]);
+        }
+        for (int r = 0; r < 4; ++r) {
+            const Block* wg = w[r] + g;
+            for (int line = 0; line * 64 < int(8 * sizeof(Block)); ++line) {
+                _mm_prefetch(reinterpret_cast<const char*>(wg) + prefetch_bytes + 64 * line, _MM_HINT_T0);
+            }
+            if (left < 8) {
+                std::memset(static_cast<void*>(w_pad), 0, sizeof(w_pad));
+                std::memcpy(static_cast<void*>(w_pad), wg, size_t(left) * sizeof(Block));
+                wg = w_pad;
+            }
+            __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            b32_group<Block, T, Vnni>(wg, xs, xd, xsum, p);
+            acc[r] = _mm_add_ps(acc[r], hsum4(p)); // vec_reference.cpp's sum8 of each token's group
+        }
+    }
+    alignas(16) float a[4][4];
+    for (int r = 0; r < 4; ++r) _mm_store_ps(a[r], acc[r]);
+    for (int t = 0; t < T; ++t) {
+        for (int r = 0; r < 4; ++r) out[t * 4 + r] = a[r][t];
+    }
+}
+
+template <class Block, bool Vnni>
+void tile_b32(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
+    switch (clamp_int(n_tok, 1, 4)) {
+    case 1: tile_b32_t<Block, 1, Vnni>(rows, stride, x, x_stride, n, out); break;
+    case 2: tile_b32_t<Block, 2, Vnni>(rows, stride, x, x_stride, n, out); break;
+    case 3: tile_b32_t<Block, 3, Vnni>(rows, stride, x, x_stride, n, out); break;
+    default: tile_b32_t<Block, 4, Vnni>(rows, stride, x, x_stride, n, out); break;
+    }
+}
+
+// One iq4_xs super-block of a row against T tokens' activation blocks.
+template <int T, bool Vnni>
+inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const xs[T], const __m256 xd[T], __m256 p[T]) {
+    __m256i q[8];
+    for (int j = 0; j < 8; ++j) q[j] = iq4_lookup(nibbles32(b.qs + 16 * j));
+    int ls[8];
+    for (int j = 0; j < 8; ++j) ls[j] = kernels::iq4_xs_scale(b, j);
+    const __m256i sc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ls));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    for (int t = 0; t < T; ++t) {
+        __m256i s[8];
+        for (int j = 0; j < 8; ++j) s[j] = dot_s8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
+        const __m256i a = _mm256_mullo_epi32(join_halves(half_sums4(s), half_sums4(s + 4)), sc);
+        p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
+    }
+}
+
 // A K-quant tile for a fixed token count T: four rows (`stride` bytes apart) by T tokens.
 template <class Block, int T, bool Vnni>
 void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
@@ -146,6 +291,7 @@ void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_str
             prefetch_k_block(w[r][s]);
             __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
             if constexpr (std::is_same_v<Block, format::block_q6_k>) q6_k_block<T, Vnni>(w[r][s], xs, xd, p);
+            else if constexpr (std::is_same_v<Block, format::block_iq4_xs>) iq4_xs_block<T, Vnni>(w[r][s], xs, xd, p);
             else q45_k_block<Block, T, Vnni>(w[r][s], xs, xd, xsum, p);
             acc[r] = _mm_add_ps(acc[r], hsum4(p)); // each token's super-block: vec_reference.cpp's sum8
         }

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/softmax.h"
+#include "cpu/gguf_blocks.h"
 #include "cpu/kernels.h"
 #include "cpu/vec.h"
 
@@ -76,7 +77,18 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
         const uint8_t* blk = static_cast<const uint8_t*>(row) + uint64_t(s) * bytes;
         const block_q8_x* xs = x + 8 * s;
         float p[8];
-        if constexpr (T == dtype::q6_k) {
+        if constexpr (T == dtype::iq4_xs) {
+            const auto& b = *reinterpret_cast<const block_iq4_xs*>(blk);
+            const float d = f16_to_f32(b.d);
+            for (int j = 0; j < 8; ++j) {
+                int32_t isum = 0;
+                for (int l = 0; l < qk / 2; ++l) {
+                    isum += iq4_values[b.qs[16 * j + l] & 15] * int32_t(xs[j].qs[l]);
+                    isum += iq4_values[b.qs[16 * j + l] >> 4] * int32_t(xs[j].qs[l + 16]);
+                }
+                p[j] = (d * xs[j].d) * static_cast<float>(kernels::iq4_xs_scale(b, j) * isum);
+            }
+        } else if constexpr (T == dtype::q6_k) {
             const auto& b = *reinterpret_cast<const block_q6_k*>(blk);
             const float d = f16_to_f32(b.d);
             for (int j = 0; j < 8; ++j) { // j = 4h + k
@@ -112,6 +124,36 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
         acc += sum8(p);
     }
     return acc;
+}
+
+// q4_1, q5_0, q5_1, iq4_nl rows: each block's exact integer sum scaled into p[j] (with the
+// offset folded into the integers, the min added in f32), the blocks eight at a time added
+// as dot_k adds a super-block's (a short last group's missing blocks: zeros).
+template <format::dtype T>
+float dot_b32(const void* row, const block_q8_x* x, int64_t n) {
+    const uint64_t bytes = format::row_bytes(T, qk);
+    const int64_t nb = n / qk;
+    float acc = 0.0f;
+    for (int64_t g = 0; g < nb; g += 8) {
+        float p[8] = {};
+        for (int64_t j = 0; j < 8 && g + j < nb; ++j) {
+            const kernels::block32_ints b = kernels::block32_to_ints(T, static_cast<const uint8_t*>(row) + uint64_t(g + j) * bytes);
+            const block_q8_x& xb = x[g + j];
+            int32_t isum = -b.offset * xb.sum;
+            for (int i = 0; i < qk; ++i) isum += b.q[i] * int32_t(xb.qs[i]);
+            p[j] = (b.d * xb.d) * static_cast<float>(isum);
+            if (b.has_min) p[j] = std::fma(b.m * xb.d, static_cast<float>(xb.sum), p[j]);
+        }
+        acc += sum8(p);
+    }
+    return acc;
+}
+
+template <format::dtype T>
+void tile_b32(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
+    for (int t = 0; t < n_tok; ++t) {
+        for (int r = 0; r < 4; ++r) out[t * 4 + r] = dot_b32<T>(static_cast<const uint8_t*>(rows) + r * stride, x + t * x_stride, n);
+    }
 }
 
 template <format::dtype T>
@@ -274,7 +316,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 
@@ -287,6 +329,11 @@ decltype(vec_kernels::tile_q8_0) int8_tile(const vec_kernels& vk, format::dtype 
     case format::dtype::q4_k: return vk.tile_q4_k;
     case format::dtype::q5_k: return vk.tile_q5_k;
     case format::dtype::q6_k: return vk.tile_q6_k;
+    case format::dtype::q4_1: return vk.tile_q4_1;
+    case format::dtype::q5_0: return vk.tile_q5_0;
+    case format::dtype::q5_1: return vk.tile_q5_1;
+    case format::dtype::iq4_nl: return vk.tile_iq4_nl;
+    case format::dtype::iq4_xs: return vk.tile_iq4_xs;
     default: throw error(errc::internal, "no integer tile for " + std::string(format::dtype_name(t)));
     }
 }

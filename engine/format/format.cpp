@@ -9,7 +9,8 @@ namespace colibri::format {
 namespace {
 constexpr std::array<std::string_view, dtype_count> dtype_names = {"f32", "f16", "bf16", "q8_0",
                                                                    "q4_0", "q4_0x8", "q8_0x8", "q4_k", "q5_k", "q6_k",
-                                                                   "q4_kx8", "q5_kx8", "q6_kx8"};
+                                                                   "q4_kx8", "q5_kx8", "q6_kx8", "q4_1", "q5_0",
+                                                                   "q5_1", "iq4_nl", "iq4_xs"};
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
     "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2"};
 } // namespace
@@ -44,15 +45,28 @@ uint64_t row_bytes(dtype t, uint64_t n) {
     case dtype::q5_kx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_q5_k);
     case dtype::q6_k:
     case dtype::q6_kx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_q6_k);
+    case dtype::q4_1: return n % qk ? 0 : n / qk * sizeof(block_q4_1);
+    case dtype::q5_0: return n % qk ? 0 : n / qk * sizeof(block_q5_0);
+    case dtype::q5_1: return n % qk ? 0 : n / qk * sizeof(block_q5_1);
+    case dtype::iq4_nl: return n % qk ? 0 : n / qk * sizeof(block_iq4_nl);
+    case dtype::iq4_xs: return n % qk_k ? 0 : n / qk_k * sizeof(block_iq4_xs);
     }
     return 0;
 }
 
-bool is_quantized(dtype t) { return t == dtype::q8_0 || t == dtype::q4_0 || is_interleaved(t) || is_k_quant(t); }
+bool is_quantized(dtype t) {
+    return t == dtype::q8_0 || t == dtype::q4_0 || is_interleaved(t) || is_k_quant(t) || is_read_only(t);
+}
 
 bool is_k_quant(dtype t) { return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k; }
 
-int block_elements(dtype t) { return is_k_quant(row_type(t)) ? qk_k : is_quantized(t) ? qk : 1; }
+bool is_read_only(dtype t) {
+    return t == dtype::q4_1 || t == dtype::q5_0 || t == dtype::q5_1 || t == dtype::iq4_nl || t == dtype::iq4_xs;
+}
+
+int block_elements(dtype t) {
+    return is_k_quant(row_type(t)) || t == dtype::iq4_xs ? qk_k : is_quantized(t) ? qk : 1;
+}
 
 bool is_interleaved(dtype t) { return row_type(t) != t; }
 

@@ -41,8 +41,17 @@ enum class dtype : uint32_t {
     q4_kx8 = 10,
     q5_kx8 = 11,
     q6_kx8 = 12,
+    /// More of GGUF's types, blocks as llama.cpp stores them, kept as read (Colibri has no
+    /// quantiser for them):
+    q4_1 = 13,   ///< blocks of 32: f16 d and m, 16 bytes of nibbles; x = d q + m
+    q5_0 = 14,   ///< blocks of 32: f16 d, 32 fifth bits, nibbles; x = d (q - 16)
+    q5_1 = 15,   ///< blocks of 32: f16 d and m, 32 fifth bits, nibbles; x = d q + m
+    iq4_nl = 16, ///< blocks of 32: f16 d, nibbles indexing iq4_values; x = d iq4_values[q]
+    /// super-blocks of 256: f16 d, 8 sub-blocks of 32 with a 6-bit scale ls each;
+    /// x = d (ls - 32) iq4_values[q]
+    iq4_xs = 17,
 };
-inline constexpr uint32_t dtype_count = 13;
+inline constexpr uint32_t dtype_count = 18;
 inline constexpr int qk = 32;    ///< elements per quantisation block (activations, q8_0, q4_0, K-quant sub-blocks)
 inline constexpr int qk_k = 256; ///< elements per K-quant super-block
 
@@ -93,6 +102,35 @@ struct block_q6_k {
     int8_t scales[16];
     uint16_t d; // f16
 };
+/// Blocks of 32 elements whose values are nibbles: element i is the low nibble of qs[i],
+/// element i + 16 the high one; q5_0 and q5_1 add bit i of qh as element i's fifth bit.
+struct block_q4_1 {
+    uint16_t d, m; // f16
+    uint8_t qs[16];
+};
+struct block_q5_0 {
+    uint16_t d; // f16
+    uint8_t qh[4];
+    uint8_t qs[16];
+};
+struct block_q5_1 {
+    uint16_t d, m; // f16
+    uint8_t qh[4];
+    uint8_t qs[16];
+};
+struct block_iq4_nl {
+    uint16_t d; // f16
+    uint8_t qs[16];
+};
+/// A super-block of iq4_xs: sub-block j's elements are nibbles of qs[16 j .. 16 j + 15] as
+/// in block_iq4_nl; its scale ls is the nibble j % 2 of scales_l[j / 2] with bits 2j, 2j + 1
+/// of scales_h above it.
+struct block_iq4_xs {
+    uint16_t d; // f16
+    uint16_t scales_h;
+    uint8_t scales_l[4];
+    uint8_t qs[128];
+};
 #pragma pack(pop)
 /// Super-block column s of rows 8g..8g+7 of a q4_kx8 matrix: the eight super-blocks' d and
 /// dmin, their 12 bytes of scales as three 32-bit words (word w of row r: scales[w][r]),
@@ -118,6 +156,10 @@ struct block_q6_kx8 {
     uint8_t ql[2][2][8][8][4];
     uint8_t qh[2][8][8][4];
 };
+/// The sixteen values an iq4_nl or iq4_xs nibble stands for.
+inline constexpr int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18 &&
+              sizeof(block_iq4_xs) == 136);
 static_assert(sizeof(block_q4_kx8) == 8 * sizeof(block_q4_k) && sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) &&
               sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k));
 static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210);
@@ -134,6 +176,8 @@ uint64_t row_bytes(dtype t, uint64_t n);
 bool is_quantized(dtype t);
 /// q4_k, q5_k, q6_k: rows of super-blocks of qk_k elements.
 bool is_k_quant(dtype t);
+/// q4_1, q5_0, q5_1, iq4_nl, iq4_xs: kept as a GGUF file stores them, never written from f32.
+bool is_read_only(dtype t);
 /// Elements per block of `t` (1 for f32, f16, bf16).
 int block_elements(dtype t);
 /// The 6-bit scale and min of sub-block j (0..7) of a q4_k or q5_k super-block's `scales`:

@@ -72,7 +72,7 @@ TEST_CASE("ggml blocks dequantise exactly as the gguf package does") {
         }
         ++checked;
     }
-    CHECK(checked == 10); // F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
+    CHECK(checked == 12); // F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K IQ4_NL IQ4_XS
 }
 
 TEST_CASE("every family converted from GGUF matches transformers") {
@@ -118,7 +118,7 @@ TEST_CASE("a sentencepiece vocabulary from GGUF tokenizes as the original model"
     CHECK(rt->tok->eos_id() == 2);
 }
 
-TEST_CASE("GGUF Q8_0 and Q4_0 blocks are copied and the other types requantised within budget") {
+TEST_CASE("GGUF Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 blocks are copied byte for byte") {
     const test::reference r = test::load_reference("llama");
     struct expectation {
         const char* file;
@@ -130,9 +130,9 @@ TEST_CASE("GGUF Q8_0 and Q4_0 blocks are copied and the other types requantised 
     const expectation cases[] = {
         {"llama-q8_0", format::dtype::q8_0, true, 0.0, 0.85, 6e-3},
         {"llama-q4_0", format::dtype::q4_0, true, 0.0, 0.25, 0.6},
-        {"llama-q4_1", format::dtype::q8_0, false, 0.01, 0.25, 0.6},
-        {"llama-q5_0", format::dtype::q8_0, false, 0.01, 0.25, 0.6},
-        {"llama-q5_1", format::dtype::q8_0, false, 0.01, 0.25, 0.6},
+        {"llama-q4_1", format::dtype::q4_1, true, 0.0, 0.25, 0.6},
+        {"llama-q5_0", format::dtype::q5_0, true, 0.0, 0.5, 0.2},
+        {"llama-q5_1", format::dtype::q5_1, true, 0.0, 0.5, 0.2},
     };
     for (const expectation& e : cases) {
         const std::string file = e.file;
@@ -188,7 +188,7 @@ TEST_CASE("GGUF Q8_0 and Q4_0 blocks are copied and the other types requantised 
     }
 }
 
-TEST_CASE("llama.cpp's Q4_K_M, Q5_K_M and Q6_K files keep their blocks and give llama.cpp's logits") {
+TEST_CASE("llama.cpp's Q4_K_M, Q5_K_M, Q6_K, IQ4_XS and IQ4_NL files keep their blocks and give llama.cpp's logits") {
     // tests/reference/generate_gguf_kquants.py: a random Llama of 256-wide rows quantised by
     // llama.cpp, and llama.cpp's logits for the llama fixture's prompt on each file
     const test::reference prompt = test::load_reference("llama");
@@ -199,7 +199,12 @@ TEST_CASE("llama.cpp's Q4_K_M, Q5_K_M and Q6_K files keep their blocks and give 
         const char* name;
         std::vector<std::string> types; // the ggml types of its matrices
     };
-    const expectation cases[] = {{"q4_k_m", {"Q4_K", "Q6_K"}}, {"q5_k_m", {"Q5_K", "Q6_K"}}, {"q6_k", {"Q6_K"}}};
+    const expectation cases[] = {{"q4_k_m", {"Q4_K", "Q6_K"}}, {"q5_k_m", {"Q5_K", "Q6_K"}}, {"q6_k", {"Q6_K"}},
+                                 {"iq4_xs", {"IQ4_XS", "Q6_K"}}, {"iq4_nl", {"IQ4_NL", "Q6_K"}}};
+    const auto lower = [](std::string t) {
+        for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
+        return t;
+    };
     for (const expectation& e : cases) {
         const std::string file = std::string("kquant-") + e.name;
         CAPTURE(file);
@@ -211,7 +216,7 @@ TEST_CASE("llama.cpp's Q4_K_M, Q5_K_M and Q6_K files keep their blocks and give 
             if (c.from == "F32") continue; // norms
             seen.push_back(c.from);
             CHECK(c.copied);
-            CHECK(format::dtype_name(c.to) == std::string(c.from == "Q4_K" ? "q4_k" : c.from == "Q5_K" ? "q5_k" : "q6_k"));
+            CHECK(format::dtype_name(c.to) == lower(c.from));
         }
         std::sort(seen.begin(), seen.end());
         CHECK(seen == e.types);
@@ -224,16 +229,15 @@ TEST_CASE("llama.cpp's Q4_K_M, Q5_K_M and Q6_K files keep their blocks and give 
             const tensor_view* v = mf.find(name);
             const gguf_tensor* gv = g.find_tensor(name);
             REQUIRE((v != nullptr && gv != nullptr));
-            std::string type = ggml::type_name(gv->type);
-            for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
+            const std::string type = lower(ggml::type_name(gv->type));
             const bool table = std::string(name) == "token_embd.weight";
-            CHECK(format::dtype_name(table ? v->type : format::row_type(v->type)) == type);
-            CHECK(format::is_interleaved(v->type) == !table);
+            CHECK(format::dtype_name(format::row_type(v->type)) == type);
+            CHECK(format::is_interleaved(v->type) == (!table && format::is_interleaved(format::matmul_storage(format::row_type(v->type), v->rows()))));
             REQUIRE(v->size == gv->size);
             const uint64_t rb = format::row_bytes(v->type, v->cols());
             std::vector<uint8_t> row(rb);
             for (uint64_t r = 0; r < v->rows(); ++r) {
-                if (table) std::memcpy(row.data(), v->data + r * rb, rb);
+                if (!format::is_interleaved(v->type)) std::memcpy(row.data(), v->data + r * rb, rb);
                 else format::x8_row(v->type, v->data, v->cols(), r, row.data());
                 if (std::memcmp(row.data(), static_cast<const uint8_t*>(gv->data) + r * rb, rb) != 0) {
                     FAIL_CHECK("row " << r << " differs from llama.cpp's");

@@ -78,22 +78,20 @@ std::vector<uint8_t> quantize(dtype t, const std::vector<float>& x, int64_t rows
     return q;
 }
 
-// K-quant rows of random bits with finite scales of either sign (q4_k, q5_k: d and dmin;
-// q6_k: d), as GGUF files may hold them.
+// Rows of random bits, as GGUF files may hold them, for the types Colibri does not quantise
+// to itself the way llama.cpp does (K-quants, read-only types), with finite scales of either
+// sign: d, and dmin (q4_k, q5_k) or m (q4_1, q5_1).
 std::vector<uint8_t> random_k_rows(dtype t, int64_t rows, int64_t cols, uint64_t seed) {
     xorshift64s rng(seed);
     std::vector<uint8_t> q(format::row_bytes(t, uint64_t(cols)) * uint64_t(rows));
     for (auto& b : q) b = static_cast<uint8_t>(rng.next() >> 56);
-    const size_t bb = format::row_bytes(t, format::qk_k);
+    const size_t bb = format::row_bytes(t, uint64_t(format::block_elements(t)));
     const auto scale = [&] { return f32_to_f16((rng.uniform() < 0.5 ? -1.0f : 1.0f) * (0.001f + 0.05f * rng.uniform())); };
+    const bool second = t == dtype::q4_k || t == dtype::q5_k || t == dtype::q4_1 || t == dtype::q5_1; // dmin or m at byte 2
     for (size_t at = 0; at < q.size(); at += bb) {
-        const uint16_t d = scale(), dmin = scale();
-        if (t == dtype::q6_k) {
-            std::memcpy(q.data() + at + offsetof(format::block_q6_k, d), &d, 2);
-        } else {
-            std::memcpy(q.data() + at + offsetof(format::block_q4_k, d), &d, 2);
-            std::memcpy(q.data() + at + offsetof(format::block_q4_k, dmin), &dmin, 2);
-        }
+        const uint16_t d = scale(), m = scale();
+        std::memcpy(q.data() + at + (t == dtype::q6_k ? offsetof(format::block_q6_k, d) : 0), &d, 2);
+        if (second) std::memcpy(q.data() + at + 2, &m, 2);
     }
     return q;
 }
@@ -101,7 +99,7 @@ std::vector<uint8_t> random_k_rows(dtype t, int64_t rows, int64_t cols, uint64_t
 // Weights of type t as a file stores them: quantised rows, interleaved by eights for
 // q4_0x8 and q8_0x8; K-quants of random bits.
 std::vector<uint8_t> stored_matrix(dtype t, const std::vector<float>& w, int64_t rows, int64_t cols) {
-    if (format::is_k_quant(t)) return random_k_rows(t, rows, cols, w.size() + uint64_t(t));
+    if (format::is_k_quant(t) || format::is_read_only(t)) return random_k_rows(t, rows, cols, w.size() + uint64_t(t));
     auto q = quantize(format::row_type(t), w, rows, cols);
     if (format::is_interleaved(t)) {
         const std::vector<uint8_t> plain = q;
@@ -218,12 +216,14 @@ TEST_CASE("half and bfloat16 conversions round to nearest") {
 }
 
 TEST_CASE("dot_row of every dtype matches double precision of its stored values") {
-    for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
-        for (int64_t n : {32, 96, 4096}) {
+    for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k,
+                    dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl, dtype::iq4_xs}) {
+        for (int64_t n : {32, 96, 256, 4096}) {
+            if (n % format::block_elements(t) != 0) continue;
             CAPTURE(format::dtype_name(t));
             CAPTURE(n);
             auto w = random_vec(n, 11 + n), x = random_vec(n, 12 + n);
-            auto q = quantize(t, w, 1, n);
+            auto q = stored_matrix(t, w, 1, n);
             std::vector<float> stored(n);
             kernels::to_f32_row(t, q.data(), stored.data(), n);
             double ref = 0;
@@ -423,14 +423,14 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
         }
         // K-quants: four rows (a stride apart, or one repeated) by 1-4 vectors, bit-identical
         // to the reference and within rounding of the exact dot of the stored values
-        for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
-            if (n % format::qk_k != 0) continue;
+        for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl, dtype::iq4_xs}) {
+            if (n % format::block_elements(t) != 0) continue;
             CAPTURE(format::dtype_name(t));
             const auto q4 = random_k_rows(t, 4, n, 46 + uint64_t(n));
             const size_t rb = format::row_bytes(t, n);
             std::vector<float> stored4(size_t(4 * n));
             for (int r = 0; r < 4; ++r) kernels::to_f32_row(t, q4.data() + r * rb, stored4.data() + r * n, n);
-            const auto pick = [&](const vec_kernels& k) { return t == dtype::q4_k ? k.tile_q4_k : t == dtype::q5_k ? k.tile_q5_k : k.tile_q6_k; };
+            const auto pick = [&](const vec_kernels& k) { return int8_tile(k, t); };
             for (size_t stride : {rb, size_t(0)}) {
                 for (int n_tok = 1; n_tok <= 4; ++n_tok) {
                     CAPTURE(stride);
@@ -764,7 +764,8 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
         auto be = make_cpu_backend(o, 4096);
         for (auto s : shapes) {
             for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_0x8, dtype::q8_0x8,
-                            dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+                            dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl,
+                            dtype::iq4_xs}) {
                 if (format::is_interleaved(t) && s.rows % 8 != 0) continue;
                 if (format::row_bytes(t, uint64_t(s.cols)) == 0) continue;
                 const std::string table = vk->name;

@@ -1,0 +1,32 @@
+#pragma once
+// The GGUF block types kept as read (format::is_read_only: q4_1, q5_0, q5_1, iq4_nl, iq4_xs):
+// their blocks in f32, and their values as the integers the int8 kernels multiply.
+
+#include "format/format.h"
+
+#include <cstdint>
+
+namespace colibri::kernels {
+
+/// Elements of one block of read-only type t: 32, or 256 for an iq4_xs super-block.
+int read_only_block_elements(format::dtype t);
+
+/// One block of read-only type t in f32, as llama.cpp and the gguf package compute it.
+void read_only_block_to_f32(format::dtype t, const uint8_t* block, float* out);
+
+/// A 32-element block of q4_1, q5_0, q5_1 or iq4_nl as integers: x_i = d (q_i - offset) + m.
+/// q holds nibbles (q4_1), 5-bit values (q5_0, q5_1) or iq4_values (iq4_nl, signed).
+struct block32_ints {
+    int8_t q[32];
+    float d, m;
+    int offset;
+    bool has_min; // q4_1, q5_1
+};
+block32_ints block32_to_ints(format::dtype t, const uint8_t* block);
+
+/// Sub-block j (0..7) of an iq4_xs super-block: its scale less 32 (x = d ls iq4_values[q]).
+inline int iq4_xs_scale(const format::block_iq4_xs& b, int j) {
+    return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((b.scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
+
+} // namespace colibri::kernels
