@@ -188,7 +188,7 @@ TEST_CASE("GGUF Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 blocks are copied byte for byte"
     }
 }
 
-TEST_CASE("llama.cpp's Q4_K_M, Q5_K_M, Q6_K, IQ4_XS and IQ4_NL files keep their blocks and give llama.cpp's logits") {
+TEST_CASE("llama.cpp's K-quant, IQ4 and Q4_1/Q5_0/Q5_1 files keep their blocks and give llama.cpp's logits") {
     // tests/reference/generate_gguf_kquants.py: a random Llama of 256-wide rows quantised by
     // llama.cpp, and llama.cpp's logits for the llama fixture's prompt on each file
     const test::reference prompt = test::load_reference("llama");
@@ -200,7 +200,8 @@ TEST_CASE("llama.cpp's Q4_K_M, Q5_K_M, Q6_K, IQ4_XS and IQ4_NL files keep their 
         std::vector<std::string> types; // the ggml types of its matrices
     };
     const expectation cases[] = {{"q4_k_m", {"Q4_K", "Q6_K"}}, {"q5_k_m", {"Q5_K", "Q6_K"}}, {"q6_k", {"Q6_K"}},
-                                 {"iq4_xs", {"IQ4_XS", "Q6_K"}}, {"iq4_nl", {"IQ4_NL", "Q6_K"}}};
+                                 {"iq4_xs", {"IQ4_XS", "Q6_K"}}, {"iq4_nl", {"IQ4_NL", "Q6_K"}}, {"q4_1", {"Q4_1", "Q6_K"}},
+                                 {"q5_0", {"Q5_0", "Q6_K"}}, {"q5_1", {"Q5_1", "Q6_K"}}};
     const auto lower = [](std::string t) {
         for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
         return t;
