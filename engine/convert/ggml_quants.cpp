@@ -21,8 +21,8 @@ constexpr type_info types[] = {
     {q5_1, "Q5_1", 32, 24, true},
     {q8_0, "Q8_0", 32, 34, true},
     {q8_1, "Q8_1", 32, 36, false},
-    {q2_k, "Q2_K", 256, 84, false},
-    {q3_k, "Q3_K", 256, 110, false},
+    {q2_k, "Q2_K", 256, 84, true},
+    {q3_k, "Q3_K", 256, 110, true},
     {q4_k, "Q4_K", 256, 144, true},
     {q5_k, "Q5_K", 256, 176, true},
     {q6_k, "Q6_K", 256, 210, true},
@@ -64,7 +64,7 @@ std::string type_name(uint32_t id) {
     return t != nullptr ? std::string(t->name) : "type " + std::to_string(id);
 }
 
-std::string_view readable_types() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"; }
+std::string_view readable_types() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"; }
 
 uint64_t row_bytes(uint32_t id, uint64_t n) {
     const type_info* t = find_type(id);
@@ -105,6 +105,8 @@ void dequantize_row(uint32_t id, const uint8_t* row, float* out, int64_t n) {
     case q5_1: kernels::to_f32_row(format::dtype::q5_1, row, out, n); return;
     case iq4_nl: kernels::to_f32_row(format::dtype::iq4_nl, row, out, n); return;
     case iq4_xs: kernels::to_f32_row(format::dtype::iq4_xs, row, out, n); return;
+    case q2_k: kernels::to_f32_row(format::dtype::q2_k, row, out, n); return;
+    case q3_k: kernels::to_f32_row(format::dtype::q3_k, row, out, n); return;
     case q4_k: kernels::to_f32_row(format::dtype::q4_k, row, out, n); return; // docs/model-format.md
     case q5_k: kernels::to_f32_row(format::dtype::q5_k, row, out, n); return;
     case q6_k: kernels::to_f32_row(format::dtype::q6_k, row, out, n); return;

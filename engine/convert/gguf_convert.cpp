@@ -33,7 +33,8 @@ bool same_layout(uint32_t ggml_type, dtype t) {
            (ggml_type == ggml::q5_k && t == dtype::q5_k) || (ggml_type == ggml::q6_k && t == dtype::q6_k) ||
            (ggml_type == ggml::q4_1 && t == dtype::q4_1) || (ggml_type == ggml::q5_0 && t == dtype::q5_0) ||
            (ggml_type == ggml::q5_1 && t == dtype::q5_1) || (ggml_type == ggml::iq4_nl && t == dtype::iq4_nl) ||
-           (ggml_type == ggml::iq4_xs && t == dtype::iq4_xs);
+           (ggml_type == ggml::iq4_xs && t == dtype::iq4_xs) || (ggml_type == ggml::q2_k && t == dtype::q2_k) ||
+           (ggml_type == ggml::q3_k && t == dtype::q3_k);
 }
 
 /// What "keep" writes for a source type: the same layout where we have it, else q8_0.
@@ -51,6 +52,8 @@ dtype kept_type(uint32_t ggml_type) {
     case ggml::q5_1: return dtype::q5_1;
     case ggml::iq4_nl: return dtype::iq4_nl;
     case ggml::iq4_xs: return dtype::iq4_xs;
+    case ggml::q2_k: return dtype::q2_k;
+    case ggml::q3_k: return dtype::q3_k;
     default: return dtype::q8_0;
     }
 }

@@ -9,7 +9,9 @@ namespace colibri::kernels {
 
 using format::dtype;
 
-int read_only_block_elements(dtype t) { return t == dtype::iq4_xs ? format::qk_k : format::qk; }
+int read_only_block_elements(dtype t) {
+    return t == dtype::iq4_xs || t == dtype::q2_k || t == dtype::q3_k ? format::qk_k : format::qk;
+}
 
 namespace {
 
@@ -72,6 +74,24 @@ block32_ints block32_to_ints(dtype t, const uint8_t* block) {
 }
 
 void read_only_block_to_f32(dtype t, const uint8_t* block, float* out) {
+    if (t == dtype::q2_k) { // as llama.cpp: (d sc) q - (dmin m)
+        const auto& b = *reinterpret_cast<const format::block_q2_k*>(block);
+        const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+        for (int e = 0; e < format::qk_k; ++e) {
+            const float dl = d * static_cast<float>(b.scales[e / 16] & 15), ml = dmin * static_cast<float>(b.scales[e / 16] >> 4);
+            out[e] = dl * static_cast<float>(k_low2(b.qs, e)) - ml;
+        }
+        return;
+    }
+    if (t == dtype::q3_k) { // as llama.cpp: (d (ls - 32)) q
+        const auto& b = *reinterpret_cast<const format::block_q3_k*>(block);
+        const float d = f16_to_f32(b.d);
+        for (int e = 0; e < format::qk_k; ++e) {
+            const int q = k_low2(b.qs, e) - ((b.hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4);
+            out[e] = (d * static_cast<float>(q3_k_scale(b, e / 16))) * static_cast<float>(q);
+        }
+        return;
+    }
     if (t == dtype::iq4_xs) {
         const auto& b = *reinterpret_cast<const format::block_iq4_xs*>(block);
         const float d = f16_to_f32(b.d);

@@ -1,5 +1,6 @@
 #pragma once
-// The GGUF block types kept as read (format::is_read_only: q4_1, q5_0, q5_1, iq4_nl, iq4_xs):
+// The GGUF block types kept as read (format::is_read_only: q4_1, q5_0, q5_1, iq4_nl, iq4_xs,
+// q2_k, q3_k):
 // their blocks in f32, and their values as the integers the int8 kernels multiply.
 
 #include "format/format.h"
@@ -8,7 +9,7 @@
 
 namespace colibri::kernels {
 
-/// Elements of one block of read-only type t: 32, or 256 for an iq4_xs super-block.
+/// Elements of one block of read-only type t: 32, or 256 for a super-block (iq4_xs, q2_k, q3_k).
 int read_only_block_elements(format::dtype t);
 
 /// One block of read-only type t in f32, as llama.cpp and the gguf package compute it.
@@ -28,5 +29,14 @@ block32_ints block32_to_ints(format::dtype t, const uint8_t* block);
 inline int iq4_xs_scale(const format::block_iq4_xs& b, int j) {
     return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((b.scales_h >> (2 * j)) & 3) << 4)) - 32;
 }
+
+/// Sub-block k (0..15, 16 elements each) of a q3_k super-block: its scale less 32.
+inline int q3_k_scale(const format::block_q3_k& b, int k) {
+    const int lo = k < 8 ? b.scales[k] & 15 : b.scales[k - 8] >> 4;
+    return (lo | (((b.scales[8 + k % 4] >> (2 * (k / 4))) & 3) << 4)) - 32;
+}
+
+/// Element e = 128 h + 32 j + l's 2-bit value in a q2_k / q3_k super-block's qs.
+inline int k_low2(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3; }
 
 } // namespace colibri::kernels

@@ -44,7 +44,9 @@ void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
     case dtype::q5_0:
     case dtype::q5_1:
     case dtype::iq4_nl:
-    case dtype::iq4_xs: {
+    case dtype::iq4_xs:
+    case dtype::q2_k:
+    case dtype::q3_k: {
         const int be = read_only_block_elements(t);
         const uint64_t bb = format::row_bytes(t, uint64_t(be));
         for (int64_t ib = 0; ib < n / be; ++ib) {
@@ -125,7 +127,9 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     case dtype::q5_0:
     case dtype::q5_1:
     case dtype::iq4_nl:
-    case dtype::iq4_xs: { // each block in f32, its dot in one sum per 32 elements
+    case dtype::iq4_xs:
+    case dtype::q2_k:
+    case dtype::q3_k: { // each block in f32, its dot in one sum per 32 elements
         const int be = read_only_block_elements(t);
         const uint64_t bb = format::row_bytes(t, uint64_t(be));
         float w[format::qk_k];
@@ -208,7 +212,9 @@ void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
     case dtype::q5_0:
     case dtype::q5_1:
     case dtype::iq4_nl:
-    case dtype::iq4_xs: throw error(errc::invalid_argument, "no quantiser for " + std::string(format::dtype_name(t)) + " (kept as GGUF files store it)");
+    case dtype::iq4_xs:
+    case dtype::q2_k:
+    case dtype::q3_k: throw error(errc::invalid_argument, "no quantiser for " + std::string(format::dtype_name(t)) + " (kept as GGUF files store it)");
     case dtype::q4_k:
     case dtype::q5_k:
     case dtype::q6_k:

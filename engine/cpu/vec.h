@@ -42,8 +42,8 @@ struct vec_kernels {
     void (*tile_q4_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q5_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q6_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    /// The same for the types kept as GGUF files store them (format::is_read_only). iq4_xs
-    /// rows (n a multiple of 256) go as the K-quants'. q4_1, q5_0, q5_1 and iq4_nl rows take
+    /// The same for the types kept as GGUF files store them (format::is_read_only). iq4_xs,
+    /// q2_k and q3_k rows (n a multiple of 256) go as the K-quants'. q4_1, q5_0, q5_1 and iq4_nl rows take
     /// their 32-element blocks eight at a time as if they were a super-block's sub-blocks,
     /// a last short group padded with zeros (vec_reference.cpp's dot_b32).
     void (*tile_q4_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
@@ -51,6 +51,8 @@ struct vec_kernels {
     void (*tile_q5_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_iq4_nl)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_iq4_xs)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q2_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q3_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     /// Integer dot products of q4_0x8 row groups: n_groups (1..4) groups of eight rows
     /// (`stride` bytes apart) with n_tok (1..8) quantised activation vectors (`x_stride`
     /// blocks apart): out[(t * n_groups + g) * 8 + r] = row r of group g . x_t.

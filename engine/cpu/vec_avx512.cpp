@@ -773,6 +773,8 @@ vec_kernels make_table(const vec_kernels& avx2) {
         k.tile_q5_1 = tile_b32<format::block_q5_1, true>;
         k.tile_iq4_nl = tile_b32<format::block_iq4_nl, true>;
         k.tile_iq4_xs = tile_k<format::block_iq4_xs, true>;
+        k.tile_q2_k = tile_k<format::block_q2_k, true>;
+        k.tile_q3_k = tile_k<format::block_q3_k, true>;
         k.tile_q4_kx8 = tile_kx8_pairs<format::block_q4_kx8, true>;
         k.tile_q5_kx8 = tile_kx8_pairs<format::block_q5_kx8, true>;
         k.tile_q6_kx8 = tile_kx8_pairs<format::block_q6_kx8, true>;

@@ -272,6 +272,69 @@ inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const 
     }
 }
 
+// Per token, the activation blocks' half sums in the order of half_sums4 over blocks 0-3 and
+// 4-7: [sum of elements 0-15 of blocks 0-3 | of elements 16-31], the same of blocks 4-7.
+inline void x_half_sums(const block_q8_x* xs, __m256i hx[2]) {
+    for (int i = 0; i < 2; ++i) {
+        const block_q8_x* x = xs + 4 * i;
+        hx[i] = _mm256_setr_epi32(x[0].sum_lo, x[1].sum_lo, x[2].sum_lo, x[3].sum_lo, x[0].sum - x[0].sum_lo,
+                                  x[1].sum - x[1].sum_lo, x[2].sum - x[2].sum_lo, x[3].sum - x[3].sum_lo);
+    }
+}
+
+// Sixteen per-sub-block integers (one per 16 elements, k = 2j + half) in half_sums4's order:
+// [0 2 4 6 | 1 3 5 7] and [8 10 12 14 | 9 11 13 15].
+inline void sixteen_in_half_order(const int v[16], __m256i out[2]) {
+    out[0] = _mm256_setr_epi32(v[0], v[2], v[4], v[6], v[1], v[3], v[5], v[7]);
+    out[1] = _mm256_setr_epi32(v[8], v[10], v[12], v[14], v[9], v[11], v[13], v[15]);
+}
+
+// One q2_k or q3_k super-block of a row against T tokens' activation blocks: unsigned values
+// (q3_k's less 4 through the half sums), a scale per 16 elements, q2_k's mins likewise.
+template <class Block, int T, bool Vnni>
+inline void q23_k_block(const Block& b, const block_q8_x* const xs[T], const __m256 xd[T], __m256 p[T]) {
+    constexpr bool three = std::is_same_v<Block, format::block_q3_k>;
+    int sc[16], mn[16];
+    for (int k = 0; k < 16; ++k) {
+        if constexpr (three) {
+            sc[k] = kernels::q3_k_scale(b, k);
+        } else {
+            sc[k] = b.scales[k] & 15;
+            mn[k] = b.scales[k] >> 4;
+        }
+    }
+    __m256i scv[2], mnv[2];
+    sixteen_in_half_order(sc, scv);
+    if constexpr (!three) sixteen_in_half_order(mn, mnv);
+    const __m256i three_bits = _mm256_set1_epi8(3);
+    __m256i q[8]; // activation block j = 4h + s: bits 2s, 2s + 1 of qs[32h ..], q3_k's hmask bit j above them
+    for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+        for (int s = 0; s < 4; ++s) q[4 * h + s] = _mm256_and_si256(shift16(v, -2 * s), three_bits);
+    }
+    if constexpr (three) {
+        const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+        for (int j = 0; j < 8; ++j) q[j] = _mm256_or_si256(q[j], _mm256_and_si256(shift16(hm, 2 - j), _mm256_set1_epi8(4)));
+    }
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    for (int t = 0; t < T; ++t) {
+        __m256i s[8], hx[2];
+        for (int j = 0; j < 8; ++j) s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
+        __m256i h0 = half_sums4(s), h1 = half_sums4(s + 4);
+        x_half_sums(xs[t], hx);
+        if constexpr (three) { // the values less 4
+            h0 = _mm256_sub_epi32(h0, _mm256_slli_epi32(hx[0], 2));
+            h1 = _mm256_sub_epi32(h1, _mm256_slli_epi32(hx[1], 2));
+        }
+        const __m256i a = join_halves(_mm256_mullo_epi32(h0, scv[0]), _mm256_mullo_epi32(h1, scv[1]));
+        p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
+        if constexpr (!three) {
+            const __m256i mins = join_halves(_mm256_mullo_epi32(hx[0], mnv[0]), _mm256_mullo_epi32(hx[1], mnv[1]));
+            p[t] = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), xd[t]), _mm256_cvtepi32_ps(mins), p[t]);
+        }
+    }
+}
+
 // A K-quant tile for a fixed token count T: four rows (`stride` bytes apart) by T tokens.
 template <class Block, int T, bool Vnni>
 void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
@@ -292,6 +355,8 @@ void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_str
             __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
             if constexpr (std::is_same_v<Block, format::block_q6_k>) q6_k_block<T, Vnni>(w[r][s], xs, xd, p);
             else if constexpr (std::is_same_v<Block, format::block_iq4_xs>) iq4_xs_block<T, Vnni>(w[r][s], xs, xd, p);
+            else if constexpr (std::is_same_v<Block, format::block_q2_k> || std::is_same_v<Block, format::block_q3_k>)
+                q23_k_block<Block, T, Vnni>(w[r][s], xs, xd, p);
             else q45_k_block<Block, T, Vnni>(w[r][s], xs, xd, xsum, p);
             acc[r] = _mm_add_ps(acc[r], hsum4(p)); // each token's super-block: vec_reference.cpp's sum8
         }

@@ -77,7 +77,34 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
         const uint8_t* blk = static_cast<const uint8_t*>(row) + uint64_t(s) * bytes;
         const block_q8_x* xs = x + 8 * s;
         float p[8];
-        if constexpr (T == dtype::iq4_xs) {
+        if constexpr (T == dtype::q2_k || T == dtype::q3_k) {
+            // two sub-blocks of 16 per activation block, each with its own scale (and min)
+            const auto& b2 = *reinterpret_cast<const block_q2_k*>(blk);
+            const auto& b3 = *reinterpret_cast<const block_q3_k*>(blk);
+            for (int j = 0; j < 8; ++j) {
+                int32_t a = 0, mins = 0;
+                for (int half = 0; half < 2; ++half) {
+                    const int k = 2 * j + half;
+                    int32_t isum = 0, xsum = 0;
+                    for (int l = 16 * half; l < 16 * half + 16; ++l) {
+                        const int e = 32 * j + l;
+                        int q = kernels::k_low2(T == dtype::q2_k ? b2.qs : b3.qs, e);
+                        if constexpr (T == dtype::q3_k) q |= ((b3.hmask[l] >> j) & 1) << 2; // the value is q - 4
+                        isum += q * int32_t(xs[j].qs[l]);
+                        xsum += xs[j].qs[l];
+                    }
+                    if constexpr (T == dtype::q2_k) {
+                        a += (b2.scales[k] & 15) * isum;
+                        mins += (b2.scales[k] >> 4) * xsum;
+                    } else {
+                        a += kernels::q3_k_scale(b3, k) * (isum - 4 * xsum);
+                    }
+                }
+                const float d = f16_to_f32(T == dtype::q2_k ? b2.d : b3.d);
+                p[j] = (d * xs[j].d) * static_cast<float>(a);
+                if constexpr (T == dtype::q2_k) p[j] = std::fma(-(f16_to_f32(b2.dmin) * xs[j].d), static_cast<float>(mins), p[j]);
+            }
+        } else if constexpr (T == dtype::iq4_xs) {
             const auto& b = *reinterpret_cast<const block_iq4_xs*>(blk);
             const float d = f16_to_f32(b.d);
             for (int j = 0; j < 8; ++j) {
@@ -316,7 +343,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_k<format::dtype::q2_k>, tile_k<format::dtype::q3_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 
@@ -334,6 +361,8 @@ decltype(vec_kernels::tile_q8_0) int8_tile(const vec_kernels& vk, format::dtype 
     case format::dtype::q5_1: return vk.tile_q5_1;
     case format::dtype::iq4_nl: return vk.tile_iq4_nl;
     case format::dtype::iq4_xs: return vk.tile_iq4_xs;
+    case format::dtype::q2_k: return vk.tile_q2_k;
+    case format::dtype::q3_k: return vk.tile_q3_k;
     default: throw error(errc::internal, "no integer tile for " + std::string(format::dtype_name(t)));
     }
 }

@@ -10,7 +10,7 @@ namespace {
 constexpr std::array<std::string_view, dtype_count> dtype_names = {"f32", "f16", "bf16", "q8_0",
                                                                    "q4_0", "q4_0x8", "q8_0x8", "q4_k", "q5_k", "q6_k",
                                                                    "q4_kx8", "q5_kx8", "q6_kx8", "q4_1", "q5_0",
-                                                                   "q5_1", "iq4_nl", "iq4_xs"};
+                                                                   "q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k"};
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
     "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2"};
 } // namespace
@@ -50,6 +50,8 @@ uint64_t row_bytes(dtype t, uint64_t n) {
     case dtype::q5_1: return n % qk ? 0 : n / qk * sizeof(block_q5_1);
     case dtype::iq4_nl: return n % qk ? 0 : n / qk * sizeof(block_iq4_nl);
     case dtype::iq4_xs: return n % qk_k ? 0 : n / qk_k * sizeof(block_iq4_xs);
+    case dtype::q2_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q2_k);
+    case dtype::q3_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q3_k);
     }
     return 0;
 }
@@ -61,11 +63,13 @@ bool is_quantized(dtype t) {
 bool is_k_quant(dtype t) { return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k; }
 
 bool is_read_only(dtype t) {
-    return t == dtype::q4_1 || t == dtype::q5_0 || t == dtype::q5_1 || t == dtype::iq4_nl || t == dtype::iq4_xs;
+    return t == dtype::q4_1 || t == dtype::q5_0 || t == dtype::q5_1 || t == dtype::iq4_nl || t == dtype::iq4_xs ||
+           t == dtype::q2_k || t == dtype::q3_k;
 }
 
 int block_elements(dtype t) {
-    return is_k_quant(row_type(t)) || t == dtype::iq4_xs ? qk_k : is_quantized(t) ? qk : 1;
+    const bool super = t == dtype::iq4_xs || t == dtype::q2_k || t == dtype::q3_k;
+    return is_k_quant(row_type(t)) || super ? qk_k : is_quantized(t) ? qk : 1;
 }
 
 bool is_interleaved(dtype t) { return row_type(t) != t; }

@@ -50,8 +50,14 @@ enum class dtype : uint32_t {
     /// super-blocks of 256: f16 d, 8 sub-blocks of 32 with a 6-bit scale ls each;
     /// x = d (ls - 32) iq4_values[q]
     iq4_xs = 17,
+    /// super-blocks of 256: f16 d and dmin, 16 sub-blocks of 16 with a 4-bit scale sc and
+    /// min m each; x = d sc q - dmin m, q 2-bit
+    q2_k = 18,
+    /// super-blocks of 256: f16 d, 16 sub-blocks of 16 with a 6-bit scale ls each;
+    /// x = d (ls - 32) (q - 4 h'), q 2-bit, h' 1 where the element's hmask bit is clear
+    q3_k = 19,
 };
-inline constexpr uint32_t dtype_count = 18;
+inline constexpr uint32_t dtype_count = 20;
 inline constexpr int qk = 32;    ///< elements per quantisation block (activations, q8_0, q4_0, K-quant sub-blocks)
 inline constexpr int qk_k = 256; ///< elements per K-quant super-block
 
@@ -131,6 +137,21 @@ struct block_iq4_xs {
     uint8_t scales_l[4];
     uint8_t qs[128];
 };
+/// q2_k and q3_k: element e = 128 h + 32 j + l (l < 32) has bits 2j, 2j + 1 of qs[32 h + l],
+/// and sub-block e / 16's scale. q2_k's scales[k]: scale in the low nibble, min in the high.
+/// q3_k: bit 4h + j of hmask[l] is the element's third bit (clear: the value less 4); its 6-bit
+/// scales are packed in scales[12] (kernels::q3_k_scale).
+struct block_q2_k {
+    uint8_t scales[16];
+    uint8_t qs[64];
+    uint16_t d, dmin; // f16
+};
+struct block_q3_k {
+    uint8_t hmask[32];
+    uint8_t qs[64];
+    uint8_t scales[12];
+    uint16_t d; // f16
+};
 #pragma pack(pop)
 /// Super-block column s of rows 8g..8g+7 of a q4_kx8 matrix: the eight super-blocks' d and
 /// dmin, their 12 bytes of scales as three 32-bit words (word w of row r: scales[w][r]),
@@ -159,7 +180,7 @@ struct block_q6_kx8 {
 /// The sixteen values an iq4_nl or iq4_xs nibble stands for.
 inline constexpr int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18 &&
-              sizeof(block_iq4_xs) == 136);
+              sizeof(block_iq4_xs) == 136 && sizeof(block_q2_k) == 84 && sizeof(block_q3_k) == 110);
 static_assert(sizeof(block_q4_kx8) == 8 * sizeof(block_q4_k) && sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) &&
               sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k));
 static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210);
@@ -176,7 +197,8 @@ uint64_t row_bytes(dtype t, uint64_t n);
 bool is_quantized(dtype t);
 /// q4_k, q5_k, q6_k: rows of super-blocks of qk_k elements.
 bool is_k_quant(dtype t);
-/// q4_1, q5_0, q5_1, iq4_nl, iq4_xs: kept as a GGUF file stores them, never written from f32.
+/// q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k: kept as a GGUF file stores them, never
+/// written from f32.
 bool is_read_only(dtype t);
 /// Elements per block of `t` (1 for f32, f16, bf16).
 int block_elements(dtype t);

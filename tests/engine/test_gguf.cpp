@@ -72,7 +72,7 @@ TEST_CASE("ggml blocks dequantise exactly as the gguf package does") {
         }
         ++checked;
     }
-    CHECK(checked == 12); // F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K IQ4_NL IQ4_XS
+    CHECK(checked == 14); // F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q2_K Q3_K
 }
 
 TEST_CASE("every family converted from GGUF matches transformers") {
@@ -201,7 +201,8 @@ TEST_CASE("llama.cpp's K-quant, IQ4 and Q4_1/Q5_0/Q5_1 files keep their blocks a
     };
     const expectation cases[] = {{"q4_k_m", {"Q4_K", "Q6_K"}}, {"q5_k_m", {"Q5_K", "Q6_K"}}, {"q6_k", {"Q6_K"}},
                                  {"iq4_xs", {"IQ4_XS", "Q6_K"}}, {"iq4_nl", {"IQ4_NL", "Q6_K"}}, {"q4_1", {"Q4_1", "Q6_K"}},
-                                 {"q5_0", {"Q5_0", "Q6_K"}}, {"q5_1", {"Q5_1", "Q6_K"}}};
+                                 {"q5_0", {"Q5_0", "Q6_K"}}, {"q5_1", {"Q5_1", "Q6_K"}}, {"q2_k", {"Q2_K", "Q3_K", "Q6_K"}},
+                                 {"q3_k_m", {"Q3_K", "Q4_K", "Q5_K", "Q6_K"}}};
     const auto lower = [](std::string t) {
         for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
         return t;

@@ -80,18 +80,22 @@ std::vector<uint8_t> quantize(dtype t, const std::vector<float>& x, int64_t rows
 
 // Rows of random bits, as GGUF files may hold them, for the types Colibri does not quantise
 // to itself the way llama.cpp does (K-quants, read-only types), with finite scales of either
-// sign: d, and dmin (q4_k, q5_k) or m (q4_1, q5_1).
+// sign: d, and dmin (q4_k, q5_k, q2_k) or m (q4_1, q5_1) after it.
 std::vector<uint8_t> random_k_rows(dtype t, int64_t rows, int64_t cols, uint64_t seed) {
     xorshift64s rng(seed);
     std::vector<uint8_t> q(format::row_bytes(t, uint64_t(cols)) * uint64_t(rows));
     for (auto& b : q) b = static_cast<uint8_t>(rng.next() >> 56);
     const size_t bb = format::row_bytes(t, uint64_t(format::block_elements(t)));
     const auto scale = [&] { return f32_to_f16((rng.uniform() < 0.5 ? -1.0f : 1.0f) * (0.001f + 0.05f * rng.uniform())); };
-    const bool second = t == dtype::q4_k || t == dtype::q5_k || t == dtype::q4_1 || t == dtype::q5_1; // dmin or m at byte 2
+    const bool second = t == dtype::q4_k || t == dtype::q5_k || t == dtype::q4_1 || t == dtype::q5_1 || t == dtype::q2_k;
+    const size_t d_at = t == dtype::q6_k ? offsetof(format::block_q6_k, d)
+                        : t == dtype::q2_k ? offsetof(format::block_q2_k, d)
+                        : t == dtype::q3_k ? offsetof(format::block_q3_k, d)
+                                           : 0;
     for (size_t at = 0; at < q.size(); at += bb) {
         const uint16_t d = scale(), m = scale();
-        std::memcpy(q.data() + at + (t == dtype::q6_k ? offsetof(format::block_q6_k, d) : 0), &d, 2);
-        if (second) std::memcpy(q.data() + at + 2, &m, 2);
+        std::memcpy(q.data() + at + d_at, &d, 2);
+        if (second) std::memcpy(q.data() + at + d_at + 2, &m, 2);
     }
     return q;
 }
@@ -217,7 +221,7 @@ TEST_CASE("half and bfloat16 conversions round to nearest") {
 
 TEST_CASE("dot_row of every dtype matches double precision of its stored values") {
     for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k,
-                    dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl, dtype::iq4_xs}) {
+                    dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl, dtype::iq4_xs, dtype::q2_k, dtype::q3_k}) {
         for (int64_t n : {32, 96, 256, 4096}) {
             if (n % format::block_elements(t) != 0) continue;
             CAPTURE(format::dtype_name(t));
@@ -423,7 +427,8 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
         }
         // K-quants: four rows (a stride apart, or one repeated) by 1-4 vectors, bit-identical
         // to the reference and within rounding of the exact dot of the stored values
-        for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl, dtype::iq4_xs}) {
+        for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl, dtype::iq4_xs,
+                        dtype::q2_k, dtype::q3_k}) {
             if (n % format::block_elements(t) != 0) continue;
             CAPTURE(format::dtype_name(t));
             const auto q4 = random_k_rows(t, 4, n, 46 + uint64_t(n));
@@ -765,7 +770,7 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
         for (auto s : shapes) {
             for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_0x8, dtype::q8_0x8,
                             dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl,
-                            dtype::iq4_xs}) {
+                            dtype::iq4_xs, dtype::q2_k, dtype::q3_k}) {
                 if (format::is_interleaved(t) && s.rows % 8 != 0) continue;
                 if (format::row_bytes(t, uint64_t(s.cols)) == 0) continue;
                 const std::string table = vk->name;

@@ -37,7 +37,7 @@ GGUF_ARCH = {"llama": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwe
 PERMUTED = {"llama", "granitemoe", "granite"}  # llama.cpp's converter reorders q/k rows for these
 DTYPES = {"float32": Q.F32, "float16": Q.F16, "bfloat16": Q.BF16}
 QUANTS = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
-READABLE = [Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS]
+READABLE = [Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS, Q.Q2_K, Q.Q3_K]
 
 
 def load_tensors(d):
@@ -280,6 +280,11 @@ def write_quants(out_path):
                 raw[:, off:off + 2] = v.astype(np.float16).view(np.uint8).reshape(-1, 2)
             if qt == Q.Q6_K:
                 put(208, 0.001, 0.05, True)
+            elif qt == Q.Q2_K:
+                put(80, 0.001, 0.05, True)
+                put(82, 0.001, 0.05, True)
+            elif qt == Q.Q3_K:
+                put(108, 0.001, 0.05, True)
             else:
                 put(0, 0.001, 0.05, True)
                 if qt in (Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K):

@@ -3,7 +3,7 @@
 a random-weight Llama of K-quant-sized rows (dim 256, FFN 512, 2 layers, the fixtures'
 sentencepiece vocabulary), written in F32 with the `gguf` package, then quantised by
 llama.cpp's own quantiser (llama_model_quantize) to Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, IQ4_NL,
-Q4_1, Q5_0 and Q5_1, the files users download. llama.cpp's logits for the llama fixture's prompt are stored beside each
+Q4_1, Q5_0, Q5_1, Q2_K and Q3_K_M, the files users download. llama.cpp's logits for the llama fixture's prompt are stored beside each
 file (and for the F32 original), as kquant-<type>.logits.bin (float32 LE [n_prompt][512]),
 and for the Q4_K_M and Q5_K_M llama.cpp makes from the Q6_K file, as
 kquant-q6_k-to-<type>.logits.bin.
@@ -37,7 +37,8 @@ HEAD_DIM = DIM // HEADS
 FTYPES = {"q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, "q5_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M,
           "q6_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q6_K, "iq4_xs": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_XS,
           "iq4_nl": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_NL, "q4_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_1,
-          "q5_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_0, "q5_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_1}
+          "q5_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_0, "q5_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_1,
+          "q2_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K, "q3_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q3_K_M}
 
 
 def write_f32(fixtures, path):
