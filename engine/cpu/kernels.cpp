@@ -45,12 +45,14 @@ void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
     case dtype::q5_1:
     case dtype::iq4_nl:
     case dtype::iq4_xs:
+    case dtype::iq4_xsx8: // a row in its plain form (format::x8_row)
     case dtype::q2_k:
     case dtype::q3_k: {
-        const int be = read_only_block_elements(t);
-        const uint64_t bb = format::row_bytes(t, uint64_t(be));
+        const dtype rt = format::row_type(t);
+        const int be = read_only_block_elements(rt);
+        const uint64_t bb = format::row_bytes(rt, uint64_t(be));
         for (int64_t ib = 0; ib < n / be; ++ib) {
-            read_only_block_to_f32(t, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, out + ib * be);
+            read_only_block_to_f32(rt, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, out + ib * be);
         }
         return;
     }
@@ -128,13 +130,15 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     case dtype::q5_1:
     case dtype::iq4_nl:
     case dtype::iq4_xs:
+    case dtype::iq4_xsx8: // a row in its plain form (format::x8_row)
     case dtype::q2_k:
     case dtype::q3_k: { // each block in f32, its dot in one sum per 32 elements
-        const int be = read_only_block_elements(t);
-        const uint64_t bb = format::row_bytes(t, uint64_t(be));
+        const dtype rt = format::row_type(t);
+        const int be = read_only_block_elements(rt);
+        const uint64_t bb = format::row_bytes(rt, uint64_t(be));
         float w[format::qk_k];
         for (int64_t ib = 0; ib < n / be; ++ib) {
-            read_only_block_to_f32(t, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, w);
+            read_only_block_to_f32(rt, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, w);
             const float* xb = x + ib * be;
             for (int j = 0; j < be / format::qk; ++j) {
                 float block = 0.0f;
@@ -213,6 +217,7 @@ void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
     case dtype::q5_1:
     case dtype::iq4_nl:
     case dtype::iq4_xs:
+    case dtype::iq4_xsx8:
     case dtype::q2_k:
     case dtype::q3_k: throw error(errc::invalid_argument, "no quantiser for " + std::string(format::dtype_name(t)) + " (kept as GGUF files store it)");
     case dtype::q4_k:

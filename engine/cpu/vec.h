@@ -81,6 +81,10 @@ struct vec_kernels {
     void (*streams_q4_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     void (*streams_q5_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     void (*streams_q6_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    /// The same for iq4_xsx8, each row's result bit-identical to tile_iq4_xs's on it.
+    void (*tile_iq4_xsx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                          int64_t n, float* out);
+    void (*streams_iq4_xsx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);

@@ -505,9 +505,52 @@ inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const 
     }
 }
 
+// One super-block column of an iq4_xsx8 group against T tokens, likewise. With VNNI the
+// values enter vpdpbusd as iq4 + 128 (a second table), less 128 * sum(x); without it as |w|
+// against the activations with w's sign.
+template <int T, bool Vnni>
+inline void iq4_xsx8_block(const format::block_iq4_xsx8& b, const block_q8_x* const xs[T], __m256 acc[T]) {
+    const __m128i t16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(format::iq4_values));
+    const __m256i table = Vnni ? _mm256_set_m128i(_mm_xor_si128(t16, _mm_set1_epi8(-128)), _mm_xor_si128(t16, _mm_set1_epi8(-128)))
+                               : _mm256_set_m128i(t16, t16);
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    const __m256i sl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales_l));
+    const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales_h)));
+    __m256 p[8][T];
+    for (int j = 0; j < 8; ++j) {
+        __m256i s[T];
+        for (int t = 0; t < T; ++t) s[t] = Vnni ? _mm256_set1_epi32(-128 * xs[t][j].sum) : _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[j][k]));
+            const __m256i w[2] = {_mm256_shuffle_epi8(table, _mm256_and_si256(v, low)),
+                                  _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low))};
+            for (int e = 0; e < 2; ++e) { // elements 4k.. (low nibbles) and 16 + 4k.. (high)
+                for (int t = 0; t < T; ++t) {
+                    const __m256i x = x4_all_lanes(xs[t][j].qs + 16 * e + 4 * k);
+                    if constexpr (Vnni) s[t] = _mm256_dpbusd_epi32(s[t], w[e], x);
+                    else s[t] = _mm256_add_epi32(s[t], dot_u8s8<false>(_mm256_sign_epi8(w[e], w[e]), _mm256_sign_epi8(x, w[e])));
+                }
+            }
+        }
+        const __m256i ls = _mm256_sub_epi32(
+            _mm256_or_si256(_mm256_and_si256(shr32(sl, 4 * j), _mm256_set1_epi32(15)), _mm256_slli_epi32(_mm256_and_si256(shr32(sh, 2 * j), _mm256_set1_epi32(3)), 4)),
+            _mm256_set1_epi32(32));
+        for (int t = 0; t < T; ++t) {
+            p[j][t] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(xs[t][j].d)), _mm256_cvtepi32_ps(_mm256_mullo_epi32(s[t], ls)));
+        }
+    }
+    for (int t = 0; t < T; ++t) {
+        const __m256 lo = _mm256_add_ps(_mm256_add_ps(p[0][t], p[1][t]), _mm256_add_ps(p[2][t], p[3][t]));
+        const __m256 hi = _mm256_add_ps(_mm256_add_ps(p[4][t], p[5][t]), _mm256_add_ps(p[6][t], p[7][t]));
+        acc[t] = _mm256_add_ps(acc[t], _mm256_add_ps(lo, hi));
+    }
+}
+
 template <class Block, int T, bool Vnni>
 inline void kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 acc[T]) {
     if constexpr (std::is_same_v<Block, format::block_q6_kx8>) q6_kx8_block<T, Vnni>(b, xs, acc);
+    else if constexpr (std::is_same_v<Block, format::block_iq4_xsx8>) iq4_xsx8_block<T, Vnni>(b, xs, acc);
     else q45_kx8_block<Block, T, Vnni>(b, xs, acc);
 }
 

@@ -343,7 +343,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_k<format::dtype::q2_k>, tile_k<format::dtype::q3_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_k<format::dtype::q2_k>, tile_k<format::dtype::q3_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, tile_kx8<format::dtype::iq4_xs>, streams_kx8<format::dtype::iq4_xs>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 
@@ -374,6 +374,7 @@ x8_kernels int8_x8_kernels(const vec_kernels& vk, format::dtype t) {
     case format::dtype::q4_kx8: return {vk.tile_q4_kx8, vk.streams_q4_kx8};
     case format::dtype::q5_kx8: return {vk.tile_q5_kx8, vk.streams_q5_kx8};
     case format::dtype::q6_kx8: return {vk.tile_q6_kx8, vk.streams_q6_kx8};
+    case format::dtype::iq4_xsx8: return {vk.tile_iq4_xsx8, vk.streams_iq4_xsx8};
     default: throw error(errc::internal, "no interleaved kernels for " + std::string(format::dtype_name(t)));
     }
 }

@@ -10,7 +10,8 @@ namespace {
 constexpr std::array<std::string_view, dtype_count> dtype_names = {"f32", "f16", "bf16", "q8_0",
                                                                    "q4_0", "q4_0x8", "q8_0x8", "q4_k", "q5_k", "q6_k",
                                                                    "q4_kx8", "q5_kx8", "q6_kx8", "q4_1", "q5_0",
-                                                                   "q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k"};
+                                                                   "q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k",
+                                                                   "iq4_xsx8"};
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
     "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2"};
 } // namespace
@@ -49,7 +50,8 @@ uint64_t row_bytes(dtype t, uint64_t n) {
     case dtype::q5_0: return n % qk ? 0 : n / qk * sizeof(block_q5_0);
     case dtype::q5_1: return n % qk ? 0 : n / qk * sizeof(block_q5_1);
     case dtype::iq4_nl: return n % qk ? 0 : n / qk * sizeof(block_iq4_nl);
-    case dtype::iq4_xs: return n % qk_k ? 0 : n / qk_k * sizeof(block_iq4_xs);
+    case dtype::iq4_xs:
+    case dtype::iq4_xsx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_iq4_xs);
     case dtype::q2_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q2_k);
     case dtype::q3_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q3_k);
     }
@@ -68,8 +70,9 @@ bool is_read_only(dtype t) {
 }
 
 int block_elements(dtype t) {
-    const bool super = t == dtype::iq4_xs || t == dtype::q2_k || t == dtype::q3_k;
-    return is_k_quant(row_type(t)) || super ? qk_k : is_quantized(t) ? qk : 1;
+    const dtype r = row_type(t);
+    const bool super = r == dtype::iq4_xs || r == dtype::q2_k || r == dtype::q3_k;
+    return is_k_quant(r) || super ? qk_k : is_quantized(t) ? qk : 1;
 }
 
 bool is_interleaved(dtype t) { return row_type(t) != t; }
@@ -81,6 +84,7 @@ dtype row_type(dtype t) {
     case dtype::q4_kx8: return dtype::q4_k;
     case dtype::q5_kx8: return dtype::q5_k;
     case dtype::q6_kx8: return dtype::q6_k;
+    case dtype::iq4_xsx8: return dtype::iq4_xs;
     default: return t;
     }
 }
@@ -93,6 +97,7 @@ dtype matmul_storage(dtype t, uint64_t rows) {
     case dtype::q4_k: return dtype::q4_kx8;
     case dtype::q5_k: return dtype::q5_kx8;
     case dtype::q6_k: return dtype::q6_kx8;
+    case dtype::iq4_xs: return dtype::iq4_xsx8;
     default: return t;
     }
 }
@@ -114,6 +119,12 @@ void pieces(X8& b, int r, Plain& p) {
     copy(&b.d[r], &p.d, 2);
     if constexpr (std::is_same_v<P, block_q4_0> || std::is_same_v<P, block_q8_0>) {
         for (size_t k = 0; k < sizeof(p.qs) / 4; ++k) copy(b.qs[k][r], p.qs + 4 * k, 4);
+    } else if constexpr (std::is_same_v<P, block_iq4_xs>) {
+        copy(&b.scales_h[r], &p.scales_h, 2);
+        copy(&b.scales_l[r], p.scales_l, 4);
+        for (int j = 0; j < 8; ++j) {
+            for (int k = 0; k < 4; ++k) copy(b.qs[j][k][r], p.qs + 16 * j + 4 * k, 4);
+        }
     } else if constexpr (std::is_same_v<P, block_q6_k>) {
         for (int k = 0; k < 16; ++k) copy(&b.scales[k][r], &p.scales[k], 1);
         for (int h = 0; h < 2; ++h) {
@@ -165,6 +176,7 @@ void with_x8_blocks(dtype t, F&& f) {
     case dtype::q4_kx8: f(block_q4_k{}, block_q4_kx8{}); return;
     case dtype::q5_kx8: f(block_q5_k{}, block_q5_kx8{}); return;
     case dtype::q6_kx8: f(block_q6_k{}, block_q6_kx8{}); return;
+    case dtype::iq4_xsx8: f(block_iq4_xs{}, block_iq4_xsx8{}); return;
     default: return;
     }
 }

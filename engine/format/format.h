@@ -56,8 +56,11 @@ enum class dtype : uint32_t {
     /// super-blocks of 256: f16 d, 16 sub-blocks of 16 with a 6-bit scale ls each;
     /// x = d (ls - 32) (q - 4 h'), q 2-bit, h' 1 where the element's hmask bit is clear
     q3_k = 19,
+    /// iq4_xs super-blocks of a matrix whose rows come in groups of eight, interleaved like
+    /// q4_0x8 (block_iq4_xsx8); rows a multiple of 8
+    iq4_xsx8 = 20,
 };
-inline constexpr uint32_t dtype_count = 20;
+inline constexpr uint32_t dtype_count = 21;
 inline constexpr int qk = 32;    ///< elements per quantisation block (activations, q8_0, q4_0, K-quant sub-blocks)
 inline constexpr int qk_k = 256; ///< elements per K-quant super-block
 
@@ -177,12 +180,22 @@ struct block_q6_kx8 {
     uint8_t ql[2][2][8][8][4];
     uint8_t qh[2][8][8][4];
 };
+/// Super-block column s of rows 8g..8g+7 of an iq4_xsx8 matrix: the eight super-blocks' d,
+/// scales_h and scales_l (as a 32-bit word), then their quants four bytes of each row at a
+/// time: qs[j][k][r] holds bytes 16j + 4k .. 16j + 4k + 3 of row r's qs (sub-block j's
+/// elements 4k.. in the low nibbles, 16 + 4k.. in the high ones).
+struct block_iq4_xsx8 {
+    uint16_t d[8];
+    uint16_t scales_h[8];
+    uint32_t scales_l[8];
+    uint8_t qs[8][4][8][4];
+};
 /// The sixteen values an iq4_nl or iq4_xs nibble stands for.
 inline constexpr int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18 &&
               sizeof(block_iq4_xs) == 136 && sizeof(block_q2_k) == 84 && sizeof(block_q3_k) == 110);
 static_assert(sizeof(block_q4_kx8) == 8 * sizeof(block_q4_k) && sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) &&
-              sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k));
+              sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k) && sizeof(block_iq4_xsx8) == 8 * sizeof(block_iq4_xs));
 static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210);
 static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0) &&
               sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0));
@@ -215,7 +228,7 @@ inline void k_scale_min(const uint8_t* s, int j, int& sc, int& m) {
         m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
 }
-/// q4_0x8, q8_0x8, q4_kx8, q5_kx8, q6_kx8: rows stored interleaved in groups of eight.
+/// q4_0x8, q8_0x8, q4_kx8, q5_kx8, q6_kx8, iq4_xsx8: rows stored interleaved in groups of eight.
 bool is_interleaved(dtype t);
 /// The type of one row taken out of a `t` matrix (x8_row): q4_0 for q4_0x8, q4_k for
 /// q4_kx8 and so on, else `t` itself.

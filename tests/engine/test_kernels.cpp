@@ -100,11 +100,14 @@ std::vector<uint8_t> random_k_rows(dtype t, int64_t rows, int64_t cols, uint64_t
     return q;
 }
 
-// Weights of type t as a file stores them: quantised rows, interleaved by eights for
-// q4_0x8 and q8_0x8; K-quants of random bits.
+// Weights of type t as a file stores them: quantised rows (K-quants and read-only types of
+// random bits), interleaved by eights for the x8 types.
 std::vector<uint8_t> stored_matrix(dtype t, const std::vector<float>& w, int64_t rows, int64_t cols) {
-    if (format::is_k_quant(t) || format::is_read_only(t)) return random_k_rows(t, rows, cols, w.size() + uint64_t(t));
-    auto q = quantize(format::row_type(t), w, rows, cols);
+    const dtype plain = format::row_type(t);
+    if (!format::is_interleaved(t) && (format::is_k_quant(t) || format::is_read_only(t))) {
+        return random_k_rows(t, rows, cols, w.size() + uint64_t(t));
+    }
+    auto q = format::is_read_only(plain) ? random_k_rows(plain, rows, cols, w.size() + uint64_t(t)) : quantize(plain, w, rows, cols);
     if (format::is_interleaved(t)) {
         const std::vector<uint8_t> plain = q;
         format::interleave_x8(t, plain.data(), uint64_t(rows), uint64_t(cols), q.data());
@@ -459,12 +462,12 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
         // the interleaved types: four groups of eight rows (and the first again), every count
         // of groups and tokens the tiles take, bit-identical to the reference and within
         // rounding of the exact dot of the stored values
-        for (dtype t : {dtype::q4_0x8, dtype::q8_0x8, dtype::q4_kx8, dtype::q5_kx8, dtype::q6_kx8}) {
+        for (dtype t : {dtype::q4_0x8, dtype::q8_0x8, dtype::q4_kx8, dtype::q5_kx8, dtype::q6_kx8, dtype::iq4_xsx8}) {
             if (format::row_bytes(t, uint64_t(n)) == 0) continue;
             CAPTURE(format::dtype_name(t));
             const dtype plain = format::row_type(t);
             auto w32 = random_vec(size_t(32 * n), 45 + n, 2.0f);
-            const auto q32 = format::is_k_quant(plain) ? random_k_rows(plain, 32, n, 45 + uint64_t(n)) : quantize(plain, w32, 32, n);
+            const auto q32 = format::is_k_quant(plain) || format::is_read_only(plain) ? random_k_rows(plain, 32, n, 45 + uint64_t(n)) : quantize(plain, w32, 32, n);
             const size_t rb = format::row_bytes(t, n), gb = 8 * rb;
             std::vector<uint8_t> x8(5 * gb);
             format::interleave_x8(t, q32.data(), 32, uint64_t(n), x8.data());
@@ -770,7 +773,7 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
         for (auto s : shapes) {
             for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_0x8, dtype::q8_0x8,
                             dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl,
-                            dtype::iq4_xs, dtype::q2_k, dtype::q3_k}) {
+                            dtype::iq4_xs, dtype::q2_k, dtype::q3_k, dtype::iq4_xsx8}) {
                 if (format::is_interleaved(t) && s.rows % 8 != 0) continue;
                 if (format::row_bytes(t, uint64_t(s.cols)) == 0) continue;
                 const std::string table = vk->name;
