@@ -3,8 +3,8 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/softmax.h"
-#include "cpu/gguf_blocks.h"
 #include "cpu/k_quants.h"
+#include "format/gguf_blocks.h"
 #include "format/model_file.h"
 
 #include <algorithm>
@@ -49,10 +49,10 @@ void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
     case dtype::q2_k:
     case dtype::q3_k: {
         const dtype rt = format::row_type(t);
-        const int be = read_only_block_elements(rt);
+        const int be = format::read_only_block_elements(rt);
         const uint64_t bb = format::row_bytes(rt, uint64_t(be));
         for (int64_t ib = 0; ib < n / be; ++ib) {
-            read_only_block_to_f32(rt, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, out + ib * be);
+            format::read_only_block_to_f32(rt, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, out + ib * be);
         }
         return;
     }
@@ -134,11 +134,11 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     case dtype::q2_k:
     case dtype::q3_k: { // each block in f32, its dot in one sum per 32 elements
         const dtype rt = format::row_type(t);
-        const int be = read_only_block_elements(rt);
+        const int be = format::read_only_block_elements(rt);
         const uint64_t bb = format::row_bytes(rt, uint64_t(be));
         float w[format::qk_k];
         for (int64_t ib = 0; ib < n / be; ++ib) {
-            read_only_block_to_f32(rt, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, w);
+            format::read_only_block_to_f32(rt, static_cast<const uint8_t*>(row) + uint64_t(ib) * bb, w);
             const float* xb = x + ib * be;
             for (int j = 0; j < be / format::qk; ++j) {
                 float block = 0.0f;

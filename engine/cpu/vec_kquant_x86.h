@@ -5,8 +5,8 @@
 // exact integer sums per 32-element sub-block, scaled in f32 (one lane per sub-block), a
 // super-block's lanes added in hsum4's tree.
 
-#include "cpu/gguf_blocks.h"
 #include "cpu/vec_x86.h"
+#include "format/gguf_blocks.h"
 
 #include <cstddef>
 
@@ -261,7 +261,7 @@ inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const 
     __m256i q[8];
     for (int j = 0; j < 8; ++j) q[j] = iq4_lookup(nibbles32(b.qs + 16 * j));
     int ls[8];
-    for (int j = 0; j < 8; ++j) ls[j] = kernels::iq4_xs_scale(b, j);
+    for (int j = 0; j < 8; ++j) ls[j] = format::iq4_xs_scale(b, j);
     const __m256i sc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ls));
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
     for (int t = 0; t < T; ++t) {
@@ -297,7 +297,7 @@ inline void q23_k_block(const Block& b, const block_q8_x* const xs[T], const __m
     int sc[16], mn[16];
     for (int k = 0; k < 16; ++k) {
         if constexpr (three) {
-            sc[k] = kernels::q3_k_scale(b, k);
+            sc[k] = format::q3_k_scale(b, k);
         } else {
             sc[k] = b.scales[k] & 15;
             mn[k] = b.scales[k] >> 4;

@@ -3,9 +3,9 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/softmax.h"
-#include "cpu/gguf_blocks.h"
 #include "cpu/kernels.h"
 #include "cpu/vec.h"
+#include "format/gguf_blocks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -88,7 +88,7 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                     int32_t isum = 0, xsum = 0;
                     for (int l = 16 * half; l < 16 * half + 16; ++l) {
                         const int e = 32 * j + l;
-                        int q = kernels::k_low2(T == dtype::q2_k ? b2.qs : b3.qs, e);
+                        int q = format::k_low2(T == dtype::q2_k ? b2.qs : b3.qs, e);
                         if constexpr (T == dtype::q3_k) q |= ((b3.hmask[l] >> j) & 1) << 2; // the value is q - 4
                         isum += q * int32_t(xs[j].qs[l]);
                         xsum += xs[j].qs[l];
@@ -97,7 +97,7 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                         a += (b2.scales[k] & 15) * isum;
                         mins += (b2.scales[k] >> 4) * xsum;
                     } else {
-                        a += kernels::q3_k_scale(b3, k) * (isum - 4 * xsum);
+                        a += format::q3_k_scale(b3, k) * (isum - 4 * xsum);
                     }
                 }
                 const float d = f16_to_f32(T == dtype::q2_k ? b2.d : b3.d);
@@ -113,7 +113,7 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                     isum += iq4_values[b.qs[16 * j + l] & 15] * int32_t(xs[j].qs[l]);
                     isum += iq4_values[b.qs[16 * j + l] >> 4] * int32_t(xs[j].qs[l + 16]);
                 }
-                p[j] = (d * xs[j].d) * static_cast<float>(kernels::iq4_xs_scale(b, j) * isum);
+                p[j] = (d * xs[j].d) * static_cast<float>(format::iq4_xs_scale(b, j) * isum);
             }
         } else if constexpr (T == dtype::q6_k) {
             const auto& b = *reinterpret_cast<const block_q6_k*>(blk);
@@ -164,7 +164,7 @@ float dot_b32(const void* row, const block_q8_x* x, int64_t n) {
     for (int64_t g = 0; g < nb; g += 8) {
         float p[8] = {};
         for (int64_t j = 0; j < 8 && g + j < nb; ++j) {
-            const kernels::block32_ints b = kernels::block32_to_ints(T, static_cast<const uint8_t*>(row) + uint64_t(g + j) * bytes);
+            const format::block32_ints b = format::block32_to_ints(T, static_cast<const uint8_t*>(row) + uint64_t(g + j) * bytes);
             const block_q8_x& xb = x[g + j];
             int32_t isum = -b.offset * xb.sum;
             for (int i = 0; i < qk; ++i) isum += b.q[i] * int32_t(xb.qs[i]);

@@ -149,10 +149,36 @@ __device__ float block_reduce(float v, float* shared) {
 constexpr int mm_rows = 8; // rows per thread block, one warp each
 constexpr int mm_tokens = 8;
 
-// Block b (32 elements) of a row in f32.
+// scale_floats(K) as a constant device code may read (the function is host code).
+template <device_kind K>
+constexpr int kind_scales = scale_floats(K);
+
+// Block b (32 elements) of a row in f32; `scales` the row's, kind_scales<K> per block.
 template <device_kind K>
 __device__ inline void load_block(const uint8_t* row, const float* scales, int64_t b, float w[32]) {
-    if constexpr (K == device_kind::q8) {
+    if constexpr (K == device_kind::q4m || K == device_kind::iq4) {
+        constexpr float iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+        const int4 v = *reinterpret_cast<const int4*>(row + b * 16);
+        const uint8_t* q = reinterpret_cast<const uint8_t*>(&v);
+        const float d = scales[kind_scales<K> * b], m = K == device_kind::q4m ? scales[2 * b + 1] : 0.0f;
+COLIBRI_UNROLL
+        for (int j = 0; j < 16; ++j) {
+            if constexpr (K == device_kind::q4m) {
+                w[j] = d * float(q[j] & 15) + m;
+                w[j + 16] = d * float(q[j] >> 4) + m;
+            } else {
+                w[j] = d * iq4[q[j] & 15];
+                w[j + 16] = d * iq4[q[j] >> 4];
+            }
+        }
+    } else if constexpr (K == device_kind::q8m) {
+        const int4* p = reinterpret_cast<const int4*>(row + b * 32);
+        const int4 v[2] = {p[0], p[1]};
+        const int8_t* q = reinterpret_cast<const int8_t*>(v);
+        const float* s = scales + 4 * b; // d, m of elements 0-15, then of 16-31
+COLIBRI_UNROLL
+        for (int i = 0; i < 32; ++i) w[i] = s[2 * (i / 16)] * float(q[i]) + s[2 * (i / 16) + 1];
+    } else if constexpr (K == device_kind::q8) {
         const int4* p = reinterpret_cast<const int4*>(row + b * 32);
         const int4 v[2] = {p[0], p[1]};
         const int8_t* q = reinterpret_cast<const int8_t*>(v);
@@ -229,7 +255,8 @@ __global__ void matmul_kernel(const uint8_t* values, const float* scales, int64_
 COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) xs[t] = t < nt ? x + int64_t(x_rows != nullptr ? x_rows[t0 + t] : t0 + t) * cols : x;
     float acc[T];
-    row_dots<K, T>(values + r * row_bytes, scales != nullptr ? scales + r * (cols / 32) : nullptr, cols, xs, nt, acc);
+    row_dots<K, T>(values + r * row_bytes, scales != nullptr ? scales + r * (cols / 32) * kind_scales<K> : nullptr, cols, xs, nt,
+                   acc);
 COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         const float s = warp_sum(acc[t]);
@@ -256,7 +283,8 @@ __global__ void matmul_id_kernel(const expert_ptrs* table, int which, const int3
     const expert_ptrs& e = table[ids[j]];
     const float* xs[1] = {x + j * x_stride};
     float acc[1];
-    row_dots<K, 1>(e.values[which] + r * row_bytes, e.scales[which] != nullptr ? e.scales[which] + r * (cols / 32) : nullptr,
+    row_dots<K, 1>(e.values[which] + r * row_bytes,
+                   e.scales[which] != nullptr ? e.scales[which] + r * (cols / 32) * kind_scales<K> : nullptr,
                    cols, xs, 1, acc);
     const float s = warp_sum(acc[0]);
     if (lane == 0) y[j * rows + r] = s;
@@ -623,6 +651,9 @@ void with_kind(device_kind kind, F&& f) {
     case device_kind::bf16: f(std::integral_constant<device_kind, device_kind::bf16>{}); return;
     case device_kind::q8: f(std::integral_constant<device_kind, device_kind::q8>{}); return;
     case device_kind::q4: f(std::integral_constant<device_kind, device_kind::q4>{}); return;
+    case device_kind::q4m: f(std::integral_constant<device_kind, device_kind::q4m>{}); return;
+    case device_kind::iq4: f(std::integral_constant<device_kind, device_kind::iq4>{}); return;
+    case device_kind::q8m: f(std::integral_constant<device_kind, device_kind::q8m>{}); return;
     }
 }
 
@@ -1155,7 +1186,7 @@ private:
     void launch_product(const device_weights& d, const float* x, const int32_t* x_rows, int n, float* y) {
         const unsigned row_blocks = unsigned((d.rows + mm_rows - 1) / mm_rows);
         const bool aligned = d.cols % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-        if constexpr (K == device_kind::q8 || K == device_kind::q4) {
+        if constexpr (kind_scales<K> > 0) {
             COLIBRI_ASSERT(aligned); // quantised rows are whole blocks; activations are buffers' rows
         } else if (!aligned) {
             const auto kernel = matmul_any_kernel<K>;
@@ -1176,10 +1207,11 @@ private:
     void product(const tensor_view& w, const float* x, const int32_t* x_rows, int n, float* y) {
         if (n <= 0) return;
         const device_weights& d = weights(w);
-        static const char* const names[2][5] = {{"product f32 1 token", "product f16 1 token", "product bf16 1 token",
-                                                 "product q8 1 token", "product q4 1 token"},
-                                                {"product f32 batch", "product f16 batch", "product bf16 batch",
-                                                 "product q8 batch", "product q4 batch"}};
+        static const char* const names[2][device_kind_count] = {
+            {"product f32 1 token", "product f16 1 token", "product bf16 1 token", "product q8 1 token", "product q4 1 token",
+             "product q4m 1 token", "product iq4 1 token", "product q8m 1 token"},
+            {"product f32 batch", "product f16 batch", "product bf16 batch", "product q8 batch", "product q4 batch",
+             "product q4m batch", "product iq4 batch", "product q8m batch"}};
         const op_timer timer(*this, names[n > 1][int(d.kind)]);
         with_kind(d.kind, [&](auto kind) { launch_product<kind.value>(d, x, x_rows, n, y); });
     }
@@ -1246,9 +1278,7 @@ private:
             for (expert_slot& slot : layer_cache_[size_t(e.layer)]) {
                 for (int m = 0; m < 3; ++m) {
                     const tensor_view& t = *matrix(e, m);
-                    const bool q = format::is_quantized(t.type);
-                    const uint64_t scales = q ? t.rows() * t.cols() / format::qk * sizeof(float) : 0;
-                    const uint64_t values = packed_bytes(t) - scales;
+                    const uint64_t scales = packed_scale_bytes(t), values = packed_bytes(t) - scales;
                     if (slot.m[m].values.bytes() < values) slot.m[m].values = device_memory(values);
                     if (slot.m[m].scales.bytes() < scales) slot.m[m].scales = device_memory(scales);
                 }

@@ -188,6 +188,23 @@ TEST_CASE("matrix products of every weight type match the CPU's on the device") 
             }
         }
     }
+    // GGUF's types (super-blocks of 256 for the K and i types)
+    for (format::dtype type : test::device_gguf_types) {
+        for (const shape s : {shape{8, 256}, shape{40, 768}}) {
+            const test::test_matrix w = test::make_matrix(type, s.rows, s.cols, uint64_t(s.rows + s.cols));
+            for (int n : {1, 9}) {
+                CAPTURE(format::dtype_name(type));
+                CAPTURE(s.rows);
+                CAPTURE(n);
+                const std::vector<float> x = test::random_floats(size_t(n) * size_t(s.cols), 14);
+                compare([&](backend& be, buffers& b) {
+                    float* y = b.zeros(size_t(n) * size_t(s.rows));
+                    be.matmul(w.view, b.put(x), n, y);
+                    return b.get(y, size_t(n) * size_t(s.rows));
+                });
+            }
+        }
+    }
     // float rows of a length that is not a multiple of 32
     for (format::dtype type : {format::dtype::f32, format::dtype::f16, format::dtype::bf16}) {
         CAPTURE(format::dtype_name(type));
@@ -402,6 +419,29 @@ TEST_CASE("whole models of every family give the CPU's logits on the device") {
             sg.truncate(4);
             step(prompt.data() + 4, 3);
         }
+    }
+}
+
+TEST_CASE("llama.cpp's files of every GGUF type give the CPU's logits on the device") {
+    if (!gpu_present()) return;
+    test::temp_dir dir;
+    const std::vector<int32_t> prompt = {1, 15, 27, 3, 99, 4, 250};
+    // tests/reference/generate_gguf_kquants.py: between them every type the converter keeps
+    for (const char* name : {"q4_k_m", "q5_k_m", "q6_k", "iq4_xs", "iq4_nl", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m"}) {
+        CAPTURE(name);
+        const std::string path = dir.file(std::string(name) + ".colibri");
+        convert_gguf(test::fixture(std::string("gguf/kquant-") + name + ".gguf"), path, std::nullopt, {});
+        auto cpu = load_runtime(path, "cpu", 2, true);
+        auto gpu = load_runtime(path, "cuda:0", 0);
+        const int vocab = static_cast<int>(cpu->mdl->hp().n_vocab);
+        session sc(*cpu->mdl, *cpu->be, 64), sg(*gpu->mdl, *gpu->be, 64);
+        sc.eval(prompt.data(), int(prompt.size()));
+        sg.eval(prompt.data(), int(prompt.size()));
+        check_close(std::vector<float>(sg.logits(), sg.logits() + vocab), std::vector<float>(sc.logits(), sc.logits() + vocab), 1e-3f);
+        const int32_t t = 9;
+        sc.eval(&t, 1);
+        sg.eval(&t, 1);
+        check_close(std::vector<float>(sg.logits(), sg.logits() + vocab), std::vector<float>(sc.logits(), sc.logits() + vocab), 1e-3f);
     }
 }
 

@@ -9,6 +9,7 @@
 #include "cpu/vec.h"
 #include "ops/backend.h"
 #include "sampling/sampler.h"
+#include "device_test_util.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -78,36 +79,14 @@ std::vector<uint8_t> quantize(dtype t, const std::vector<float>& x, int64_t rows
     return q;
 }
 
-// Rows of random bits, as GGUF files may hold them, for the types Colibri does not quantise
-// to itself the way llama.cpp does (K-quants, read-only types), with finite scales of either
-// sign: d, and dmin (q4_k, q5_k, q2_k) or m (q4_1, q5_1) after it.
-std::vector<uint8_t> random_k_rows(dtype t, int64_t rows, int64_t cols, uint64_t seed) {
-    xorshift64s rng(seed);
-    std::vector<uint8_t> q(format::row_bytes(t, uint64_t(cols)) * uint64_t(rows));
-    for (auto& b : q) b = static_cast<uint8_t>(rng.next() >> 56);
-    const size_t bb = format::row_bytes(t, uint64_t(format::block_elements(t)));
-    const auto scale = [&] { return f32_to_f16((rng.uniform() < 0.5 ? -1.0f : 1.0f) * (0.001f + 0.05f * rng.uniform())); };
-    const bool second = t == dtype::q4_k || t == dtype::q5_k || t == dtype::q4_1 || t == dtype::q5_1 || t == dtype::q2_k;
-    const size_t d_at = t == dtype::q6_k ? offsetof(format::block_q6_k, d)
-                        : t == dtype::q2_k ? offsetof(format::block_q2_k, d)
-                        : t == dtype::q3_k ? offsetof(format::block_q3_k, d)
-                                           : 0;
-    for (size_t at = 0; at < q.size(); at += bb) {
-        const uint16_t d = scale(), m = scale();
-        std::memcpy(q.data() + at + d_at, &d, 2);
-        if (second) std::memcpy(q.data() + at + d_at + 2, &m, 2);
-    }
-    return q;
-}
-
 // Weights of type t as a file stores them: quantised rows (K-quants and read-only types of
 // random bits), interleaved by eights for the x8 types.
 std::vector<uint8_t> stored_matrix(dtype t, const std::vector<float>& w, int64_t rows, int64_t cols) {
     const dtype plain = format::row_type(t);
     if (!format::is_interleaved(t) && (format::is_k_quant(t) || format::is_read_only(t))) {
-        return random_k_rows(t, rows, cols, w.size() + uint64_t(t));
+        return test::random_k_rows(t, rows, cols, w.size() + uint64_t(t));
     }
-    auto q = format::is_read_only(plain) ? random_k_rows(plain, rows, cols, w.size() + uint64_t(t)) : quantize(plain, w, rows, cols);
+    auto q = format::is_read_only(plain) ? test::random_k_rows(plain, rows, cols, w.size() + uint64_t(t)) : quantize(plain, w, rows, cols);
     if (format::is_interleaved(t)) {
         const std::vector<uint8_t> plain = q;
         format::interleave_x8(t, plain.data(), uint64_t(rows), uint64_t(cols), q.data());
@@ -434,7 +413,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                         dtype::q2_k, dtype::q3_k}) {
             if (n % format::block_elements(t) != 0) continue;
             CAPTURE(format::dtype_name(t));
-            const auto q4 = random_k_rows(t, 4, n, 46 + uint64_t(n));
+            const auto q4 = test::random_k_rows(t, 4, n, 46 + uint64_t(n));
             const size_t rb = format::row_bytes(t, n);
             std::vector<float> stored4(size_t(4 * n));
             for (int r = 0; r < 4; ++r) kernels::to_f32_row(t, q4.data() + r * rb, stored4.data() + r * n, n);
@@ -467,7 +446,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             CAPTURE(format::dtype_name(t));
             const dtype plain = format::row_type(t);
             auto w32 = random_vec(size_t(32 * n), 45 + n, 2.0f);
-            const auto q32 = format::is_k_quant(plain) || format::is_read_only(plain) ? random_k_rows(plain, 32, n, 45 + uint64_t(n)) : quantize(plain, w32, 32, n);
+            const auto q32 = format::is_k_quant(plain) || format::is_read_only(plain) ? test::random_k_rows(plain, 32, n, 45 + uint64_t(n)) : quantize(plain, w32, 32, n);
             const size_t rb = format::row_bytes(t, n), gb = 8 * rb;
             std::vector<uint8_t> x8(5 * gb);
             format::interleave_x8(t, q32.data(), 32, uint64_t(n), x8.data());
