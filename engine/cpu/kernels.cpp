@@ -46,6 +46,10 @@ void to_f32_row(dtype t, const void* row, float* out, int64_t n) {
     case dtype::iq4_nl:
     case dtype::iq4_xs:
     case dtype::iq4_xsx8: // a row in its plain form (format::x8_row)
+    case dtype::q4_1x8:
+    case dtype::q5_0x8:
+    case dtype::q5_1x8:
+    case dtype::iq4_nlx8:
     case dtype::q2_k:
     case dtype::q3_k: {
         const dtype rt = format::row_type(t);
@@ -131,6 +135,10 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     case dtype::iq4_nl:
     case dtype::iq4_xs:
     case dtype::iq4_xsx8: // a row in its plain form (format::x8_row)
+    case dtype::q4_1x8:
+    case dtype::q5_0x8:
+    case dtype::q5_1x8:
+    case dtype::iq4_nlx8:
     case dtype::q2_k:
     case dtype::q3_k: { // each block in f32, its dot in one sum per 32 elements
         const dtype rt = format::row_type(t);
@@ -218,6 +226,10 @@ void from_f32_row(dtype t, const float* x, void* out, int64_t n) {
     case dtype::iq4_nl:
     case dtype::iq4_xs:
     case dtype::iq4_xsx8:
+    case dtype::q4_1x8:
+    case dtype::q5_0x8:
+    case dtype::q5_1x8:
+    case dtype::iq4_nlx8:
     case dtype::q2_k:
     case dtype::q3_k: throw error(errc::invalid_argument, "no quantiser for " + std::string(format::dtype_name(t)) + " (kept as GGUF files store it)");
     case dtype::q4_k:

@@ -85,6 +85,20 @@ struct vec_kernels {
     void (*tile_iq4_xsx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
                           int64_t n, float* out);
     void (*streams_iq4_xsx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    /// The same for q4_1x8, q5_0x8, q5_1x8 and iq4_nlx8 (n a multiple of 32), each row's
+    /// result bit-identical to its plain type's tile on it.
+    void (*tile_q4_1x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                        int64_t n, float* out);
+    void (*tile_q5_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                        int64_t n, float* out);
+    void (*tile_q5_1x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                        int64_t n, float* out);
+    void (*tile_iq4_nlx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                          int64_t n, float* out);
+    void (*streams_q4_1x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    void (*streams_q5_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    void (*streams_q5_1x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    void (*streams_iq4_nlx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);

@@ -783,6 +783,14 @@ vec_kernels make_table(const vec_kernels& avx2) {
         k.streams_q6_kx8 = streams_kx8<format::block_q6_kx8, true>; // as pairs no faster
         k.tile_iq4_xsx8 = tile_kx8<format::block_iq4_xsx8, true>;
         k.streams_iq4_xsx8 = streams_kx8<format::block_iq4_xsx8, true>;
+        k.tile_q4_1x8 = tile_b32x8<format::block_q4_1x8, true>;
+        k.tile_q5_0x8 = tile_b32x8<format::block_q5_0x8, true>;
+        k.tile_q5_1x8 = tile_b32x8<format::block_q5_1x8, true>;
+        k.tile_iq4_nlx8 = tile_b32x8<format::block_iq4_nlx8, true>;
+        k.streams_q4_1x8 = streams_b32x8<format::block_q4_1x8, true>;
+        k.streams_q5_0x8 = streams_b32x8<format::block_q5_0x8, true>;
+        k.streams_q5_1x8 = streams_b32x8<format::block_q5_1x8, true>;
+        k.streams_iq4_nlx8 = streams_b32x8<format::block_iq4_nlx8, true>;
         k.tile_q4_0x8 = dispatch_x8_pairs<q4_0x8_pair_ops>;
         k.tile_q8_0x8 = dispatch_x8_pairs<q8_0x8_pair_ops>;
         k.streams_q4_0x8 = x8_pair_streams<q4_0x8_pair_ops>;

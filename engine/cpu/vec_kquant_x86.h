@@ -605,5 +605,115 @@ void streams_kx8(const void* const groups[4], const block_q8_x* const x[4], int6
     for (int g = 0; g < 4; ++g) _mm256_storeu_ps(out + 8 * g, acc[g]);
 }
 
+// --- Interleaved 32-element types (q4_1x8, q5_0x8, q5_1x8, iq4_nlx8): each row's
+// arithmetic is dot_b32's, eight block columns at a time added in sum8's tree.
+
+// Bits i .. i + 3 of each lane of w as 0x10 in its bytes 0 .. 3 (the fifth bits of a q5 row's
+// elements i .. i + 3).
+inline __m256i fifth_bits4(__m256i w, int i) {
+    const __m256i b = _mm256_shuffle_epi8(shr32(w, i), _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0,
+                                                                        0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+    const __m256i bit = _mm256_set1_epi32(0x08040201);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// One block column of a group against T tokens (xb[t]: the token's activation block of it):
+// p[t] = each row's scaled sum.
+template <class Block, int T, bool Vnni>
+inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p[T]) {
+    constexpr bool iq4 = std::is_same_v<Block, format::block_iq4_nlx8>;
+    constexpr bool five = std::is_same_v<Block, format::block_q5_0x8> || std::is_same_v<Block, format::block_q5_1x8>;
+    constexpr bool min = std::is_same_v<Block, format::block_q4_1x8> || std::is_same_v<Block, format::block_q5_1x8>;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m128i t16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(format::iq4_values));
+    if (Vnni) t16 = _mm_xor_si128(t16, _mm_set1_epi8(-128)); // iq4 + 128, unsigned
+    const __m256i table = _mm256_set_m128i(t16, t16);
+    __m256i s[T];
+    for (int t = 0; t < T; ++t) s[t] = iq4 && Vnni ? _mm256_set1_epi32(-128 * xb[t]->sum) : _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k]));
+        __m256i w[2] = {_mm256_and_si256(v, low), _mm256_and_si256(_mm256_srli_epi16(v, 4), low)}; // elements 4k.., 16 + 4k..
+        if constexpr (five) {
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+            w[0] = _mm256_or_si256(w[0], fifth_bits4(h, 4 * k));
+            w[1] = _mm256_or_si256(w[1], fifth_bits4(h, 16 + 4 * k));
+        }
+        if constexpr (iq4) {
+            for (__m256i& e : w) e = _mm256_shuffle_epi8(table, e);
+        }
+        for (int e = 0; e < 2; ++e) {
+            for (int t = 0; t < T; ++t) {
+                const __m256i x = x4_all_lanes(xb[t]->qs + 16 * e + 4 * k);
+                if constexpr (iq4 && !Vnni) s[t] = _mm256_add_epi32(s[t], dot_u8s8<false>(_mm256_sign_epi8(w[e], w[e]), _mm256_sign_epi8(x, w[e])));
+                else s[t] = dot_add<Vnni>(s[t], w[e], x);
+            }
+        }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    for (int t = 0; t < T; ++t) {
+        __m256i a = s[t];
+        if constexpr (std::is_same_v<Block, format::block_q5_0x8>) a = _mm256_sub_epi32(a, _mm256_set1_epi32(16 * xb[t]->sum)); // q - 16
+        const __m256 xd = _mm256_set1_ps(xb[t]->d);
+        p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(a));
+        if constexpr (min) {
+            const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.m)));
+            p[t] = _mm256_fmadd_ps(_mm256_mul_ps(m, xd), _mm256_set1_ps(static_cast<float>(xb[t]->sum)), p[t]);
+        }
+    }
+}
+
+// One group's n / 32 block columns by T tokens (x_stride blocks apart), eight columns at a
+// time (a short last eight padded with zeros): out[t * out_stride + r].
+template <class Block, int T, bool Vnni, bool Once>
+void b32x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, float* out, size_t out_stride) {
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    const int64_t nb = n / format::qk;
+    for (int64_t g = 0; g < nb; g += 8) {
+        __m256 p[8][T];
+        for (int j = 0; j < 8; ++j) {
+            if (g + j >= nb) {
+                for (int t = 0; t < T; ++t) p[j][t] = _mm256_setzero_ps();
+                continue;
+            }
+            prefetch_x8_block<Once>(w[g + j]);
+            const block_q8_x* xb[T];
+            for (int t = 0; t < T; ++t) xb[t] = x + size_t(t) * x_stride + size_t(g + j);
+            b32x8_column<Block, T, Vnni>(w[g + j], xb, p[j]);
+        }
+        for (int t = 0; t < T; ++t) {
+            const __m256 lo = _mm256_add_ps(_mm256_add_ps(p[0][t], p[1][t]), _mm256_add_ps(p[2][t], p[3][t]));
+            const __m256 hi = _mm256_add_ps(_mm256_add_ps(p[4][t], p[5][t]), _mm256_add_ps(p[6][t], p[7][t]));
+            acc[t] = _mm256_add_ps(acc[t], _mm256_add_ps(lo, hi));
+        }
+    }
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + size_t(t) * out_stride, acc[t]);
+}
+
+template <class Block, bool Vnni>
+void tile_b32x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                float* out) {
+    for (int g = 0; g < n_groups; ++g) {
+        const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride);
+        for (int t0 = 0; t0 < n_tok; t0 += 4) {
+            const block_q8_x* xt = x + size_t(t0) * x_stride;
+            float* o = out + (size_t(t0) * size_t(n_groups) + size_t(g)) * 8;
+            const size_t os = size_t(n_groups) * 8;
+            switch (std::min(4, n_tok - t0)) {
+            case 1: b32x8_walk<Block, 1, Vnni, false>(w, xt, x_stride, n, o, os); break;
+            case 2: b32x8_walk<Block, 2, Vnni, false>(w, xt, x_stride, n, o, os); break;
+            case 3: b32x8_walk<Block, 3, Vnni, false>(w, xt, x_stride, n, o, os); break;
+            default: b32x8_walk<Block, 4, Vnni, false>(w, xt, x_stride, n, o, os); break;
+            }
+        }
+    }
+}
+
+// Decode's four streams: each group walked with its own activations, read once.
+template <class Block, bool Vnni>
+void streams_b32x8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
+    for (int g = 0; g < 4; ++g) b32x8_walk<Block, 1, Vnni, true>(static_cast<const Block*>(groups[g]), x[g], 0, n, out + 8 * g, 0);
+}
+
 } // namespace
 } // namespace colibri

@@ -190,7 +190,8 @@ void tile_k(const void* rows, size_t stride, const block_q8_x* x, size_t x_strid
     }
 }
 
-// Interleaved K-quants: each row taken out of its group, then dot_k.
+// Interleaved types: each row taken out of its group, then dot_b32 (the 32-element types)
+// or dot_k.
 template <format::dtype T>
 void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
               float* out) {
@@ -199,7 +200,14 @@ void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x*
         for (int r = 0; r < 8; ++r) {
             format::x8_row(format::matmul_storage(T, 8), static_cast<const uint8_t*>(groups) + size_t(g) * stride, uint64_t(n),
                            uint64_t(r), row.data());
-            for (int t = 0; t < n_tok; ++t) out[(t * n_groups + g) * 8 + r] = dot_k<T>(row.data(), x + size_t(t) * x_stride, n);
+            for (int t = 0; t < n_tok; ++t) {
+                const block_q8_x* xt = x + size_t(t) * x_stride;
+                if constexpr (T == format::dtype::q4_1 || T == format::dtype::q5_0 || T == format::dtype::q5_1 || T == format::dtype::iq4_nl) {
+                    out[(t * n_groups + g) * 8 + r] = dot_b32<T>(row.data(), xt, n);
+                } else {
+                    out[(t * n_groups + g) * 8 + r] = dot_k<T>(row.data(), xt, n);
+                }
+            }
         }
     }
 }
@@ -343,7 +351,7 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_k<format::dtype::q2_k>, tile_k<format::dtype::q3_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, tile_kx8<format::dtype::iq4_xs>, streams_kx8<format::dtype::iq4_xs>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_k<format::dtype::q2_k>, tile_k<format::dtype::q3_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, tile_kx8<format::dtype::iq4_xs>, streams_kx8<format::dtype::iq4_xs>, tile_kx8<format::dtype::q4_1>, tile_kx8<format::dtype::q5_0>, tile_kx8<format::dtype::q5_1>, tile_kx8<format::dtype::iq4_nl>, streams_kx8<format::dtype::q4_1>, streams_kx8<format::dtype::q5_0>, streams_kx8<format::dtype::q5_1>, streams_kx8<format::dtype::iq4_nl>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 
@@ -375,6 +383,10 @@ x8_kernels int8_x8_kernels(const vec_kernels& vk, format::dtype t) {
     case format::dtype::q5_kx8: return {vk.tile_q5_kx8, vk.streams_q5_kx8};
     case format::dtype::q6_kx8: return {vk.tile_q6_kx8, vk.streams_q6_kx8};
     case format::dtype::iq4_xsx8: return {vk.tile_iq4_xsx8, vk.streams_iq4_xsx8};
+    case format::dtype::q4_1x8: return {vk.tile_q4_1x8, vk.streams_q4_1x8};
+    case format::dtype::q5_0x8: return {vk.tile_q5_0x8, vk.streams_q5_0x8};
+    case format::dtype::q5_1x8: return {vk.tile_q5_1x8, vk.streams_q5_1x8};
+    case format::dtype::iq4_nlx8: return {vk.tile_iq4_nlx8, vk.streams_iq4_nlx8};
     default: throw error(errc::internal, "no interleaved kernels for " + std::string(format::dtype_name(t)));
     }
 }

@@ -11,7 +11,7 @@ constexpr std::array<std::string_view, dtype_count> dtype_names = {"f32", "f16",
                                                                    "q4_0", "q4_0x8", "q8_0x8", "q4_k", "q5_k", "q6_k",
                                                                    "q4_kx8", "q5_kx8", "q6_kx8", "q4_1", "q5_0",
                                                                    "q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k",
-                                                                   "iq4_xsx8"};
+                                                                   "iq4_xsx8", "q4_1x8", "q5_0x8", "q5_1x8", "iq4_nlx8"};
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
     "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2"};
 } // namespace
@@ -46,10 +46,14 @@ uint64_t row_bytes(dtype t, uint64_t n) {
     case dtype::q5_kx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_q5_k);
     case dtype::q6_k:
     case dtype::q6_kx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_q6_k);
-    case dtype::q4_1: return n % qk ? 0 : n / qk * sizeof(block_q4_1);
-    case dtype::q5_0: return n % qk ? 0 : n / qk * sizeof(block_q5_0);
-    case dtype::q5_1: return n % qk ? 0 : n / qk * sizeof(block_q5_1);
-    case dtype::iq4_nl: return n % qk ? 0 : n / qk * sizeof(block_iq4_nl);
+    case dtype::q4_1:
+    case dtype::q4_1x8: return n % qk ? 0 : n / qk * sizeof(block_q4_1);
+    case dtype::q5_0:
+    case dtype::q5_0x8: return n % qk ? 0 : n / qk * sizeof(block_q5_0);
+    case dtype::q5_1:
+    case dtype::q5_1x8: return n % qk ? 0 : n / qk * sizeof(block_q5_1);
+    case dtype::iq4_nl:
+    case dtype::iq4_nlx8: return n % qk ? 0 : n / qk * sizeof(block_iq4_nl);
     case dtype::iq4_xs:
     case dtype::iq4_xsx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_iq4_xs);
     case dtype::q2_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q2_k);
@@ -85,6 +89,10 @@ dtype row_type(dtype t) {
     case dtype::q5_kx8: return dtype::q5_k;
     case dtype::q6_kx8: return dtype::q6_k;
     case dtype::iq4_xsx8: return dtype::iq4_xs;
+    case dtype::q4_1x8: return dtype::q4_1;
+    case dtype::q5_0x8: return dtype::q5_0;
+    case dtype::q5_1x8: return dtype::q5_1;
+    case dtype::iq4_nlx8: return dtype::iq4_nl;
     default: return t;
     }
 }
@@ -98,6 +106,10 @@ dtype matmul_storage(dtype t, uint64_t rows) {
     case dtype::q5_k: return dtype::q5_kx8;
     case dtype::q6_k: return dtype::q6_kx8;
     case dtype::iq4_xs: return dtype::iq4_xsx8;
+    case dtype::q4_1: return dtype::q4_1x8;
+    case dtype::q5_0: return dtype::q5_0x8;
+    case dtype::q5_1: return dtype::q5_1x8;
+    case dtype::iq4_nl: return dtype::iq4_nlx8;
     default: return t;
     }
 }
@@ -105,7 +117,7 @@ dtype matmul_storage(dtype t, uint64_t rows) {
 namespace {
 
 template <class Plain>
-constexpr uint64_t block_elems = std::is_same_v<Plain, block_q4_0> || std::is_same_v<Plain, block_q8_0> ? qk : qk_k;
+constexpr uint64_t block_elems = sizeof(Plain) <= sizeof(block_q8_0) ? qk : qk_k; // the 32-element blocks are the small ones
 
 // Row r's block p into an interleaved block b (Put), or back out of it: the scales, then
 // the values in 4-byte pieces, piece k of every row in turn.
@@ -117,8 +129,10 @@ void pieces(X8& b, int r, Plain& p) {
         else std::memcpy(in_plain, in_x8, n);
     };
     copy(&b.d[r], &p.d, 2);
-    if constexpr (std::is_same_v<P, block_q4_0> || std::is_same_v<P, block_q8_0>) {
+    if constexpr (block_elems<P> == qk) { // q4_0, q8_0, q4_1, q5_0, q5_1, iq4_nl
         for (size_t k = 0; k < sizeof(p.qs) / 4; ++k) copy(b.qs[k][r], p.qs + 4 * k, 4);
+        if constexpr (requires { p.m; }) copy(&b.m[r], &p.m, 2);
+        if constexpr (requires { p.qh; }) copy(&b.qh[r], p.qh, 4);
     } else if constexpr (std::is_same_v<P, block_iq4_xs>) {
         copy(&b.scales_h[r], &p.scales_h, 2);
         copy(&b.scales_l[r], p.scales_l, 4);
@@ -177,6 +191,10 @@ void with_x8_blocks(dtype t, F&& f) {
     case dtype::q5_kx8: f(block_q5_k{}, block_q5_kx8{}); return;
     case dtype::q6_kx8: f(block_q6_k{}, block_q6_kx8{}); return;
     case dtype::iq4_xsx8: f(block_iq4_xs{}, block_iq4_xsx8{}); return;
+    case dtype::q4_1x8: f(block_q4_1{}, block_q4_1x8{}); return;
+    case dtype::q5_0x8: f(block_q5_0{}, block_q5_0x8{}); return;
+    case dtype::q5_1x8: f(block_q5_1{}, block_q5_1x8{}); return;
+    case dtype::iq4_nlx8: f(block_iq4_nl{}, block_iq4_nlx8{}); return;
     default: return;
     }
 }

@@ -59,8 +59,14 @@ enum class dtype : uint32_t {
     /// iq4_xs super-blocks of a matrix whose rows come in groups of eight, interleaved like
     /// q4_0x8 (block_iq4_xsx8); rows a multiple of 8
     iq4_xsx8 = 20,
+    /// q4_1, q5_0, q5_1 and iq4_nl blocks of a matrix whose rows come in groups of eight,
+    /// interleaved like q4_0x8 (block_q4_1x8 ...); rows a multiple of 8
+    q4_1x8 = 21,
+    q5_0x8 = 22,
+    q5_1x8 = 23,
+    iq4_nlx8 = 24,
 };
-inline constexpr uint32_t dtype_count = 21;
+inline constexpr uint32_t dtype_count = 25;
 inline constexpr int qk = 32;    ///< elements per quantisation block (activations, q8_0, q4_0, K-quant sub-blocks)
 inline constexpr int qk_k = 256; ///< elements per K-quant super-block
 
@@ -190,12 +196,35 @@ struct block_iq4_xsx8 {
     uint32_t scales_l[8];
     uint8_t qs[8][4][8][4];
 };
+/// Block column b of rows 8g..8g+7 of a q4_1x8, q5_0x8, q5_1x8 or iq4_nlx8 matrix: the eight
+/// blocks' d (and m), q5's fifth bits as a 32-bit word per row, then the nibbles as in
+/// block_q4_0x8 (qs[k][r] = bytes 4k .. 4k + 3 of row r's qs).
+struct block_q4_1x8 {
+    uint16_t d[8], m[8];
+    uint8_t qs[4][8][4];
+};
+struct block_q5_0x8 {
+    uint16_t d[8];
+    uint32_t qh[8];
+    uint8_t qs[4][8][4];
+};
+struct block_q5_1x8 {
+    uint16_t d[8], m[8];
+    uint32_t qh[8];
+    uint8_t qs[4][8][4];
+};
+struct block_iq4_nlx8 {
+    uint16_t d[8];
+    uint8_t qs[4][8][4];
+};
 /// The sixteen values an iq4_nl or iq4_xs nibble stands for.
 inline constexpr int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18 &&
               sizeof(block_iq4_xs) == 136 && sizeof(block_q2_k) == 84 && sizeof(block_q3_k) == 110);
 static_assert(sizeof(block_q4_kx8) == 8 * sizeof(block_q4_k) && sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) &&
               sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k) && sizeof(block_iq4_xsx8) == 8 * sizeof(block_iq4_xs));
+static_assert(sizeof(block_q4_1x8) == 8 * sizeof(block_q4_1) && sizeof(block_q5_0x8) == 8 * sizeof(block_q5_0) &&
+              sizeof(block_q5_1x8) == 8 * sizeof(block_q5_1) && sizeof(block_iq4_nlx8) == 8 * sizeof(block_iq4_nl));
 static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210);
 static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0) &&
               sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0));
@@ -228,7 +257,7 @@ inline void k_scale_min(const uint8_t* s, int j, int& sc, int& m) {
         m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
 }
-/// q4_0x8, q8_0x8, q4_kx8, q5_kx8, q6_kx8, iq4_xsx8: rows stored interleaved in groups of eight.
+/// The x8 types (q4_0x8, q8_0x8, q4_kx8 ...): rows stored interleaved in groups of eight.
 bool is_interleaved(dtype t);
 /// The type of one row taken out of a `t` matrix (x8_row): q4_0 for q4_0x8, q4_k for
 /// q4_kx8 and so on, else `t` itself.

@@ -441,7 +441,8 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
         // the interleaved types: four groups of eight rows (and the first again), every count
         // of groups and tokens the tiles take, bit-identical to the reference and within
         // rounding of the exact dot of the stored values
-        for (dtype t : {dtype::q4_0x8, dtype::q8_0x8, dtype::q4_kx8, dtype::q5_kx8, dtype::q6_kx8, dtype::iq4_xsx8}) {
+        for (dtype t : {dtype::q4_0x8, dtype::q8_0x8, dtype::q4_kx8, dtype::q5_kx8, dtype::q6_kx8, dtype::iq4_xsx8, dtype::q4_1x8,
+                        dtype::q5_0x8, dtype::q5_1x8, dtype::iq4_nlx8}) {
             if (format::row_bytes(t, uint64_t(n)) == 0) continue;
             CAPTURE(format::dtype_name(t));
             const dtype plain = format::row_type(t);
@@ -752,7 +753,8 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
         for (auto s : shapes) {
             for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_0x8, dtype::q8_0x8,
                             dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl,
-                            dtype::iq4_xs, dtype::q2_k, dtype::q3_k, dtype::iq4_xsx8}) {
+                            dtype::iq4_xs, dtype::q2_k, dtype::q3_k, dtype::iq4_xsx8, dtype::q4_1x8, dtype::q5_0x8,
+                            dtype::q5_1x8, dtype::iq4_nlx8}) {
                 if (format::is_interleaved(t) && s.rows % 8 != 0) continue;
                 if (format::row_bytes(t, uint64_t(s.cols)) == 0) continue;
                 const std::string table = vk->name;
