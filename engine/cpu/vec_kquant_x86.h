@@ -128,6 +128,16 @@ inline void q6_k_block(const format::block_q6_k& b, const block_q8_x* const xs[T
     }
 }
 
+// out[t * 4 + r] = lane t of acc[r]: four rows' sums, token by token, as a tile returns them.
+template <int T>
+inline void store_row_lanes(const __m128 acc[4], float* out) {
+    alignas(16) float a[4][4];
+    for (int r = 0; r < 4; ++r) _mm_store_ps(a[r], acc[r]);
+    for (int t = 0; t < T; ++t) {
+        for (int r = 0; r < 4; ++r) out[t * 4 + r] = a[r][t];
+    }
+}
+
 // --- The read-only GGUF types: 32 values of a block in a vector, [elements 0-15 | 16-31].
 
 // The nibbles of qs[16]: element i the low nibble of qs[i], element i + 16 the high one.
@@ -238,11 +248,7 @@ void tile_b32_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_s
             acc[r] = _mm_add_ps(acc[r], hsum4(p)); // vec_reference.cpp's sum8 of each token's group
         }
     }
-    alignas(16) float a[4][4];
-    for (int r = 0; r < 4; ++r) _mm_store_ps(a[r], acc[r]);
-    for (int t = 0; t < T; ++t) {
-        for (int r = 0; r < 4; ++r) out[t * 4 + r] = a[r][t];
-    }
+    store_row_lanes<T>(acc, out);
 }
 
 template <class Block, bool Vnni>
@@ -361,11 +367,7 @@ void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_str
             acc[r] = _mm_add_ps(acc[r], hsum4(p)); // each token's super-block: vec_reference.cpp's sum8
         }
     }
-    alignas(16) float a[4][4];
-    for (int r = 0; r < 4; ++r) _mm_store_ps(a[r], acc[r]);
-    for (int t = 0; t < T; ++t) {
-        for (int r = 0; r < 4; ++r) out[t * 4 + r] = a[r][t];
-    }
+    store_row_lanes<T>(acc, out);
 }
 
 template <class Block, bool Vnni>
