@@ -783,10 +783,10 @@ vec_kernels make_table(const vec_kernels& avx2) {
         k.streams_q6_kx8 = streams_kx8<format::block_q6_kx8, true>; // as pairs no faster
         k.tile_iq4_xsx8 = tile_kx8<format::block_iq4_xsx8, true>;
         k.streams_iq4_xsx8 = streams_kx8<format::block_iq4_xsx8, true>;
-        k.tile_q4_1x8 = tile_b32x8<format::block_q4_1x8, true>;
-        k.tile_q5_0x8 = tile_b32x8<format::block_q5_0x8, true>;
-        k.tile_q5_1x8 = tile_b32x8<format::block_q5_1x8, true>;
-        k.tile_iq4_nlx8 = tile_b32x8<format::block_iq4_nlx8, true>;
+        k.tile_q4_1x8 = tile_kx8<format::block_q4_1x8, true>;
+        k.tile_q5_0x8 = tile_kx8<format::block_q5_0x8, true>;
+        k.tile_q5_1x8 = tile_kx8<format::block_q5_1x8, true>;
+        k.tile_iq4_nlx8 = tile_kx8<format::block_iq4_nlx8, true>;
         k.streams_q4_1x8 = streams_b32x8<format::block_q4_1x8, true>;
         k.streams_q5_0x8 = streams_b32x8<format::block_q5_0x8, true>;
         k.streams_q5_1x8 = streams_b32x8<format::block_q5_1x8, true>;

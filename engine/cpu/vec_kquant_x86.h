@@ -570,26 +570,6 @@ void kx8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, f
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + size_t(t) * out_stride, acc[t]);
 }
 
-// tile_q4_kx8 / tile_q5_kx8 / tile_q6_kx8: each group by up to four tokens at a time.
-template <class Block, bool Vnni>
-void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
-              float* out) {
-    for (int g = 0; g < n_groups; ++g) {
-        const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride);
-        for (int t0 = 0; t0 < n_tok; t0 += 4) {
-            const block_q8_x* xt = x + size_t(t0) * x_stride;
-            float* o = out + (size_t(t0) * size_t(n_groups) + size_t(g)) * 8;
-            const size_t os = size_t(n_groups) * 8;
-            switch (std::min(4, n_tok - t0)) {
-            case 1: kx8_walk<Block, 1, Vnni>(w, xt, x_stride, n, o, os); break;
-            case 2: kx8_walk<Block, 2, Vnni>(w, xt, x_stride, n, o, os); break;
-            case 3: kx8_walk<Block, 3, Vnni>(w, xt, x_stride, n, o, os); break;
-            default: kx8_walk<Block, 4, Vnni>(w, xt, x_stride, n, o, os); break;
-            }
-        }
-    }
-}
-
 // streams_q4_kx8 / streams_q5_kx8 / streams_q6_kx8: four groups anywhere, each with its own
 // activations, side by side; decode reads them once (non-temporal prefetches).
 template <class Block, bool Vnni>
@@ -618,6 +598,10 @@ inline __m256i fifth_bits4(__m256i w, int i) {
     const __m256i bit = _mm256_set1_epi32(0x08040201);
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
 }
+
+template <class Block>
+constexpr bool b32x8_block = std::is_same_v<Block, format::block_q4_1x8> || std::is_same_v<Block, format::block_q5_0x8> ||
+                             std::is_same_v<Block, format::block_q5_1x8> || std::is_same_v<Block, format::block_iq4_nlx8>;
 
 // One block column of a group against T tokens (xb[t]: the token's activation block of it):
 // p[t] = each row's scaled sum.
@@ -692,9 +676,18 @@ void b32x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n,
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + size_t(t) * out_stride, acc[t]);
 }
 
+// One group by T tokens, walked by its type's walk.
+template <class Block, int T, bool Vnni>
+void x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, float* out, size_t out_stride) {
+    if constexpr (b32x8_block<Block>) b32x8_walk<Block, T, Vnni, false>(w, x, x_stride, n, out, out_stride);
+    else kx8_walk<Block, T, Vnni>(w, x, x_stride, n, out, out_stride);
+}
+
+// The tiles of the interleaved K, iq4_xs and 32-element types: each group by up to four
+// tokens at a time.
 template <class Block, bool Vnni>
-void tile_b32x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
-                float* out) {
+void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+              float* out) {
     for (int g = 0; g < n_groups; ++g) {
         const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride);
         for (int t0 = 0; t0 < n_tok; t0 += 4) {
@@ -702,10 +695,10 @@ void tile_b32x8(const void* groups, size_t stride, int n_groups, const block_q8_
             float* o = out + (size_t(t0) * size_t(n_groups) + size_t(g)) * 8;
             const size_t os = size_t(n_groups) * 8;
             switch (std::min(4, n_tok - t0)) {
-            case 1: b32x8_walk<Block, 1, Vnni, false>(w, xt, x_stride, n, o, os); break;
-            case 2: b32x8_walk<Block, 2, Vnni, false>(w, xt, x_stride, n, o, os); break;
-            case 3: b32x8_walk<Block, 3, Vnni, false>(w, xt, x_stride, n, o, os); break;
-            default: b32x8_walk<Block, 4, Vnni, false>(w, xt, x_stride, n, o, os); break;
+            case 1: x8_walk<Block, 1, Vnni>(w, xt, x_stride, n, o, os); break;
+            case 2: x8_walk<Block, 2, Vnni>(w, xt, x_stride, n, o, os); break;
+            case 3: x8_walk<Block, 3, Vnni>(w, xt, x_stride, n, o, os); break;
+            default: x8_walk<Block, 4, Vnni>(w, xt, x_stride, n, o, os); break;
             }
         }
     }
