@@ -145,8 +145,12 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
     std::vector<std::pair<std::string, uint64_t>> sizes;
     for (const tensor_plan& tp : plan.tensors) {
         if (!tp.values.empty()) {
-            w.add_tensor(tp.name, dtype::f32, tp.shape, [values = tp.values](uint8_t* dst) {
-                std::memcpy(dst, values.data(), values.size() * sizeof(float));
+            const uint64_t cols = tp.shape.back();
+            w.add_tensor(tp.name, tp.type, tp.shape, [values = tp.values, type = tp.type, cols](uint8_t* dst) {
+                const uint64_t rb = row_bytes(type, cols);
+                for (uint64_t r = 0; r < values.size() / cols; ++r) {
+                    kernels::from_f32_row(type, values.data() + r * cols, dst + r * rb, static_cast<int64_t>(cols));
+                }
             });
             if (tp.name != names::rope_freqs) sizes.emplace_back(tp.name, tp.values.size()); // a norm stored as 1 + w
             continue;
@@ -155,19 +159,19 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
         const uint64_t rows = tp.shape.size() == 2 ? tp.shape[0] : 1;
         const uint64_t cols = tp.shape.back();
         const uint64_t rows_per_matrix = src->shape.size() == 3 ? src->shape[1] : (src->shape.size() == 2 ? src->shape[0] : 1);
-        const uint64_t first = (tp.src.index * rows_per_matrix + tp.src.row0) * cols; // element offset
+        const uint64_t first = tp.src.index * rows_per_matrix * cols; // element offset of the matrix
         const dtype type = tp.type;
-        w.add_tensor(tp.name, type, tp.shape, [src, rows, cols, first, type, name = tp.src.name](uint8_t* dst) {
+        w.add_tensor(tp.name, type, tp.shape, [src, rows, cols, first, type, slice = tp.src](uint8_t* dst) {
             std::vector<float> row(cols);
             const uint64_t rb = row_bytes(type, cols);
             for (uint64_t r = 0; r < rows; ++r) {
-                const uint64_t base = first + r * cols;
+                const uint64_t base = first + (slice.rows.empty() ? slice.row0 + r : slice.rows[r]) * cols;
                 if (src->type == st_dtype::f32) {
                     std::memcpy(row.data(), src->data + 4 * base, 4 * cols);
                 } else {
                     for (uint64_t c = 0; c < cols; ++c) row[c] = st_element(*src, base + c);
                 }
-                check_finite(row, src->file, name, r);
+                check_finite(row, src->file, slice.name, r);
                 kernels::from_f32_row(type, row.data(), dst + r * rb, static_cast<int64_t>(cols));
             }
         });

@@ -23,6 +23,7 @@ struct source_slice {
     std::string name; // name in the checkpoint
     uint64_t index = 0;
     uint64_t row0 = 0;
+    std::vector<uint64_t> rows; // when not empty: the source row (of matrix `index`) of each row, row0 unused
 };
 
 /// What the converter writes for one tensor.
@@ -31,7 +32,8 @@ struct tensor_plan {
     format::dtype type;
     std::vector<uint64_t> shape; // [rows, cols] or [n]
     source_slice src;
-    std::vector<float> values;   // a vector the converter computed (rope_freqs, Gemma's 1 + w norms); src unused
+    std::vector<float> values;   // values the converter computed (rope_freqs, Gemma's 1 + w norms, latent
+                                 // attention's k_b), stored as `type` (f32 or f16); src unused
 };
 
 /// Everything a checkpoint family contributes: hyperparameters and the tensor list.
@@ -102,6 +104,10 @@ struct random_model_options {
     uint32_t n_layer = 2, n_embd = 256, n_head = 8, n_head_kv = 4, head_dim = 32;
     uint32_t n_expert = 8, n_expert_used = 2, n_ff_exp = 512, n_ff = 0, n_ff_shexp = 0;
     uint32_t n_vocab = 32000, n_ctx = 4096;
+    uint32_t n_dense_lead = 0; ///< leading layers with a dense FFN of n_ff in an MoE model
+    /// kv_lora_rank > 0: latent attention (DeepSeek-V2: arch deepseek2), head_dim being
+    /// the query/key head's size; shared experts then come ungated
+    uint32_t kv_lora_rank = 0, rope_dim = 0, v_head_dim = 0;
     uint64_t seed = 1;
     std::string tokenizer_model; ///< tokenizer.model (sentencepiece) or tokenizer.json (BPE) to embed (required)
 };

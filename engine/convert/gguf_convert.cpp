@@ -3,6 +3,7 @@
 // Every architecture's quirks are in the family registry; docs/gguf.md describes the mapping.
 
 #include "convert/convert.h"
+#include "convert/latent_rows.h"
 
 #include "convert/ggml_quants.h"
 #include "convert/rope_scaling.h"
@@ -14,6 +15,7 @@
 #include "model/tensor_names.h"
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -64,10 +66,23 @@ struct planned {
     std::vector<uint64_t> shape; // ours, outermost first
     const gguf_tensor* src;
     uint64_t index = 0;          // matrix of a stacked 3-D source
-    uint32_t perm_heads = 0;     // undo the rotary row permutation over this many heads
+    std::vector<uint64_t> rows;  // when not empty: the source row of each row (of matrix `index`)
     size_t conversion = 0;       // index into the summary's conversions
-    std::vector<float> values;   // computed by the converter (src null)
+    std::vector<float> values;   // computed by the converter (src null), stored as `type`
 };
+
+/// The source row of each row of a q or k matrix of `heads` heads that llama.cpp's converter
+/// permuted: it stores row (h, j, i) of Hugging Face's layout (head h, half j, pair i) at
+/// (h, i, j), giving interleaved RoPE pairs; our rotate-half RoPE wants the original order.
+std::vector<uint64_t> unpermuted_rows(uint64_t rows, uint64_t heads) {
+    std::vector<uint64_t> src(rows);
+    const uint64_t head = rows / heads;
+    for (uint64_t r = 0; r < rows; ++r) {
+        const uint64_t h = r / head, within = r % head, j = within / (head / 2), i = within % (head / 2);
+        src[r] = h * head + 2 * i + j;
+    }
+    return src;
+}
 
 std::string shape_text(const std::vector<uint64_t>& s) {
     std::string t = "[";
@@ -96,24 +111,54 @@ public:
         const std::vector<uint64_t> s = t.torch_shape();
         const bool ok = (s.size() == 2 && s[0] == rows && s[1] == cols) || (s.size() == 1 && rows == 1 && s[0] == cols);
         if (!ok) bad_shape(t, shape_text({rows, cols}));
-        add(name, t, {rows, cols}, 0, perm_heads, router);
+        add(name, t, {rows, cols}, 0, perm_heads ? unpermuted_rows(rows, perm_heads) : std::vector<uint64_t>{}, router ? kind::router : kind::matrix);
     }
     void expert(const std::string& name, const std::string& src, uint64_t e, uint64_t n_expert, uint64_t rows, uint64_t cols) {
         const gguf_tensor& t = get(src);
         const std::vector<uint64_t> s = t.torch_shape();
         if (s.size() != 3 || s[0] != n_expert || s[1] != rows || s[2] != cols) bad_shape(t, shape_text({n_expert, rows, cols}));
-        add(name, t, {rows, cols}, e, 0, false);
+        add(name, t, {rows, cols}, e, {}, kind::matrix);
+    }
+    /// The given rows of `src` [n, cols] (or of its [a, b, cols] taken as [a * b, cols]);
+    /// `small`: f32, or f16 for any other source type (latent attention's per-head matrices).
+    void rows(const std::string& name, const std::string& src, std::vector<uint64_t> rows, uint64_t cols, bool small = false) {
+        const gguf_tensor& t = get(src);
+        const std::vector<uint64_t> s = t.torch_shape();
+        const uint64_t n = s.size() == 3 ? s[0] * s[1] : s.size() == 2 ? s[0] : 0;
+        const bool ok = s.size() >= 2 && s.back() == cols && std::all_of(rows.begin(), rows.end(), [&](uint64_t r) { return r < n; });
+        if (!ok) bad_shape(t, "[" + std::to_string(*std::max_element(rows.begin(), rows.end()) + 1) + "+, " + std::to_string(cols) + "]");
+        const uint64_t count = rows.size();
+        add(name, t, {count, cols}, 0, std::move(rows), small ? kind::small : kind::matrix);
+    }
+    /// Latent attention's k_b [n_head * lora, nope] from a file that has only kv_b
+    /// [n_head * (nope + v), lora] (older conversions): each head's key rows, transposed.
+    void transposed_heads(const std::string& name, const std::string& src, uint64_t n_head, uint64_t nope, uint64_t v,
+                          uint64_t lora) {
+        const gguf_tensor& t = get(src);
+        if (t.torch_shape() != std::vector<uint64_t>{n_head * (nope + v), lora}) bad_shape(t, shape_text({n_head * (nope + v), lora}));
+        check_readable(t);
+        std::vector<float> row(lora), values(n_head * lora * nope);
+        const uint64_t rb = ggml::row_bytes(t.type, lora);
+        for (uint64_t h = 0; h < n_head; ++h) {
+            for (uint64_t i = 0; i < nope; ++i) {
+                ggml::dequantize_row(t.type, t.data + (h * (nope + v) + i) * rb, row.data(), static_cast<int64_t>(lora));
+                check_finite(row, f_.path(), t.name, h * (nope + v) + i);
+                for (uint64_t c = 0; c < lora; ++c) values[(h * lora + c) * nope + i] = row[c];
+            }
+        }
+        const dtype type = t.type == ggml::f32 ? dtype::f32 : dtype::f16;
+        plan.push_back({name, type, {n_head * lora, nope}, nullptr, 0, {}, 0, std::move(values)});
     }
     void vector(const std::string& name, const std::string& src, uint64_t n) {
         const gguf_tensor& t = get(src);
         if (t.torch_shape() != std::vector<uint64_t>{n}) bad_shape(t, shape_text({n}));
         check_readable(t);
-        plan.push_back({name, dtype::f32, {n}, &t, 0, 0, conversion(t.type, dtype::f32, same_layout(t.type, dtype::f32)), {}});
+        plan.push_back({name, dtype::f32, {n}, &t, 0, {}, conversion(t.type, dtype::f32, same_layout(t.type, dtype::f32)), {}});
     }
 
     /// A vector the converter computed.
     void computed(const std::string& name, std::vector<float> values) {
-        plan.push_back({name, dtype::f32, {values.size()}, nullptr, 0, 0, 0, std::move(values)});
+        plan.push_back({name, dtype::f32, {values.size()}, nullptr, 0, {}, 0, std::move(values)});
     }
 
     std::vector<planned> plan;
@@ -130,12 +175,16 @@ private:
                                                ", which is not supported (supported: " + std::string(ggml::readable_types()) + ")");
         }
     }
+    enum class kind { matrix, router, small };
     void add(const std::string& name, const gguf_tensor& t, std::vector<uint64_t> shape, uint64_t index,
-             uint32_t perm_heads, bool router) {
+             std::vector<uint64_t> rows, kind k) {
         check_readable(t);
-        dtype type = router ? dtype::f32 : quant_ ? quant_->matrix_type(name, shape[1], this->shape) : kept_type(t.type);
+        dtype type = k == kind::router ? dtype::f32
+                     : k == kind::small ? (t.type == ggml::f32 ? dtype::f32 : dtype::f16)
+                     : quant_          ? quant_->matrix_type(name, shape[1], this->shape)
+                                       : kept_type(t.type);
         if (row_bytes(type, shape[1]) == 0) type = dtype::f16; // rows that do not fill whole blocks
-        plan.push_back({name, type, std::move(shape), &t, index, perm_heads, conversion(t.type, type, same_layout(t.type, type)), {}});
+        plan.push_back({name, type, std::move(shape), &t, index, std::move(rows), conversion(t.type, type, same_layout(t.type, type)), {}});
     }
     size_t conversion(uint32_t from, dtype to, bool copied) {
         const std::string name = ggml::type_name(from);
@@ -156,6 +205,35 @@ struct gguf_plan {
     hparams hp{};
     std::vector<planned> tensors;
 };
+
+// Latent attention's projections (deepseek2): the query's and the latent's rows split into
+// their roped and plain parts; k_b and v_b as newer files split them, or from kv_b.
+void plan_latent_attention(gguf_planner& pl, const hparams& hp, int il) {
+    auto n = [il](std::string_view s) { return names::layer(il, s); };
+    const uint64_t H = hp.n_head, r = hp.rope_dim, nope = hp.head_dim - r, L = hp.kv_lora_rank, v = hp.v_head_dim;
+    uint64_t q_in = hp.n_embd;
+    std::string q = n(names::blk::attn_q);
+    if (hp.q_lora_rank > 0) {
+        q_in = hp.q_lora_rank;
+        pl.matrix(n(names::blk::attn_q_a), n(names::blk::attn_q_a), q_in, hp.n_embd);
+        pl.vector(n(names::blk::attn_q_a_norm), n(names::blk::attn_q_a_norm), q_in);
+        q = n("attn_q_b.weight");
+    }
+    pl.rows(n(names::blk::attn_q_nope), q, head_rows(H, nope + r, 0, nope, false), q_in);
+    pl.rows(n(names::blk::attn_q_pe), q, head_rows(H, nope + r, nope, r, true), q_in);
+    const std::string kv_a = n("attn_kv_a_mqa.weight");
+    pl.rows(n(names::blk::attn_kv_a), kv_a, head_rows(1, L + r, 0, L, false), hp.n_embd);
+    pl.rows(n(names::blk::attn_k_pe), kv_a, head_rows(1, L + r, L, r, true), hp.n_embd);
+    pl.vector(n(names::blk::attn_kv_a_norm), n(names::blk::attn_kv_a_norm), L);
+    if (pl.has(n(names::blk::attn_k_b))) { // [H, L, nope] and [H, v, L]
+        pl.rows(n(names::blk::attn_k_b), n(names::blk::attn_k_b), head_rows(1, H * L, 0, H * L, false), nope, true);
+        pl.rows(n(names::blk::attn_v_b), n(names::blk::attn_v_b), head_rows(1, H * v, 0, H * v, false), L, true);
+    } else {
+        pl.transposed_heads(n(names::blk::attn_k_b), n("attn_kv_b.weight"), H, nope, v, L);
+        pl.rows(n(names::blk::attn_v_b), n("attn_kv_b.weight"), head_rows(H, nope + v, nope, v, false), L, true);
+    }
+    pl.matrix(n(names::blk::attn_output), n(names::blk::attn_output), hp.n_embd, H * v);
+}
 
 gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::vector<type_conversion>& conv) {
     const std::string a = f.string_of("general.architecture");
@@ -186,8 +264,23 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         f.fail("inconsistent attention shape (" + key("attention.head_count_kv") + " must divide " + key("attention.head_count") + ")");
     }
     hp.head_dim = u32("attention.key_length", hp.n_embd / hp.n_head);
-    if (u32("attention.value_length", hp.head_dim) != hp.head_dim) unsupported("a value length other than the key length");
-    if (u32("rope.dimension_count", hp.head_dim) != hp.head_dim) unsupported("RoPE over part of a head (" + key("rope.dimension_count") + ")");
+    if (desc->mla) {
+        // newer files state the latent's sizes as key_length (kv_lora_rank + rope) and
+        // value_length (kv_lora_rank), the heads' own as key_length_mla and value_length_mla
+        hp.n_head_kv = 1;
+        hp.kv_lora_rank = u32("attention.kv_lora_rank");
+        hp.q_lora_rank = u32("attention.q_lora_rank", 0);
+        hp.rope_dim = u32("rope.dimension_count");
+        hp.v_head_dim = u32("attention.value_length_mla", u32("attention.value_length"));
+        hp.head_dim = u32("attention.key_length_mla", hp.head_dim);
+        if (hp.kv_lora_rank == 0 || hp.rope_dim == 0 || hp.rope_dim % 2 != 0 || hp.rope_dim >= hp.head_dim || hp.v_head_dim == 0) {
+            f.fail("inconsistent latent attention sizes (" + key("attention.kv_lora_rank") + ", " + key("rope.dimension_count") +
+                   ", " + key("attention.key_length_mla") + ", " + key("attention.value_length_mla") + ")");
+        }
+    } else {
+        if (u32("attention.value_length", hp.head_dim) != hp.head_dim) unsupported("a value length other than the key length");
+        if (u32("rope.dimension_count", hp.head_dim) != hp.head_dim) unsupported("RoPE over part of a head (" + key("rope.dimension_count") + ")");
+    }
     if (hp.head_dim == 0 || hp.head_dim % 2 != 0) f.fail(key("attention.key_length") + " must be even");
     hp.n_ctx = u32("context_length", 4096);
     hp.rope_theta = static_cast<float>(f.get_float(key("rope.freq_base")).value_or(10000.0));
@@ -200,6 +293,20 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         if (!(scaling_factor > 0)) f.fail(key("rope.scaling.factor") + " must be positive");
         rope.type = rope_scaling::kind::linear;
         rope.factor = scaling_factor;
+    } else if (scaling_type == "yarn" && desc->mla) {
+        // DeepSeek's YaRN as llama.cpp runs it: cos and sin unscaled, the scores by
+        // (1 + yarn_log_multiplier * ln factor)^2 (the multiplier stored as 0.1 * mscale_all_dim)
+        if (!(scaling_factor > 1)) f.fail(key("rope.scaling.factor") + " must exceed 1");
+        if (f.get_float(key("rope.scaling.yarn_attn_factor")).value_or(1.0) != 1.0) unsupported("a YaRN attention factor other than 1");
+        rope.type = rope_scaling::kind::yarn;
+        rope.factor = scaling_factor;
+        rope.original_ctx = u32("rope.scaling.original_context_length");
+        rope.beta_fast = f.get_float(key("rope.scaling.yarn_beta_fast")).value_or(32.0);
+        rope.beta_slow = f.get_float(key("rope.scaling.yarn_beta_slow")).value_or(1.0);
+        rope.mscale = rope.mscale_all_dim = f.get_float(key("rope.scaling.yarn_log_multiplier")).value_or(0.0) / 0.1;
+        if (!(rope.original_ctx > 0) || !(rope.beta_fast > 0) || !(rope.beta_slow > 0) || !(rope.mscale >= 0)) {
+            f.fail("inconsistent YaRN settings (" + key("rope.scaling") + ".*)");
+        }
     } else if (scaling_type != "none") {
         unsupported("RoPE scaling '" + scaling_type + "' (" + key("rope.scaling.type") + ")");
     }
@@ -258,6 +365,13 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     p.family = std::string(desc->name());
     hp.qk_norm = static_cast<uint32_t>(desc->qk);
     if (hp.n_expert > 0 && f.get_bool(key("expert_weights_norm")).value_or(desc->norm_topk_default)) hp.flags |= flag_norm_topk_prob;
+    if (desc->ungated_shared_experts && hp.n_expert > 0) { // DeepSeek's routing (model_file checks the groups)
+        hp.expert_weights_scale = static_cast<float>(f.get_float(key("expert_weights_scale")).value_or(1.0));
+        if (!(hp.expert_weights_scale > 0)) f.fail(key("expert_weights_scale") + " must be positive");
+        hp.n_expert_group = u32("expert_group_count", 1);
+        hp.n_group_used = u32("expert_group_used_count", 1);
+        if (hp.n_expert_group <= 1) hp.n_expert_group = hp.n_group_used = 0;
+    }
 
     gguf_planner pl(f, quant, conv);
     const gguf_tensor& embd = pl.get(std::string(names::token_embd));
@@ -272,6 +386,9 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         hp.flags |= flag_out_bias; // StarCoder2: the MLP's too
     }
     if (pl.has("blk.0.ffn_gate_inp_shexp.weight")) hp.flags |= flag_shared_expert_gate;
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        if (pl.has(names::layer(int(il), "exp_probs_b.bias"))) unsupported("an expert score bias (exp_probs_b, DeepSeek-V3's routing)");
+    }
     auto rows_of = [&](const std::string& name) { return pl.get(name).torch_shape().end()[-2]; };
 
     const uint64_t q_dim = uint64_t(hp.n_head) * hp.head_dim, kv_dim = uint64_t(hp.n_head_kv) * hp.head_dim;
@@ -281,11 +398,15 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         auto n = [l](std::string_view s) { return names::layer(l, s); };
         pl.vector(n(names::blk::attn_norm), n(names::blk::attn_norm), hp.n_embd);
         if (desc->layer_norm) pl.vector(n(names::blk::attn_norm_bias), n(names::blk::attn_norm_bias), hp.n_embd);
-        const uint32_t qp = desc->gguf_permuted_qk ? hp.n_head : 0, kp = desc->gguf_permuted_qk ? hp.n_head_kv : 0;
-        pl.matrix(n(names::blk::attn_q), n(names::blk::attn_q), q_dim, hp.n_embd, false, qp);
-        pl.matrix(n(names::blk::attn_k), n(names::blk::attn_k), kv_dim, hp.n_embd, false, kp);
-        pl.matrix(n(names::blk::attn_v), n(names::blk::attn_v), kv_dim, hp.n_embd);
-        pl.matrix(n(names::blk::attn_output), n(names::blk::attn_output), hp.n_embd, q_dim);
+        if (desc->mla) {
+            plan_latent_attention(pl, hp, l);
+        } else {
+            const uint32_t qp = desc->gguf_permuted_qk ? hp.n_head : 0, kp = desc->gguf_permuted_qk ? hp.n_head_kv : 0;
+            pl.matrix(n(names::blk::attn_q), n(names::blk::attn_q), q_dim, hp.n_embd, false, qp);
+            pl.matrix(n(names::blk::attn_k), n(names::blk::attn_k), kv_dim, hp.n_embd, false, kp);
+            pl.matrix(n(names::blk::attn_v), n(names::blk::attn_v), kv_dim, hp.n_embd);
+            pl.matrix(n(names::blk::attn_output), n(names::blk::attn_output), hp.n_embd, q_dim);
+        }
         if (hp.flags & flag_out_bias) pl.vector(n(names::blk::attn_output_bias), n(names::blk::attn_output_bias), hp.n_embd);
         if (hp.flags & flag_attn_bias) {
             if (desc->gguf_permuted_qk) unsupported("q/k biases with llama's rotary row order");
@@ -324,8 +445,10 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
                 pl.matrix(n(names::blk::ffn_gate_shexp), n(names::blk::ffn_gate_shexp), hp.n_ff_shexp, hp.n_embd);
                 pl.matrix(n(names::blk::ffn_up_shexp), n(names::blk::ffn_up_shexp), hp.n_ff_shexp, hp.n_embd);
                 pl.matrix(n(names::blk::ffn_down_shexp), n(names::blk::ffn_down_shexp), hp.n_embd, hp.n_ff_shexp);
-                if (!(hp.flags & flag_shared_expert_gate)) unsupported("a shared expert without its gate (ffn_gate_inp_shexp)");
-                pl.matrix(n(names::blk::ffn_gate_inp_shexp), n(names::blk::ffn_gate_inp_shexp), 1, hp.n_embd, true);
+                if (!desc->ungated_shared_experts) {
+                    if (!(hp.flags & flag_shared_expert_gate)) unsupported("a shared expert without its gate (ffn_gate_inp_shexp)");
+                    pl.matrix(n(names::blk::ffn_gate_inp_shexp), n(names::blk::ffn_gate_inp_shexp), 1, hp.n_embd, true);
+                }
             }
         } else {
             // a dense layer (dense Llama, or an MoE family's dense layers)
@@ -343,14 +466,19 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     pl.vector(std::string(names::output_norm), std::string(names::output_norm), hp.n_embd);
     if (desc->layer_norm) pl.vector(std::string(names::output_norm_bias), std::string(names::output_norm_bias), hp.n_embd);
     if (!tied) pl.matrix(std::string(names::output), std::string(names::output), hp.n_vocab, hp.n_embd);
+    const uint32_t roped = desc->mla ? hp.rope_dim : hp.head_dim;
     if (pl.has(std::string(names::rope_freqs))) {
         if (rope.type != rope_scaling::kind::none) unsupported("RoPE scaling and a rope_freqs tensor together");
-        pl.vector(std::string(names::rope_freqs), std::string(names::rope_freqs), hp.head_dim / 2);
+        pl.vector(std::string(names::rope_freqs), std::string(names::rope_freqs), roped / 2);
     } else if (rope.type != rope_scaling::kind::none) {
-        pl.computed(std::string(names::rope_freqs), rope_freq_factors(rope, hp.rope_theta, static_cast<int>(hp.head_dim)));
+        pl.computed(std::string(names::rope_freqs), rope_freq_factors(rope, hp.rope_theta, static_cast<int>(roped)));
+        if (rope.type == rope_scaling::kind::yarn) { // DeepSeek's, above
+            const double m = 0.1 * rope.mscale_all_dim * std::log(rope.factor) + 1.0;
+            hp.attention_scale = static_cast<float>(m * m / std::sqrt(double(hp.head_dim)));
+        }
     }
     for (const planned& t : pl.plan) { // as blk.0.attn_q is stored (informative)
-        if (t.name == names::layer(0, names::blk::attn_q)) hp.weight_type = static_cast<uint32_t>(matmul_storage(t.type, t.shape[0]));
+        if (t.name == names::layer(0, names::blk::attn_q) || t.name == names::layer(0, names::blk::attn_q_nope)) hp.weight_type = static_cast<uint32_t>(matmul_storage(t.type, t.shape[0]));
     }
     p.tensors = std::move(pl.plan);
     return p;
@@ -375,10 +503,15 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
     model_writer w(plan.hp, tok.header, std::move(tok.payload));
     std::vector<std::pair<std::string, uint64_t>> sizes;
     for (const planned& t : plan.tensors) {
-        if (t.src == nullptr) { // computed: not a parameter, no conversion
-            w.add_tensor(t.name, t.type, t.shape, [values = t.values](uint8_t* dst) {
-                std::memcpy(dst, values.data(), values.size() * sizeof(float));
+        if (t.src == nullptr) { // computed: no conversion to account for
+            const uint64_t cols = t.shape.back();
+            w.add_tensor(t.name, t.type, t.shape, [values = t.values, type = t.type, cols](uint8_t* dst) {
+                const uint64_t rb = row_bytes(type, cols);
+                for (uint64_t r = 0; r < values.size() / cols; ++r) {
+                    kernels::from_f32_row(type, values.data() + r * cols, dst + r * rb, static_cast<int64_t>(cols));
+                }
             });
+            if (t.name != names::rope_freqs) sizes.emplace_back(t.name, t.values.size());
             continue;
         }
         const uint64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, cols = t.shape.back();
@@ -392,16 +525,8 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
             const uint8_t* base = src.data + t.index * rows * src_rb;
             type_conversion& c = (*conv)[t.conversion];
             std::vector<float> x(cols), back(cols);
-            const uint64_t head = t.perm_heads ? rows / t.perm_heads : 0;
             for (uint64_t r = 0; r < rows; ++r) {
-                uint64_t sr = r;
-                if (t.perm_heads) {
-                    // llama.cpp's converter stores row (h, j, i) of Hugging Face's layout
-                    // (head h, half j, pair i) at (h, i, j), giving interleaved RoPE pairs;
-                    // our rotate-half RoPE wants the original order back
-                    const uint64_t h = r / head, within = r % head, j = within / (head / 2), i = within % (head / 2);
-                    sr = h * head + 2 * i + j;
-                }
+                const uint64_t sr = t.rows.empty() ? r : t.rows[r];
                 const uint8_t* srow = base + sr * src_rb;
                 uint8_t* drow = dst + r * rb;
                 // every value read, copied blocks too: a NaN or an infinity is refused by name

@@ -2,6 +2,7 @@
 // Every family's quirks live in the family registry; the runtime sees flat flags.
 
 #include "convert/convert.h"
+#include "convert/latent_rows.h"
 #include "convert/rope_scaling.h"
 #include "convert/safetensors.h"
 #include "core/half.h"
@@ -91,13 +92,43 @@ public:
         else ok = t.shape.size() == 2 && index == 0 && row0 + rows <= t.shape[0] && t.shape[1] == cols;
         if (!ok) bad_shape(src, t, shape_text({rows, cols}));
         const dtype type = keep_f32 ? dtype::f32 : quant_.matrix_type(name, cols, shape_);
-        plan_.tensors.push_back({name, type, {rows, cols}, {src, index, row0}, {}});
+        plan_.tensors.push_back({name, type, {rows, cols}, {src, index, row0, {}}, {}});
+    }
+
+    /// A matrix of the given rows of `src` [*, cols]; `small`: f32 or f16 as the source is
+    /// (latent attention's per-head matrices), else a matrix of quant's type.
+    void rows(const std::string& name, const std::string& src, std::vector<uint64_t> rows, uint64_t cols, bool small = false) {
+        const st_tensor& t = ckpt_.get(src);
+        const bool ok = t.shape.size() == 2 && t.shape[1] == cols &&
+                        std::all_of(rows.begin(), rows.end(), [&](uint64_t r) { return r < t.shape[0]; });
+        if (!ok) bad_shape(src, t, "[" + std::to_string(*std::max_element(rows.begin(), rows.end()) + 1) + "+, " + std::to_string(cols) + "]");
+        const uint64_t n = rows.size();
+        const dtype type = small ? small_type(t) : quant_.matrix_type(name, cols, shape_);
+        plan_.tensors.push_back({name, type, {n, cols}, {src, 0, 0, std::move(rows)}, {}});
+    }
+
+    /// Latent attention's k_b [n_head * lora, nope]: each head's key rows of kv_b
+    /// [n_head * (nope + v), lora], transposed.
+    void transposed_heads(const std::string& name, const std::string& src, uint64_t n_head, uint64_t nope, uint64_t v,
+                          uint64_t lora) {
+        const st_tensor& t = ckpt_.get(src);
+        if (t.shape != std::vector<uint64_t>{n_head * (nope + v), lora}) bad_shape(src, t, shape_text({n_head * (nope + v), lora}));
+        tensor_plan tp{name, small_type(t), {n_head * lora, nope}, {}, {}};
+        tp.values.resize(n_head * lora * nope);
+        for (uint64_t h = 0; h < n_head; ++h) {
+            for (uint64_t i = 0; i < nope; ++i) {
+                for (uint64_t c = 0; c < lora; ++c) {
+                    tp.values[(h * lora + c) * nope + i] = st_element(t, ((h * (nope + v)) + i) * lora + c);
+                }
+            }
+        }
+        plan_.tensors.push_back(std::move(tp));
     }
 
     void vector(const std::string& name, const std::string& src, uint64_t n) {
         const st_tensor& t = ckpt_.get(src);
         if (t.shape.size() != 1 || t.shape[0] != n) bad_shape(src, t, shape_text({n}));
-        plan_.tensors.push_back({name, dtype::f32, {n}, {src, 0, 0}, {}});
+        plan_.tensors.push_back({name, dtype::f32, {n}, {src, 0, 0, {}}, {}});
     }
 
     /// A norm weight w stored as 1 + w (Gemma's RMSNorm multiplies by 1 + w), in f32 as
@@ -119,6 +150,7 @@ public:
     bool has(const std::string& src) const { return ckpt_.find(src) != nullptr; }
 
 private:
+    static dtype small_type(const st_tensor& t) { return t.type == st_dtype::f32 ? dtype::f32 : dtype::f16; }
     [[noreturn]] static void bad_shape(const std::string& src, const st_tensor& t, const std::string& expected) {
         throw error(errc::format, t.file + ": tensor '" + src + "' has shape " + shape_text(t.shape) +
                                       ", expected " + expected);
@@ -200,6 +232,54 @@ rope_scaling read_rope_scaling(const config_reader& cfg, hparams& hp) {
     return rs;
 }
 
+// DeepSeek's routing: softmax, the top k (from the best groups under group_limited_greedy),
+// times routed_scaling_factor; n_shared_experts experts of the routed width, weight 1.
+void read_deepseek_moe(const config_reader& cfg, hparams& hp) {
+    if (cfg.u32("moe_layer_freq", 1) != 1) cfg.unsupported("moe_layer_freq other than 1 is not supported");
+    const json& scoring = cfg.has("scoring_func") ? cfg.raw("scoring_func") : json("softmax");
+    if (scoring != "softmax") cfg.unsupported("scoring_func " + scoring.dump() + " is not supported (softmax)");
+    const json& method = cfg.has("topk_method") ? cfg.raw("topk_method") : json("greedy");
+    if (method == "group_limited_greedy") {
+        hp.n_expert_group = cfg.u32("n_group");
+        hp.n_group_used = cfg.u32("topk_group");
+        if (hp.n_expert_group == 0 || hp.n_expert_group > 64 || hp.n_expert % hp.n_expert_group != 0 || hp.n_group_used == 0 ||
+            hp.n_group_used > hp.n_expert_group ||
+            uint64_t(hp.n_group_used) * (hp.n_expert / hp.n_expert_group) < hp.n_expert_used) {
+            cfg.fail("n_group", "and topk_group must split the experts into at most 64 groups that hold num_experts_per_tok");
+        }
+        if (hp.n_expert_group == 1) hp.n_expert_group = hp.n_group_used = 0;
+    } else if (method != "greedy") {
+        cfg.unsupported("topk_method " + method.dump() + " is not supported (greedy, group_limited_greedy)");
+    }
+    hp.expert_weights_scale = cfg.f32("routed_scaling_factor", 1.0f);
+    if (!(hp.expert_weights_scale > 0)) cfg.fail("routed_scaling_factor", "must be positive");
+    hp.n_ff_shexp = cfg.u32("n_shared_experts", 0) * hp.n_ff_exp;
+}
+
+// Latent attention's projections (DeepSeek-V2): the query's and the latent's rows split into
+// their roped and plain parts, kv_b into the per-head k_b (transposed) and v_b.
+void plan_latent_attention(planner& p, const hparams& hp, int il, const std::string& attn) {
+    auto name = [il](std::string_view s) { return names::layer(il, s); };
+    const uint64_t H = hp.n_head, r = hp.rope_dim, nope = hp.head_dim - r, L = hp.kv_lora_rank, v = hp.v_head_dim;
+    uint64_t q_in = hp.n_embd;
+    std::string q = attn + "q_proj.weight";
+    if (hp.q_lora_rank > 0) {
+        q_in = hp.q_lora_rank;
+        p.matrix(name(names::blk::attn_q_a), attn + "q_a_proj.weight", q_in, hp.n_embd);
+        p.vector(name(names::blk::attn_q_a_norm), attn + "q_a_layernorm.weight", q_in);
+        q = attn + "q_b_proj.weight";
+    }
+    p.rows(name(names::blk::attn_q_nope), q, head_rows(H, nope + r, 0, nope, false), q_in);
+    p.rows(name(names::blk::attn_q_pe), q, head_rows(H, nope + r, nope, r, true), q_in);
+    const std::string kv_a = attn + "kv_a_proj_with_mqa.weight";
+    p.rows(name(names::blk::attn_kv_a), kv_a, head_rows(1, L + r, 0, L, false), hp.n_embd);
+    p.rows(name(names::blk::attn_k_pe), kv_a, head_rows(1, L + r, L, r, true), hp.n_embd);
+    p.vector(name(names::blk::attn_kv_a_norm), attn + "kv_a_layernorm.weight", L);
+    p.transposed_heads(name(names::blk::attn_k_b), attn + "kv_b_proj.weight", H, nope, v, L);
+    p.rows(name(names::blk::attn_v_b), attn + "kv_b_proj.weight", head_rows(H, nope + v, nope, v, false), L, true);
+    p.matrix(name(names::blk::attn_output), attn + "o_proj.weight", hp.n_embd, H * v);
+}
+
 } // namespace
 
 checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt, const quant_choice& quant) {
@@ -246,6 +326,18 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         cfg.fail("num_key_value_heads", "must divide num_attention_heads");
     }
     hp.head_dim = cfg.u32("head_dim", hp.n_embd / hp.n_head);
+    if (fam->mla) { // one cached latent row per position, in the place of n_head_kv heads
+        hp.n_head_kv = 1;
+        hp.kv_lora_rank = cfg.u32("kv_lora_rank");
+        hp.q_lora_rank = cfg.u32("q_lora_rank", 0);
+        hp.rope_dim = cfg.u32("qk_rope_head_dim");
+        hp.v_head_dim = cfg.u32("v_head_dim");
+        hp.head_dim = cfg.u32("qk_nope_head_dim") + hp.rope_dim;
+        if (hp.kv_lora_rank == 0 || hp.rope_dim == 0 || hp.rope_dim % 2 != 0 || hp.head_dim == hp.rope_dim || hp.v_head_dim == 0) {
+            cfg.fail("kv_lora_rank", "and qk_nope_head_dim, qk_rope_head_dim (even), v_head_dim must be positive");
+        }
+        if (cfg.boolean("attention_bias", false)) cfg.unsupported("attention_bias with latent attention is not supported");
+    }
     hp.n_vocab = cfg.u32("vocab_size");
     hp.n_ctx = cfg.u32("max_position_embeddings", 4096);
     hp.norm_eps = fam->layer_norm ? cfg.f32("norm_epsilon", 1e-5f) : cfg.f32("rms_norm_eps", 1e-6f);
@@ -321,6 +413,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
             hp.n_ff_shexp = cfg.u32("shared_expert_intermediate_size", 0);
             if (hp.n_ff_shexp > 0) hp.flags |= flag_shared_expert_gate;
         }
+        if (fam->ungated_shared_experts) read_deepseek_moe(cfg, hp);
     }
 
     const bool tied = cfg.boolean("tie_word_embeddings", false) || ckpt.find("lm_head.weight") == nullptr;
@@ -345,10 +438,14 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         const bool plus_one = fam->norm_plus_one;
         p.norm(name(names::blk::attn_norm), pre + "input_layernorm.weight", hp.n_embd, plus_one);
         if (fam->layer_norm) p.vector(name(names::blk::attn_norm_bias), pre + "input_layernorm.bias", hp.n_embd);
-        p.matrix(name(names::blk::attn_q), pre + "self_attn.q_proj.weight", q_dim, hp.n_embd);
-        p.matrix(name(names::blk::attn_k), pre + "self_attn.k_proj.weight", kv_dim, hp.n_embd);
-        p.matrix(name(names::blk::attn_v), pre + "self_attn.v_proj.weight", kv_dim, hp.n_embd);
-        p.matrix(name(names::blk::attn_output), pre + "self_attn.o_proj.weight", hp.n_embd, q_dim);
+        if (fam->mla) {
+            plan_latent_attention(p, hp, l, pre + "self_attn.");
+        } else {
+            p.matrix(name(names::blk::attn_q), pre + "self_attn.q_proj.weight", q_dim, hp.n_embd);
+            p.matrix(name(names::blk::attn_k), pre + "self_attn.k_proj.weight", kv_dim, hp.n_embd);
+            p.matrix(name(names::blk::attn_v), pre + "self_attn.v_proj.weight", kv_dim, hp.n_embd);
+            p.matrix(name(names::blk::attn_output), pre + "self_attn.o_proj.weight", hp.n_embd, q_dim);
+        }
         if (out_bias) p.vector(name(names::blk::attn_output_bias), pre + "self_attn.o_proj.bias", hp.n_embd);
         if (attn_bias) {
             p.vector(name(names::blk::attn_q_bias), pre + "self_attn.q_proj.bias", q_dim);
@@ -386,11 +483,14 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
                     p.matrix(names::expert(l, e, names::exp::down), moe + with_expert(moe_names.expert_down, e), hp.n_embd, hp.n_ff_exp);
                 }
             }
-            if (hp.n_ff_shexp > 0) {
-                p.matrix(name(names::blk::ffn_gate_shexp), moe + "shared_expert.gate_proj.weight", hp.n_ff_shexp, hp.n_embd);
-                p.matrix(name(names::blk::ffn_up_shexp), moe + "shared_expert.up_proj.weight", hp.n_ff_shexp, hp.n_embd);
-                p.matrix(name(names::blk::ffn_down_shexp), moe + "shared_expert.down_proj.weight", hp.n_embd, hp.n_ff_shexp);
-                p.matrix(name(names::blk::ffn_gate_inp_shexp), moe + "shared_expert_gate.weight", 1, hp.n_embd, 0, 0, true);
+            if (hp.n_ff_shexp > 0) { // Qwen2-MoE's gated shared_expert, or DeepSeek's shared_experts
+                const std::string shared = moe + (fam->ungated_shared_experts ? "shared_experts." : "shared_expert.");
+                p.matrix(name(names::blk::ffn_gate_shexp), shared + "gate_proj.weight", hp.n_ff_shexp, hp.n_embd);
+                p.matrix(name(names::blk::ffn_up_shexp), shared + "up_proj.weight", hp.n_ff_shexp, hp.n_embd);
+                p.matrix(name(names::blk::ffn_down_shexp), shared + "down_proj.weight", hp.n_embd, hp.n_ff_shexp);
+                if (hp.flags & flag_shared_expert_gate) {
+                    p.matrix(name(names::blk::ffn_gate_inp_shexp), moe + "shared_expert_gate.weight", 1, hp.n_embd, 0, 0, true);
+                }
             }
         } else {
             // a dense layer (dense Llama, or an MoE family's mlp_only_layers)
@@ -409,10 +509,17 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (fam->layer_norm) p.vector(std::string(names::output_norm_bias), "model.norm.bias", hp.n_embd);
     if (!tied) p.matrix(std::string(names::output), "lm_head.weight", hp.n_vocab, hp.n_embd);
     if (rope.type != rope_scaling::kind::none) {
+        const uint32_t roped = fam->mla ? hp.rope_dim : hp.head_dim;
         hp.rope_attn_factor = rope_attn_factor(rope);
-        tensor_plan freqs{std::string(names::rope_freqs), dtype::f32, {hp.head_dim / 2}, {}, {}};
-        freqs.values = rope_freq_factors(rope, hp.rope_theta, static_cast<int>(hp.head_dim));
+        tensor_plan freqs{std::string(names::rope_freqs), dtype::f32, {roped / 2}, {}, {}};
+        freqs.values = rope_freq_factors(rope, hp.rope_theta, static_cast<int>(roped));
         plan.tensors.push_back(std::move(freqs));
+        // DeepSeek's YaRN also scales the scores by mscale(mscale_all_dim)^2, as its own code and
+        // llama.cpp do (transformers' DeepseekV2 leaves it out)
+        if (fam->mla && rope.type == rope_scaling::kind::yarn && rope.mscale_all_dim > 0) {
+            const double m = 0.1 * rope.mscale_all_dim * std::log(rope.factor) + 1.0;
+            hp.attention_scale = static_cast<float>(m * m / std::sqrt(double(hp.head_dim)));
+        }
     }
     return plan;
 }

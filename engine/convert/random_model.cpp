@@ -33,7 +33,11 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     hp.n_ff_shexp = o.n_ff_shexp;
     hp.n_vocab = o.n_vocab;
     hp.n_ctx = o.n_ctx;
-    hp.flags = flag_norm_topk_prob | (o.n_ff_shexp > 0 ? uint32_t(flag_shared_expert_gate) : 0u);
+    const bool latent = o.kv_lora_rank > 0;
+    hp.flags = flag_norm_topk_prob | (o.n_ff_shexp > 0 && !latent ? uint32_t(flag_shared_expert_gate) : 0u);
+    hp.kv_lora_rank = o.kv_lora_rank;
+    hp.rope_dim = o.rope_dim;
+    hp.v_head_dim = o.v_head_dim;
     const mix_shape shape{o.n_layer, o.n_expert, false};
     hp.weight_type = static_cast<uint32_t>(matmul_storage(quant.matrix_type(names::layer(0, names::blk::attn_q), o.n_embd, shape),
                                                           uint64_t(o.n_head) * o.head_dim)); // as blk.0.attn_q is stored
@@ -42,7 +46,9 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;
     if (o.n_layer == 0 || o.n_embd == 0 || o.n_head == 0 || o.n_head_kv == 0 || o.n_head % o.n_head_kv ||
         o.head_dim == 0 || o.head_dim % 2 || o.n_vocab == 0 || (o.n_expert == 0 && o.n_ff == 0) ||
-        (o.n_expert > 0 && (o.n_expert_used == 0 || o.n_expert_used > o.n_expert || o.n_ff_exp == 0))) {
+        (o.n_expert > 0 && (o.n_expert_used == 0 || o.n_expert_used > o.n_expert || o.n_ff_exp == 0)) ||
+        (o.n_dense_lead > 0 && o.n_ff == 0) ||
+        (latent && (o.n_head_kv != 1 || o.rope_dim == 0 || o.rope_dim % 2 || o.rope_dim >= o.head_dim || o.v_head_dim == 0))) {
         throw error(errc::invalid_argument, "random model: inconsistent shape");
     }
     if (o.tokenizer_model.empty()) throw error(errc::invalid_argument, "random model: a tokenizer model is required");
@@ -101,12 +107,25 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     for (int il = 0; il < static_cast<int>(o.n_layer); ++il) {
         auto n = [il](std::string_view s) { return names::layer(il, s); };
         add(n(names::blk::attn_norm), {E}, dtype::f32, true, true);
-        mat(n(names::blk::attn_q), {q_dim, E}, true);
-        mat(n(names::blk::attn_k), {kv_dim, E}, true);
-        mat(n(names::blk::attn_v), {kv_dim, E}, true);
-        mat(n(names::blk::attn_output), {E, q_dim}, true);
+        if (latent) {
+            const uint64_t H = o.n_head, r = o.rope_dim, nope = o.head_dim - r, L = o.kv_lora_rank;
+            const dtype small = quant.base() == dtype::f32 ? dtype::f32 : dtype::f16;
+            mat(n(names::blk::attn_q_nope), {H * nope, E}, true);
+            mat(n(names::blk::attn_q_pe), {H * r, E}, true);
+            mat(n(names::blk::attn_kv_a), {L, E}, true);
+            add(n(names::blk::attn_kv_a_norm), {L}, dtype::f32, true, true);
+            mat(n(names::blk::attn_k_pe), {r, E}, true);
+            add(n(names::blk::attn_k_b), {H * L, nope}, small, false, true);
+            add(n(names::blk::attn_v_b), {H * o.v_head_dim, L}, small, false, true);
+            mat(n(names::blk::attn_output), {E, H * o.v_head_dim}, true);
+        } else {
+            mat(n(names::blk::attn_q), {q_dim, E}, true);
+            mat(n(names::blk::attn_k), {kv_dim, E}, true);
+            mat(n(names::blk::attn_v), {kv_dim, E}, true);
+            mat(n(names::blk::attn_output), {E, q_dim}, true);
+        }
         add(n(names::blk::ffn_norm), {E}, dtype::f32, true, true);
-        if (o.n_expert > 0) {
+        if (o.n_expert > 0 && il >= static_cast<int>(o.n_dense_lead)) {
             add(n(names::blk::ffn_gate_inp), {o.n_expert, E}, dtype::f32, false, true);
             for (int e = 0; e < static_cast<int>(o.n_expert); ++e) {
                 const bool active = e < static_cast<int>(o.n_expert_used);
@@ -118,7 +137,7 @@ convert_summary write_random_model(const random_model_options& o, const std::str
                 mat(n(names::blk::ffn_gate_shexp), {o.n_ff_shexp, E}, true);
                 mat(n(names::blk::ffn_up_shexp), {o.n_ff_shexp, E}, true);
                 mat(n(names::blk::ffn_down_shexp), {E, o.n_ff_shexp}, true);
-                add(n(names::blk::ffn_gate_inp_shexp), {1, E}, dtype::f32, false, true);
+                if (!latent) add(n(names::blk::ffn_gate_inp_shexp), {1, E}, dtype::f32, false, true);
             }
         } else {
             mat(n(names::blk::ffn_gate), {o.n_ff, E}, true);

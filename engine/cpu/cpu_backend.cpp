@@ -675,6 +675,29 @@ public:
         }
     }
 
+    void head_matmul(const tensor_view& w, int n_head, const float* x, int64_t x_stride, int n, float* y,
+                     int64_t y_stride) override {
+        const int64_t rows = int64_t(w.rows()) / n_head, cols = int64_t(w.cols());
+        const int64_t rb = int64_t(format::row_bytes(w.type, uint64_t(cols)));
+        const bool f16 = w.type == format::dtype::f16;
+        // one (head, token) pair per item, a head's tokens one after another while its rows are in cache
+        split(int64_t(n) * n_head, 2LL * n * int64_t(w.rows()) * cols, 1, [&](int64_t j0, int64_t j1) {
+            for (int64_t j = j0; j < j1; ++j) {
+                const int64_t h = j / n, i = (j % n) * n_head + h;
+                const float* xi = x + i * x_stride;
+                float* yi = y + i * y_stride;
+                for (int64_t r = 0; r < rows; ++r) {
+                    const uint8_t* row = w.data + (h * rows + r) * rb;
+                    yi[r] = f16 ? vk_.dot_f16(row, xi, cols) : vk_.dot_f32(reinterpret_cast<const float*>(row), xi, cols);
+                }
+            }
+        });
+    }
+
+    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int cols) override {
+        for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * size_t(cols));
+    }
+
     void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override {
         const auto* wf = reinterpret_cast<const float*>(w.data);
         // a prefill batch's rows across the threads (about three operations per element)

@@ -294,7 +294,8 @@ __global__ void matmul_id_kernel(const expert_ptrs* table, int which, const int3
 // routes on the host: softmax, the k best by repeated arg-max (ties to the lower index,
 // NaN never), their weights, renormalised when asked; then in index order, the order the
 // session sums them in.
-__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, float* probs, int32_t* ids, float* weights) {
+__global__ void route_kernel(const float* logits, int n_expert, int k, bool renorm, int n_group, int n_group_used,
+                             float scale, float* probs, int32_t* ids, float* weights) {
     if (threadIdx.x != 0) return;
     float max = logits[0];
     for (int i = 1; i < n_expert; ++i) max = max < logits[i] ? logits[i] : max;
@@ -305,6 +306,24 @@ __global__ void route_kernel(const float* logits, int n_expert, int k, bool reno
     }
     const float inv = __fdiv_rn(1.0f, sum);
     for (int i = 0; i < n_expert; ++i) probs[i] = __fmul_rn(probs[i], inv);
+    if (n_group > 1) { // the experts of the n_group_used groups of best expert only
+        const int size = n_expert / n_group;
+        uint64_t kept = 0;
+        for (int j = 0; j < n_group_used; ++j) {
+            int best = -1;
+            float best_p = -1.0f;
+            for (int g = 0; g < n_group; ++g) {
+                if (kept >> g & 1) continue;
+                float p = probs[g * size];
+                for (int e = 1; e < size; ++e) p = fmaxf(p, probs[g * size + e]);
+                if (best < 0 || p > best_p) best = g, best_p = p;
+            }
+            kept |= uint64_t(1) << best;
+        }
+        for (int e = 0; e < n_expert; ++e) {
+            if (!(kept >> (e / size) & 1)) probs[e] = -1.0f;
+        }
+    }
     float total = 0.0f;
     for (int j = 0; j < k; ++j) {
         int best = -1;
@@ -319,6 +338,7 @@ __global__ void route_kernel(const float* logits, int n_expert, int k, bool reno
     }
     for (int j = 0; j < k; ++j) {
         if (renorm) weights[j] = __fdiv_rn(weights[j], total);
+        if (scale != 1.0f) weights[j] = __fmul_rn(weights[j], scale);
     }
     for (int j = 1; j < k; ++j) { // insertion sort by index
         for (int i = j; i > 0 && ids[i - 1] > ids[i]; --i) {
@@ -385,6 +405,32 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int dim, float ep
     const float inv = 1.0f / sqrtf(ss / float(dim) + eps);
     // each thread writes only the elements it read: out may alias x
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+}
+
+// One warp per output of head_matmul: output o is row o % rows of head (o / rows) % n_head's
+// matrix (f32 or f16) with vector o / rows of x.
+template <bool F16>
+__global__ void head_matmul_kernel(const uint8_t* w, int64_t row_bytes, int rows, int cols, int n_head, const float* x,
+                                   int64_t x_stride, float* y, int64_t y_stride, int64_t outputs) {
+    const int64_t o = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (o >= outputs) return; // a whole warp
+    const int64_t i = o / rows, r = o % rows;
+    const uint8_t* row = w + ((i % n_head) * rows + r) * row_bytes;
+    const float* xi = x + i * x_stride;
+    float acc = 0.0f;
+    for (int c = lane; c < cols; c += 32) {
+        const float v = F16 ? __half2float(reinterpret_cast<const __half*>(row)[c]) : reinterpret_cast<const float*>(row)[c];
+        acc += v * xi[c];
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[i * y_stride + r] = acc;
+}
+
+__global__ void copy_rows_kernel(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t total,
+                                 int cols) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < total) dst[(i / cols) * dst_stride + i % cols] = src[(i / cols) * src_stride + i % cols];
 }
 
 __global__ void add_bias_kernel(float* y, const float* b, int64_t total, int dim) {
@@ -746,6 +792,30 @@ public:
         }
     }
 
+    void head_matmul(const tensor_view& w, int n_head, const float* x, int64_t x_stride, int n, float* y,
+                     int64_t y_stride) override {
+        select();
+        const op_timer timer(*this, "head_matmul");
+        const device_weights& d = weights(w);
+        if (d.kind != device_kind::f32 && d.kind != device_kind::f16) {
+            throw error(errc::unsupported, "per-head products of f32 or f16 weights only");
+        }
+        const int rows = static_cast<int>(d.rows / n_head);
+        const int64_t outputs = int64_t(n) * n_head * rows;
+        const auto kernel = d.kind == device_kind::f16 ? head_matmul_kernel<true> : head_matmul_kernel<false>;
+        COLIBRI_LAUNCH(kernel, blocks_for(outputs * 32, 256), 256, 0, stream_)(d.v(), d.row_bytes, rows, static_cast<int>(d.cols),
+                                                                          n_head, x, x_stride, y, y_stride, outputs);
+        COLIBRI_LAUNCHED("head_matmul");
+    }
+
+    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int cols) override {
+        select();
+        const op_timer timer(*this, "copy_rows");
+        const int64_t total = rows * cols;
+        COLIBRI_LAUNCH(copy_rows_kernel, blocks_for(total, 256), 256, 0, stream_)(dst, dst_stride, src, src_stride, total, cols);
+        COLIBRI_LAUNCHED("copy_rows");
+    }
+
     void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override {
         select();
         const op_timer timer(*this, "rmsnorm");
@@ -892,7 +962,8 @@ public:
         float* logits = moe_.logits.f();
         auto* ids = reinterpret_cast<int32_t*>(moe_.ids.f());
         product(*st.router, st.x, nullptr, 1, logits);
-        COLIBRI_LAUNCH(route_kernel, 1, 32, 0, stream_)(logits, st.n_expert, k, st.renorm, moe_.probs.f(), ids, moe_.weights.f());
+        COLIBRI_LAUNCH(route_kernel, 1, 32, 0, stream_)(logits, st.n_expert, k, st.renorm, st.n_group, st.n_group_used, st.scale,
+                                                        moe_.probs.f(), ids, moe_.weights.f());
         COLIBRI_LAUNCHED("route");
         const auto* ptrs = static_cast<const expert_ptrs*>(table->ptrs.get());
         launch_by_id(table->gate, ptrs, 0, ids, k, st.x, 0, moe_.g.f());

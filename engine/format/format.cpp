@@ -13,7 +13,7 @@ constexpr std::array<std::string_view, dtype_count> dtype_names = {"f32", "f16",
                                                                    "q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k",
                                                                    "iq4_xsx8", "q4_1x8", "q5_0x8", "q5_1x8", "iq4_nlx8"};
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
-    "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2"};
+    "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2", "deepseek2"};
 } // namespace
 
 std::string_view dtype_name(dtype t) {

@@ -10,8 +10,9 @@ namespace colibri::format {
 
 inline constexpr uint8_t magic[8] = {0xC0, 0x4C, 0x31, 0x42, 0x52, 0x31, 0x00, 0x00};
 /// Version 2 added rope_attn_factor, sliding_window, flags 4-6 and the rope_freqs tensor;
-/// version 1 files (all zero there, no such tensor) read as version 2 files.
-inline constexpr uint32_t version = 2;
+/// version 3 the latent attention and expert-group fields (kv_lora_rank ..
+/// expert_weights_scale). Older files (all zero there, no such tensors) read as version 3.
+inline constexpr uint32_t version = 3;
 inline constexpr uint32_t min_version = 1;
 inline constexpr uint64_t alignment = 64; ///< every section and tensor starts on this
 inline constexpr size_t header_size = 512;
@@ -289,8 +290,9 @@ enum class arch : uint32_t {
     starcoder2 = 10,
     gemma3 = 11,
     gemma2 = 12,
+    deepseek2 = 13,
 };
-inline constexpr uint32_t arch_max = 12;
+inline constexpr uint32_t arch_max = 13;
 std::string_view arch_name(arch a);
 
 /// How q and k are normalised after projection (before RoPE).
@@ -345,6 +347,15 @@ struct hparams {
     float rope_theta_swa;    // > 0: the windowed layers' RoPE base, without rope_freqs (Gemma 3)
     float final_softcap;     // > 0: logits = final_softcap * tanh(logits / final_softcap)
     float attn_softcap;      // > 0: attention scores = attn_softcap * tanh(scores / attn_softcap) (Gemma 2)
+    // Multi-head latent attention (DeepSeek-V2): head_dim is a query/key head's size, its last
+    // rope_dim elements roped; the cache holds kv_lora_rank + rope_dim floats per position
+    uint32_t kv_lora_rank;   // > 0: latent attention
+    uint32_t q_lora_rank;    // latent attention: queries through a rank-q_lora_rank projection; 0: direct
+    uint32_t rope_dim;       // latent attention: the roped part of a query/key head
+    uint32_t v_head_dim;     // latent attention: a value head's size
+    uint32_t n_expert_group; // > 1: the experts form this many groups of equal size, and the top
+    uint32_t n_group_used;   //   n_expert_used are taken from the n_group_used groups of best expert
+    float expert_weights_scale; // the routed experts' weights are multiplied by this; 0 means 1
     uint8_t reserved[16];
 };
 
@@ -406,7 +417,7 @@ struct tokenizer_header {
 };
 #pragma pack(pop)
 
-static_assert(sizeof(hparams) == 128);
+static_assert(sizeof(hparams) == 156);
 static_assert(sizeof(header) == header_size);
 static_assert(sizeof(tensor_entry) == tensor_entry_size);
 static_assert(sizeof(tokenizer_header) == 64);

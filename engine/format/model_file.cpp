@@ -143,6 +143,30 @@ void model_file::check_hparams() const {
                                   {"final_softcap", hp.final_softcap}, {"attn_softcap", hp.attn_softcap}}) {
         if (!std::isfinite(v) || v < 0) fail(std::string("hyperparameter ") + name + " is not a non-negative number");
     }
+    if (!std::isfinite(hp.expert_weights_scale) || hp.expert_weights_scale < 0) {
+        fail("hyperparameter expert_weights_scale is not a non-negative number");
+    }
+    if (hp.kv_lora_rank > 0) { // latent attention
+        if (hp.kv_lora_rank > 65536) bad("kv_lora_rank", hp.kv_lora_rank, "at most 65536");
+        if (hp.q_lora_rank > 65536) bad("q_lora_rank", hp.q_lora_rank, "at most 65536");
+        if (hp.rope_dim == 0 || hp.rope_dim % 2 != 0 || hp.rope_dim >= hp.head_dim) {
+            bad("rope_dim", hp.rope_dim, "an even number below head_dim");
+        }
+        if (hp.v_head_dim == 0 || hp.v_head_dim > 4096) bad("v_head_dim", hp.v_head_dim, "1..4096");
+        if (hp.n_head_kv != 1) bad("n_head_kv", hp.n_head_kv, "1 with latent attention");
+        if (hp.sliding_window != 0) bad("sliding_window", hp.sliding_window, "0 with latent attention");
+    } else if (hp.q_lora_rank != 0 || hp.rope_dim != 0 || hp.v_head_dim != 0) {
+        fail("hyperparameters q_lora_rank, rope_dim and v_head_dim are set without latent attention");
+    }
+    if (hp.n_expert_group > 1) {
+        if (hp.n_expert_group > 64 || hp.n_expert % hp.n_expert_group != 0) {
+            bad("n_expert_group", hp.n_expert_group, "a divisor of n_expert, at most 64");
+        }
+        if (hp.n_group_used == 0 || hp.n_group_used > hp.n_expert_group ||
+            uint64_t(hp.n_group_used) * (hp.n_expert / hp.n_expert_group) < hp.n_expert_used) {
+            bad("n_group_used", hp.n_group_used, "1..n_expert_group, its groups holding n_expert_used experts");
+        }
+    }
 }
 
 void model_file::read_tokenizer() {

@@ -41,6 +41,10 @@ constexpr std::array<family_info, format::arch_max> table = {{
      false, ffn_kind::geglu, 0, true, true, true, 6, 10000.0f, 62},
     {arch::gemma2, "Gemma2ForCausalLM", "gemma2", false, dense, qk_norm::none, false, false, false, false, false,
      false, ffn_kind::geglu, 0, true, true, true, 2, 0.0f, 46},
+    {.arch = arch::deepseek2, .hf_arch = "DeepseekV2ForCausalLM", .gguf_arch = "deepseek2", .moe = true,
+     .hf_moe = per_expert_mlp("n_routed_experts", "moe_intermediate_size"), .qk = qk_norm::none,
+     .norm_topk_default = false, .norm_topk_configurable = true, .shared_expert = false, .granite_scales = false,
+     .gguf_permuted_qk = false, .mla = true, .ungated_shared_experts = true},
 }};
 
 template <class Name>

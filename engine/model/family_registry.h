@@ -50,6 +50,9 @@ struct family_info {
     float rope_theta_swa = 0;     ///< the windowed layers' RoPE base where a GGUF omits it
     uint32_t gguf_wide_query_layers = 0; ///< llama.cpp scales queries by 1/sqrt(n_embd / n_head) for the
                                          ///< model of this many layers (the 27B), else by 1/sqrt(head_dim)
+    // DeepSeek-V2's blocks
+    bool mla = false;                    ///< multi-head latent attention (q/kv low-rank projections, latent cache)
+    bool ungated_shared_experts = false; ///< n_shared_experts experts of the routed width, weight 1 (mlp.shared_experts)
 
     std::string_view name() const { return format::arch_name(arch); }
     /// The dense feed-forward's matrices under model.layers.N.mlp. (gate empty: none)

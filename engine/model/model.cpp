@@ -34,10 +34,12 @@ model::model(const std::string& path) : file_(path) {
                   ? token_embd_
                   : require(std::string(names::output), {hp.n_vocab, n_embd}, kind::matrix);
 
-    rope_freqs_ = optional(std::string(names::rope_freqs), {hp.head_dim / 2}, kind::vector);
+    const bool mla = hp.kv_lora_rank > 0;
+    const uint64_t rope_pairs = (mla ? hp.rope_dim : hp.head_dim) / 2;
+    rope_freqs_ = optional(std::string(names::rope_freqs), {rope_pairs}, kind::vector);
     if (rope_freqs_ != nullptr) {
         const auto* f = reinterpret_cast<const float*>(rope_freqs_->data);
-        for (uint64_t i = 0; i < hp.head_dim / 2; ++i) {
+        for (uint64_t i = 0; i < rope_pairs; ++i) {
             if (!std::isfinite(f[i]) || f[i] <= 0) {
                 throw error(errc::format, file_.path() + ": tensor 'rope_freqs.weight' holds a value that is not a positive number");
             }
@@ -50,10 +52,15 @@ model::model(const std::string& path) : file_(path) {
         auto name = [il](std::string_view suffix) { return names::layer(il, suffix); };
         l.attn_norm = require(name(names::blk::attn_norm), {n_embd}, kind::vector);
         if (layer_norm) l.attn_norm_bias = require(name(names::blk::attn_norm_bias), {n_embd}, kind::vector);
-        l.wq = require(name(names::blk::attn_q), {q_dim, n_embd}, kind::matrix);
-        l.wk = require(name(names::blk::attn_k), {kv_dim, n_embd}, kind::matrix);
-        l.wv = require(name(names::blk::attn_v), {kv_dim, n_embd}, kind::matrix);
-        l.wo = require(name(names::blk::attn_output), {n_embd, q_dim}, kind::matrix);
+        if (mla) {
+            load_mla(il, l.mla);
+            l.wo = require(name(names::blk::attn_output), {n_embd, uint64_t(hp.n_head) * hp.v_head_dim}, kind::matrix);
+        } else {
+            l.wq = require(name(names::blk::attn_q), {q_dim, n_embd}, kind::matrix);
+            l.wk = require(name(names::blk::attn_k), {kv_dim, n_embd}, kind::matrix);
+            l.wv = require(name(names::blk::attn_v), {kv_dim, n_embd}, kind::matrix);
+            l.wo = require(name(names::blk::attn_output), {n_embd, q_dim}, kind::matrix);
+        }
         if (out_bias) l.bo = require(name(names::blk::attn_output_bias), {n_embd}, kind::vector);
         if (hp.flags & flag_attn_bias) {
             l.bq = require(name(names::blk::attn_q_bias), {q_dim}, kind::vector);
@@ -113,6 +120,25 @@ model::model(const std::string& path) : file_(path) {
     count_params();
 }
 
+void model::load_mla(int il, mla_weights& m) const {
+    const hparams& hp = file_.hp();
+    auto name = [il](std::string_view suffix) { return names::layer(il, suffix); };
+    const uint64_t n_head = hp.n_head, nope = hp.head_dim - hp.rope_dim, lora = hp.kv_lora_rank;
+    uint64_t q_in = hp.n_embd;
+    if (hp.q_lora_rank > 0) {
+        q_in = hp.q_lora_rank;
+        m.q_a = require(name(names::blk::attn_q_a), {q_in, hp.n_embd}, kind::matrix);
+        m.q_a_norm = require(name(names::blk::attn_q_a_norm), {q_in}, kind::vector);
+    }
+    m.q_nope = require(name(names::blk::attn_q_nope), {n_head * nope, q_in}, kind::matrix);
+    m.q_pe = require(name(names::blk::attn_q_pe), {n_head * hp.rope_dim, q_in}, kind::matrix);
+    m.kv_a = require(name(names::blk::attn_kv_a), {lora, hp.n_embd}, kind::matrix);
+    m.kv_a_norm = require(name(names::blk::attn_kv_a_norm), {lora}, kind::vector);
+    m.k_pe = require(name(names::blk::attn_k_pe), {hp.rope_dim, hp.n_embd}, kind::matrix);
+    m.k_b = require(name(names::blk::attn_k_b), {n_head * lora, nope}, kind::small);
+    m.v_b = require(name(names::blk::attn_v_b), {n_head * hp.v_head_dim, lora}, kind::small);
+}
+
 const tensor_view* model::optional(const std::string& name, std::initializer_list<uint64_t> shape,
                                    kind k) const {
     const tensor_view* t = file_.find(name);
@@ -127,6 +153,10 @@ const tensor_view* model::optional(const std::string& name, std::initializer_lis
     if (k == kind::vector && t->type != dtype::f32) {
         throw error(errc::format, file_.path() + ": tensor '" + name + "' has dtype " +
                                       std::string(dtype_name(t->type)) + ", expected f32");
+    }
+    if (k == kind::small && t->type != dtype::f32 && t->type != dtype::f16) {
+        throw error(errc::format, file_.path() + ": tensor '" + name + "' has dtype " +
+                                      std::string(dtype_name(t->type)) + ", expected f32 or f16");
     }
     if (k == kind::router && is_quantized(t->type)) {
         throw error(errc::format, file_.path() + ": tensor '" + name + "' has dtype " +

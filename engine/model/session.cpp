@@ -20,14 +20,27 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     if (n_ctx_ <= 0 || n_ctx_ > (1 << 24)) throw error(errc::invalid_argument, "context length out of range");
     if (n_batch_ <= 0 || n_batch_ > 4096) throw error(errc::invalid_argument, "batch size out of range");
     const size_t B = static_cast<size_t>(n_batch_);
+    const bool latent = hp.kv_lora_rank > 0;
+    // the cache: each KV head's row of keys (and values) per position; latent attention's one
+    // row holds the latent, whose leading kv_lora_rank floats also serve as the value
+    kv_heads_ = latent ? 1 : hp.n_head_kv;
+    kv_row_ = latent ? hp.kv_lora_rank + hp.rope_dim : hp.head_dim;
     const size_t q_dim = size_t(hp.n_head) * hp.head_dim, kv_dim = size_t(hp.n_head_kv) * hp.head_dim;
     const size_t n_ff = std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp});
     x_ = be.alloc(B * hp.n_embd);
     xn_ = be.alloc(B * hp.n_embd);
     q_ = be.alloc(B * q_dim);
-    k_ = be.alloc(B * kv_dim);
+    k_ = be.alloc(B * std::max<size_t>(kv_dim, hp.kv_lora_rank));
     v_ = be.alloc(B * kv_dim);
-    att_ = be.alloc(B * q_dim);
+    att_ = be.alloc(B * std::max<size_t>(q_dim, size_t(hp.n_head) * hp.v_head_dim));
+    if (latent) {
+        const size_t rows = B * hp.n_head * kv_row_;
+        lat_q_ = be.alloc(rows);
+        lat_att_ = be.alloc(rows);
+        lat_kv_ = be.alloc(B * kv_row_);
+        q_pe_ = be.alloc(B * hp.n_head * hp.rope_dim);
+        q_a_ = be.alloc(B * std::max<uint32_t>(hp.q_lora_rank, 1));
+    }
     o_ = be.alloc(B * hp.n_embd);
     ffn_out_ = be.alloc(B * hp.n_embd);
     const size_t k_used = std::max<size_t>(hp.n_expert_used, 1);
@@ -45,10 +58,10 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     logits_host_ = be.to_host(logits_->data(), size_t(hp.n_vocab), logits_staging_);
     // f16 keys and values for models with quantised weights (half the memory and the reads
     // of f32, whose rounding is far below the weights'); f32 otherwise
-    kv_f16_ = !m.layers().empty() && format::is_quantized(m.layers()[0].wq->type);
-    const size_t kv_floats = (size_t(hp.n_layer) * size_t(n_ctx_) * kv_dim * kv_elem_bytes() + 3) / 4;
+    kv_f16_ = !m.layers().empty() && format::is_quantized(m.layers()[0].wo->type);
+    const size_t kv_floats = (size_t(hp.n_layer) * size_t(n_ctx_) * kv_heads_ * kv_row_ * kv_elem_bytes() + 3) / 4;
     k_cache_ = be.alloc(kv_floats);
-    v_cache_ = be.alloc(kv_floats);
+    if (!latent) v_cache_ = be.alloc(kv_floats);
 
     history_.reserve(size_t(n_ctx_));
     pos_.resize(B);
@@ -64,9 +77,9 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
 
 size_t session::memory_bytes() const {
     size_t floats = 0;
-    for (const auto* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &ffn_out_, &hg_, &hu_, &yo_, &router_,
-                          &shared_gate_, &scratch_, &logits_, &k_cache_, &v_cache_}) {
-        floats += (*b)->size();
+    for (const auto* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &ffn_out_, &hg_, &hu_, &yo_, &router_, &shared_gate_,
+                          &scratch_, &logits_, &k_cache_, &v_cache_, &lat_q_, &lat_att_, &lat_kv_, &q_pe_, &q_a_}) {
+        if (*b) floats += (*b)->size();
     }
     return floats * sizeof(float) + history_.capacity() * sizeof(int32_t);
 }
@@ -76,20 +89,20 @@ void session::truncate(int n) {
     history_.resize(static_cast<size_t>(n));
     if (n >= high_water_) return;
     const hparams& hp = model_.hp();
-    const size_t hd = hp.head_dim, elem = kv_elem_bytes();
-    for (size_t head = 0; head < size_t(hp.n_layer) * hp.n_head_kv; ++head) { // every layer's heads
+    const size_t hd = kv_row_, elem = kv_elem_bytes();
+    for (size_t head = 0; head < size_t(hp.n_layer) * kv_heads_; ++head) { // every layer's heads
         // in floats, rounded inwards (discard gives back whole pages inside the range only)
         const size_t first = ((head * size_t(n_ctx_) + size_t(n)) * hd * elem + 3) / 4;
         const size_t count = size_t(high_water_ - n) * hd * elem / 4;
         k_cache_->discard(first, count);
-        v_cache_->discard(first, count);
+        if (v_cache_) v_cache_->discard(first, count);
     }
     high_water_ = n;
 }
 
 size_t session::token_bytes() const {
     const hparams& hp = model_.hp();
-    return 2 * size_t(hp.n_layer) * size_t(hp.n_head_kv) * hp.head_dim * kv_elem_bytes();
+    return (v_cache_ ? 2 : 1) * size_t(hp.n_layer) * kv_heads_ * kv_row_ * kv_elem_bytes();
 }
 
 bool session::windowed(int il) const {
@@ -169,10 +182,84 @@ void session::attention_block(int il, int n) {
     const hparams& hp = model_.hp();
     const layer_weights& l = model_.layers()[il];
     const int n_embd = static_cast<int>(hp.n_embd);
+    norm(x_->data(), *l.attn_norm, l.attn_norm_bias, n, xn_->data());
+    if (l.mla.kv_a != nullptr) latent_attention(il, n);
+    else grouped_attention(il, n);
+
+    be_.matmul(*l.wo, att_->data(), n, o_->data()); // [n, n_embd]
+    if (l.bo != nullptr) be_.add_bias(o_->data(), *l.bo, n, n_embd);
+    if (l.attn_post_norm != nullptr) be_.rmsnorm(o_->data(), *l.attn_post_norm, n, n_embd, hp.norm_eps, o_->data());
+    be_.add_scaled(x_->data(), o_->data(), int64_t(n) * n_embd, hp.residual_scale);
+}
+
+rope_params session::rope_for(int il) const {
+    // a windowed layer of a family with local and global layers (Gemma 3) turns at its own base, unscaled
+    const hparams& hp = model_.hp();
+    if (windowed(il) && hp.rope_theta_swa > 0) return rope_params{hp.rope_theta_swa};
+    return rope_params{hp.rope_theta, model_.rope_freqs(), hp.rope_attn_factor > 0 ? hp.rope_attn_factor : 1.0f};
+}
+
+attention_args session::cache_args(int il, int n) const {
+    const hparams& hp = model_.hp();
+    const size_t layer_bytes = size_t(n_ctx_) * kv_heads_ * kv_row_ * kv_elem_bytes();
+    attention_args a{};
+    a.k_cache = reinterpret_cast<uint8_t*>(k_cache_->data()) + size_t(il) * layer_bytes;
+    a.v_cache = v_cache_ ? reinterpret_cast<uint8_t*>(v_cache_->data()) + size_t(il) * layer_bytes : a.k_cache;
+    a.kv_f16 = kv_f16_;
+    a.pos = pos_.data();
+    a.scratch = scratch_->data();
+    a.n = n;
+    a.n_ctx = n_ctx_;
+    a.n_head = static_cast<int>(hp.n_head);
+    a.n_head_kv = static_cast<int>(kv_heads_);
+    a.head_dim = static_cast<int>(kv_row_);
+    a.scale = hp.attention_scale > 0 ? hp.attention_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+    return a;
+}
+
+void session::latent_attention(int il, int n) {
+    // DeepSeek-V2's attention with the key and value projections absorbed into the query and
+    // the output: every head attends to one cached row per position, the normalised latent
+    // (kv_lora_rank) then the roped shared key (rope_dim); a head's scores are
+    // (k_b . q_nope) . latent + q_pe . k_pe, its output v_b . (weighted latents)
+    const hparams& hp = model_.hp();
+    const mla_weights& m = model_.layers()[il].mla;
+    const int H = static_cast<int>(hp.n_head), L = static_cast<int>(hp.kv_lora_rank), r = static_cast<int>(hp.rope_dim);
+    const int nope = static_cast<int>(hp.head_dim) - r, row = L + r;
+    float* c = k_->data();   // [n, L]
+    float* k_pe = v_->data(); // [n, r]
+    const matmul_job in[3] = {{m.kv_a, xn_->data(), n, c}, {m.k_pe, xn_->data(), n, k_pe}, {m.q_a, xn_->data(), n, q_a_->data()}};
+    be_.matmul_many(in, m.q_a != nullptr ? 3 : 2);
+    const float* q_in = xn_->data();
+    if (m.q_a != nullptr) {
+        be_.rmsnorm(q_a_->data(), *m.q_a_norm, n, static_cast<int>(hp.q_lora_rank), hp.norm_eps, q_a_->data());
+        q_in = q_a_->data();
+    }
+    const matmul_job q[2] = {{m.q_nope, q_in, n, q_->data()}, {m.q_pe, q_in, n, q_pe_->data()}};
+    be_.matmul_many(q, 2);
+    be_.rmsnorm(c, *m.kv_a_norm, n, L, hp.norm_eps, c);
+    const rope_params rope = rope_for(il);
+    be_.rope(q_pe_->data(), n, H, r, pos_.data(), rope);
+    be_.rope(k_pe, n, 1, r, pos_.data(), rope);
+    // the queries in the latent's space, then their roped part; the cached row
+    be_.head_matmul(*m.k_b, H, q_->data(), nope, n, lat_q_->data(), row);
+    be_.copy_rows(lat_q_->data() + L, row, q_pe_->data(), r, int64_t(n) * H, r);
+    be_.copy_rows(lat_kv_->data(), row, c, L, n, L);
+    be_.copy_rows(lat_kv_->data() + L, row, k_pe, r, n, r);
+
+    attention_args a = cache_args(il, n);
+    a.q = lat_q_->data();
+    a.k_new = a.v_new = lat_kv_->data();
+    a.out = lat_att_->data(); // [n, H, row]: the weighted latents, and rotary keys nothing reads
+    be_.attention(a);
+    be_.head_matmul(*m.v_b, H, lat_att_->data(), row, n, att_->data(), hp.v_head_dim);
+}
+
+void session::grouped_attention(int il, int n) {
+    const hparams& hp = model_.hp();
+    const layer_weights& l = model_.layers()[il];
     const int hd = static_cast<int>(hp.head_dim);
     const int q_dim = static_cast<int>(hp.n_head) * hd, kv_dim = static_cast<int>(hp.n_head_kv) * hd;
-
-    norm(x_->data(), *l.attn_norm, l.attn_norm_bias, n, xn_->data());
     const matmul_job qkv[3] = {{l.wq, xn_->data(), n, q_->data()},  // [n, q_dim]
                                {l.wk, xn_->data(), n, k_->data()},  // [n, kv_dim]
                                {l.wv, xn_->data(), n, v_->data()}}; // [n, kv_dim]
@@ -193,41 +280,19 @@ void session::attention_block(int il, int n) {
         be_.rmsnorm(k_->data(), *l.k_norm, n, kv_dim, hp.norm_eps, k_->data());
         break;
     }
-    // a windowed layer of a family with local and global layers (Gemma 3) turns at its own base, unscaled
-    const bool local = windowed(il);
-    const bool local_rope = local && hp.rope_theta_swa > 0;
-    const rope_params rope = local_rope ? rope_params{hp.rope_theta_swa}
-                                        : rope_params{hp.rope_theta, model_.rope_freqs(),
-                                                      hp.rope_attn_factor > 0 ? hp.rope_attn_factor : 1.0f};
+    const rope_params rope = rope_for(il);
     be_.rope(q_->data(), n, static_cast<int>(hp.n_head), hd, pos_.data(), rope);
     be_.rope(k_->data(), n, static_cast<int>(hp.n_head_kv), hd, pos_.data(), rope);
 
     // this layer's cache; the backend stores the new keys and values at pos_ first
-    const size_t layer_bytes = size_t(n_ctx_) * size_t(kv_dim) * kv_elem_bytes();
-    attention_args a{};
+    attention_args a = cache_args(il, n);
     a.q = q_->data();
     a.k_new = k_->data();
     a.v_new = v_->data();
-    a.k_cache = reinterpret_cast<uint8_t*>(k_cache_->data()) + size_t(il) * layer_bytes;
-    a.v_cache = reinterpret_cast<uint8_t*>(v_cache_->data()) + size_t(il) * layer_bytes;
-    a.kv_f16 = kv_f16_;
-    a.pos = pos_.data();
     a.out = att_->data();
-    a.scratch = scratch_->data();
-    a.n = n;
-    a.n_ctx = n_ctx_;
-    a.n_head = static_cast<int>(hp.n_head);
-    a.n_head_kv = static_cast<int>(hp.n_head_kv);
-    a.head_dim = hd;
-    a.scale = hp.attention_scale > 0 ? hp.attention_scale : 1.0f / std::sqrt(static_cast<float>(hd));
-    a.window = local ? static_cast<int>(hp.sliding_window) : 0;
+    a.window = windowed(il) ? static_cast<int>(hp.sliding_window) : 0;
     a.softcap = hp.attn_softcap;
     be_.attention(a);
-
-    be_.matmul(*l.wo, att_->data(), n, o_->data()); // [n, n_embd]
-    if (l.bo != nullptr) be_.add_bias(o_->data(), *l.bo, n, n_embd);
-    if (l.attn_post_norm != nullptr) be_.rmsnorm(o_->data(), *l.attn_post_norm, n, n_embd, hp.norm_eps, o_->data());
-    be_.add_scaled(x_->data(), o_->data(), int64_t(n) * n_embd, hp.residual_scale);
 }
 
 void session::norm(const float* x, const tensor_view& w, const tensor_view* bias, int n, float* out) {
@@ -261,9 +326,10 @@ void session::ffn_block(int il, int n) {
     if (l.is_moe()) {
         // one token without an observer (which needs the routing on the host): the backend
         // may route on its device
-        const moe_step one{l.router, l.experts.data(), static_cast<int>(hp.n_expert), static_cast<int>(hp.n_expert_used),
-                           (hp.flags & flag_norm_topk_prob) != 0, l.shared.gate != nullptr ? &l.shared : nullptr,
-                           l.shared_gate, xn_->data(), ffn_out_->data()};
+        const routing_rule rule = routing();
+        const moe_step one{l.router, l.experts.data(), rule.n_expert, rule.k, rule.renorm, rule.n_group, rule.n_group_used,
+                           rule.scale, l.shared.gate != nullptr ? &l.shared : nullptr, l.shared_gate, xn_->data(),
+                           ffn_out_->data()};
         if (n > 1 || observer_.fn != nullptr || !be_.moe_one(one)) moe(l, n);
         if (observer_.fn != nullptr) {
             const int k = static_cast<int>(hp.n_expert_used);
@@ -278,12 +344,24 @@ void session::ffn_block(int il, int n) {
     be_.add_scaled(x_->data(), ffn_out_->data(), int64_t(n) * n_embd, hp.residual_scale);
 }
 
+routing_rule session::routing() const {
+    const hparams& hp = model_.hp();
+    routing_rule r{static_cast<int>(hp.n_expert), static_cast<int>(hp.n_expert_used)};
+    r.renorm = (hp.flags & flag_norm_topk_prob) != 0;
+    if (hp.n_expert_group > 1) {
+        r.n_group = static_cast<int>(hp.n_expert_group);
+        r.n_group_used = static_cast<int>(hp.n_group_used);
+    }
+    if (hp.expert_weights_scale > 0) r.scale = hp.expert_weights_scale;
+    return r;
+}
+
 void session::moe(const layer_weights& l, int n) {
     const hparams& hp = model_.hp();
     const int n_embd = static_cast<int>(hp.n_embd);
     const int n_expert = static_cast<int>(hp.n_expert);
     const int k = static_cast<int>(hp.n_expert_used);
-    const bool renorm = (hp.flags & flag_norm_topk_prob) != 0;
+    const routing_rule rule = routing();
 
     // 1. route: softmax over all experts, keep the top k, optionally renormalise (the shared
     //    expert's gate, when it has one, in the same dispatch)
@@ -292,8 +370,7 @@ void session::moe(const layer_weights& l, int n) {
     be_.matmul_many(route, l.shared_gate != nullptr ? 2 : 1);
     const float* router = be_.to_host(router_->data(), size_t(n) * n_expert, router_staging_);
     for (int t = 0; t < n; ++t) {
-        route_top_k(router + size_t(t) * n_expert, n_expert, k, renorm, probs_.data(), &sel_[size_t(t) * k],
-                    &sel_w_[size_t(t) * k]);
+        route_top_k(router + size_t(t) * n_expert, rule, probs_.data(), &sel_[size_t(t) * k], &sel_w_[size_t(t) * k]);
     }
 
     // 2. group (token, slot) pairs by expert, so each expert runs once on all its tokens

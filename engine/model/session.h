@@ -3,6 +3,7 @@
 // creation. Evaluating tokens neither allocates nor throws once its arguments are valid.
 
 #include "model/model.h"
+#include "model/moe_routing.h"
 #include "ops/backend.h"
 
 #include <cstdint>
@@ -76,6 +77,13 @@ private:
     // abandoned it between layers.
     bool forward(int n, const std::function<bool()>& stop);
     void attention_block(int il, int n);
+    // The attention of attention_block into att_: grouped-query heads, or latent attention
+    void grouped_attention(int il, int n);
+    void latent_attention(int il, int n);
+    rope_params rope_for(int il) const;
+    // Layer il's cache and the batch's positions, for either attention
+    attention_args cache_args(int il, int n) const;
+    routing_rule routing() const;
     void ffn_block(int il, int n);
     void moe(const layer_weights& l, int n);
     // RMSNorm, or LayerNorm when the norm has a bias, of n rows of n_embd
@@ -93,7 +101,10 @@ private:
     // Activations, [n_batch, ...] each.
     std::unique_ptr<device_buffer> x_, xn_, q_, k_, v_, att_, o_, ffn_out_, hg_, hu_, yo_;
     std::unique_ptr<device_buffer> router_, shared_gate_, scratch_, logits_;
-    std::unique_ptr<device_buffer> k_cache_, v_cache_; // [n_layer, n_head_kv, n_ctx, head_dim]
+    std::unique_ptr<device_buffer> lat_q_, lat_att_, lat_kv_, q_pe_, q_a_; // latent attention's only
+    std::unique_ptr<device_buffer> k_cache_, v_cache_; // [n_layer, kv_heads_, n_ctx, kv_row_]; no v_cache_ with
+                                                       // latent attention (its values lead its keys' rows)
+    uint32_t kv_heads_ = 0, kv_row_ = 0;
     bool kv_f16_ = false;                               // the caches hold f16, else f32
     size_t kv_elem_bytes() const { return kv_f16_ ? 2 : 4; }
     int high_water_ = 0; // cache positions [0, high_water_) may hold memory

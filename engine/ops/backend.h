@@ -99,6 +99,8 @@ struct moe_step {
     const expert_weights* experts; ///< [n_expert]
     int n_expert, k;
     bool renorm;                   ///< the k weights renormalised to sum 1
+    int n_group, n_group_used;     ///< n_group > 1: the k best of the n_group_used groups of best expert
+    float scale;                   ///< the k weights multiplied by this (after renorm)
     const expert_weights* shared;  ///< null: no shared expert
     const tensor_view* shared_gate; ///< null: the shared expert's weight is 1
     const float* x;                ///< [n_embd], normalised
@@ -130,6 +132,14 @@ public:
     virtual void matmul(const tensor_view& w, const float* x, int n, float* y) = 0;
     /// Several independent products at once (one synchronisation for all of them).
     virtual void matmul_many(const matmul_job* jobs, int n_jobs) = 0;
+    /// Per-head products (latent attention): w holds n_head matrices of w.rows / n_head rows;
+    /// for t < n and h < n_head, y[(t * n_head + h) * y_stride + i] = w[h * w.rows / n_head + i]
+    /// . x[(t * n_head + h) * x_stride + 0 .. w.cols). w is f32 or f16.
+    virtual void head_matmul(const tensor_view& w, int n_head, const float* x, int64_t x_stride, int n, float* y,
+                             int64_t y_stride) = 0;
+    /// dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols.
+    virtual void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                           int cols) = 0;
     /// RMSNorm of n rows of dim elements with weight w [dim]; out may alias x.
     virtual void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) = 0;
     /// LayerNorm of n rows of dim elements with weight w and bias b [dim]; out may alias x.
@@ -160,7 +170,8 @@ public:
     virtual void scale(float* x, int64_t n, float s) = 0;
     /// One token's MoE feed-forward with its routing, for a backend that routes on its
     /// device without the host waiting for it: softmax over the router's outputs, the k
-    /// best (ties to the lower index), their weights (renormalised when asked), the experts
+    /// best (ties to the lower index; within the best groups when grouped), their weights
+    /// (renormalised when asked, then scaled), the experts
     /// and the shared expert, summed as weighted_sum_rows sums (experts in index order,
     /// then the shared one). Returns false, doing nothing, to leave it to the caller.
     virtual bool moe_one(const moe_step& step) {

@@ -30,8 +30,9 @@ profiled_backend::profiled_backend(backend& inner, const model& m) : inner_(inne
     // the feed-forwards' weights come through ffn_many, a shared expert's gate after the
     // router in one matmul_many
     for (const layer_weights& l : m.layers()) {
-        for (const tensor_view* w : {l.wq, l.wk, l.wv}) add(w, op::qkv);
+        for (const tensor_view* w : {l.wq, l.wk, l.wv, l.mla.q_a, l.mla.q_nope, l.mla.kv_a, l.mla.k_b}) add(w, op::qkv);
         add(l.wo, op::attention_output);
+        add(l.mla.v_b, op::attention_output);
         add(l.router, op::router);
         if (l.dense.gate == nullptr) { // a GELU MLP's products come one by one
             add(l.dense.up, op::feed_forwards);
@@ -64,6 +65,18 @@ void profiled_backend::matmul_many(const matmul_job* jobs, int n_jobs) {
     inner_.matmul_many(jobs, n_jobs);
 }
 
+void profiled_backend::head_matmul(const tensor_view& w, int n_head, const float* x, int64_t x_stride, int n, float* y,
+                                   int64_t y_stride) {
+    const timing t{this, product_kind(&w), double(w.size)};
+    inner_.head_matmul(w, n_head, x, x_stride, n, y, y_stride);
+}
+
+void profiled_backend::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                                 int cols) {
+    const timing t{this, op::attention, 0};
+    inner_.copy_rows(dst, dst_stride, src, src_stride, rows, cols);
+}
+
 void profiled_backend::rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) {
     const timing t{this, op::norms, double(w.size)};
     inner_.rmsnorm(x, w, n, dim, eps, out);
@@ -83,7 +96,8 @@ void profiled_backend::attention(const attention_args& a) {
     // each token reads the keys and values of positions 0..pos (its window's) of every KV head
     double positions = 0;
     for (int t = 0; t < a.n; ++t) positions += a.window > 0 ? std::min(a.pos[t] + 1, a.window) : a.pos[t] + 1;
-    const double bytes = positions * a.n_head_kv * a.head_dim * 2.0 * (a.kv_f16 ? 2 : 4);
+    const double caches = a.v_cache == a.k_cache ? 1.0 : 2.0; // latent attention's values lead its keys
+    const double bytes = positions * a.n_head_kv * a.head_dim * caches * (a.kv_f16 ? 2 : 4);
     const timing t{this, op::attention, bytes};
     inner_.attention(a);
 }

@@ -22,11 +22,11 @@ public:
     enum class op {
         embedding,        // the token's row of the embedding table
         norms,            // RMSNorms (of layers, q/k heads and the output)
-        qkv,              // the q, k and v products
+        qkv,              // the q, k and v products (latent attention's: its projections and k_b)
         biases,           // their biases
         rope,             // rotary embeddings
-        attention,        // scores and weighted values over the KV cache (stores included)
-        attention_output, // the output product
+        attention,        // scores and weighted values over the KV cache (stores and row copies included)
+        attention_output, // the output product (latent attention's: v_b's too)
         router,           // the router (and a shared expert's gate, in the same operation)
         feed_forwards,    // experts, shared experts and dense feed-forwards, SwiGLU included
         expert_sum,       // the experts' outputs weighted and summed
@@ -62,6 +62,9 @@ public:
     void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) override;
     void matmul(const tensor_view& w, const float* x, int n, float* y) override;
     void matmul_many(const matmul_job* jobs, int n_jobs) override;
+    void head_matmul(const tensor_view& w, int n_head, const float* x, int64_t x_stride, int n, float* y,
+                     int64_t y_stride) override;
+    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int cols) override;
     void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override;
     void add_bias(float* y, const tensor_view& b, int n, int dim) override;
     void layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps,

@@ -331,14 +331,16 @@ int main(int argc, char** argv) {
     int prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 1024, batch = session::default_batch;
     po::options_description opts("colibri-bench: measure a model on the CPU (or a GPU: --device) against the machine's limits\n\n"
                                  "  colibri-bench --model FILE [options]\n"
-                                 "  colibri-bench --shape mixtral-like|fine-grained [--quant q8_0|q4_0|...] [options]\n\n"
+                                 "  colibri-bench --shape mixtral-like|fine-grained|deepseek-v2-lite [--quant q8_0|q4_0|...] [options]\n\n"
                                  "Options");
     opts.add_options()
         ("help,h", "show this help")
         ("model,m", po::value(&model_path), "a .colibri file")
         ("shape", po::value(&shape), "random-weight model instead: mixtral-like (dim 1024, 16 layers, 16/8 heads, "
                                       "8 experts top-2, FFN 2816) or fine-grained (dim 1024, 24 layers, 16/8 heads, "
-                                      "32 experts top-8, FFN 512); vocabulary 32000")
+                                      "32 experts top-8, FFN 512), vocabulary 32000; or deepseek-v2-lite (dim 2048, 27 layers, "
+                                      "latent attention of rank 512 over 16 heads, 64 experts top-6 of 1408 plus two "
+                                      "shared, a first dense layer of 10944, vocabulary 102400)")
         ("quant", po::value(&quant), "weight type of the random model, as colibri-convert's --quant (default q8_0)")
         ("cache-dir", po::value(&cache_dir), "where random models are kept between runs (default: the temp directory)")
         ("device", po::value(&device), "cpu (default) or cuda:N: on a GPU, decode against its measured read bandwidth")
@@ -401,6 +403,22 @@ int main(int argc, char** argv) {
                 o.n_expert = 32;
                 o.n_expert_used = 8;
                 o.n_ff_exp = 512;
+            } else if (shape == "deepseek-v2-lite") { // DeepSeek-V2-Lite's (DeepSeek-Coder-V2-Lite's) shape
+                o.arch = format::arch::deepseek2;
+                o.n_layer = 27;
+                o.n_embd = 2048;
+                o.n_head_kv = 1;
+                o.head_dim = 192;
+                o.kv_lora_rank = 512;
+                o.rope_dim = 64;
+                o.v_head_dim = 128;
+                o.n_expert = 64;
+                o.n_expert_used = 6;
+                o.n_ff_exp = 1408;
+                o.n_ff_shexp = 2 * 1408;
+                o.n_dense_lead = 1;
+                o.n_ff = 10944;
+                o.n_vocab = 102400;
             } else {
                 throw error(errc::invalid_argument, "unknown --shape '" + shape + "'");
             }
@@ -453,7 +471,8 @@ int main(int argc, char** argv) {
 
         const double w_bytes = rt->mdl->decode_weight_bytes();
         // the prefill kernel measured on cached data is the one the layers' matrices use
-        const format::dtype matrix_type = rt->mdl->layers().front().wq->type;
+        const layer_weights& first = rt->mdl->layers().front();
+        const format::dtype matrix_type = (first.wq != nullptr ? first.wq : first.mla.q_nope)->type;
         const double kv_bytes = double(kv_token_bytes) * (prompt_tokens + gen_tokens / 2.0);
         const double bytes_per_token = w_bytes + kv_bytes;
         const double macs_per_token = double(rt->mdl->n_params_active()) - hp.n_embd;

@@ -48,6 +48,10 @@ public:
         kv_.emplace_back(key, std::move(v));
     }
     void erase(const std::string& key) { std::erase_if(kv_, [&](const auto& kv) { return kv.first == key; }); }
+    /// A tensor appended; ne innermost first, as GGUF lists dimensions.
+    void add_tensor(const std::string& name, uint32_t type, std::vector<uint64_t> ne, std::vector<uint8_t> data) {
+        tensors_.push_back({name, type, std::move(ne), std::move(data)});
+    }
     void erase_tensor(const std::string& name) { std::erase_if(tensors_, [&](const auto& t) { return t.name == name; }); }
     void set_tensor_type(const std::string& name, uint32_t type, std::vector<uint8_t> data) {
         for (auto& t : tensors_) {

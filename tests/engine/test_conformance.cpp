@@ -135,7 +135,10 @@ TEST_CASE("quantised types stay within their error budgets") {
             if (format::is_quantized(b.type)) {
                 // the matrices are stored interleaved, the token table as rows
                 const format::dtype x8 = b.type == format::dtype::q4_0 ? format::dtype::q4_0x8 : format::dtype::q8_0x8;
-                CHECK(rt->mdl->file().find("blk.0.attn_q.weight")->type == x8);
+                const tensor_view* q = rt->mdl->file().find("blk.0.attn_q.weight");
+                if (q == nullptr) q = rt->mdl->file().find("blk.0.attn_q_nope.weight"); // latent attention
+                REQUIRE(q != nullptr);
+                CHECK(q->type == x8);
                 CHECK(rt->mdl->file().find("token_embd.weight")->type == b.type);
             }
             const error_stats st = compare(r, run_logits(*rt, r.prompt, 32));

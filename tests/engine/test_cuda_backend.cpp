@@ -312,6 +312,26 @@ TEST_CASE("RMSNorm, RoPE, biases, SwiGLU and the element-wise operations match t
     }
 }
 
+TEST_CASE("per-head products and row copies match the CPU's on the device") {
+    if (!gpu_present()) return;
+    const int n_head = 4, rows = 24, cols = 72, n = 3;
+    const std::vector<float> x = test::random_floats(size_t(n) * n_head * (cols + 8), 7);
+    for (format::dtype type : {format::dtype::f32, format::dtype::f16}) {
+        CAPTURE(format::dtype_name(type));
+        const test::test_matrix w = test::make_matrix(type, int64_t(n_head) * rows, cols, 8);
+        compare([&](backend& be, buffers& b) {
+            float* y = b.zeros(size_t(n) * n_head * (rows + 5));
+            be.head_matmul(w.view, n_head, b.put(x), cols + 8, n, y, rows + 5);
+            return b.get(y, size_t(n) * n_head * (rows + 5));
+        });
+    }
+    compare([&](backend& be, buffers& b) {
+        float* y = b.zeros(size_t(n) * 50);
+        be.copy_rows(y + 3, 50, b.put(x), cols, n, 40);
+        return b.get(y, size_t(n) * 50);
+    });
+}
+
 TEST_CASE("token embeddings of every table type match the CPU's on the device") {
     if (!gpu_present()) return;
     const std::vector<int32_t> ids = {5, 0, 31, 17, 5};
@@ -585,7 +605,7 @@ TEST_CASE("a MoE step on the device breaks routing ties to the lower expert and 
         auto gpu = make_cuda_backend(cuda_options{});
         buffers bg(*gpu);
         float* got = bg.zeros(dim);
-        const moe_step step{&router.view, experts.data(), n_expert, k, renorm, nullptr, nullptr, bg.put(x), got};
+        const moe_step step{&router.view, experts.data(), n_expert, k, renorm, 1, 1, 1.0f, nullptr, nullptr, bg.put(x), got};
         REQUIRE(gpu->moe_one(step));
         check_close(bg.get(got, dim), bc.get(want, dim), 1e-5f);
     }

@@ -6,7 +6,9 @@
 #include "core/error.h"
 #include "format/model_file.h"
 #include "format/writer.h"
+#include "api/runtime.h"
 #include "model/model.h"
+#include "model/session.h"
 #include "test_util.h"
 
 #include <csignal>
@@ -93,6 +95,39 @@ TEST_CASE("a written model loads back with the same hyperparameters and tensors"
     CHECK(d->data == u->data + format::align_up(u->size));
 }
 
+TEST_CASE("a latent-attention model caches one latent row per position and layer, and decodes as it prefills") {
+    test::temp_dir dir;
+    random_model_options o = test::small_random_model();
+    o.arch = format::arch::deepseek2;
+    o.n_layer = 3;
+    o.n_head_kv = 1;
+    o.head_dim = 40; // 32 not roped, 8 roped
+    o.kv_lora_rank = 32;
+    o.rope_dim = 8;
+    o.v_head_dim = 16; // the output's rows of 64 (4 heads) are q8_0, and so the cache f16
+    o.n_dense_lead = 1;
+    o.n_ff = 48;
+    o.n_ff_shexp = 32;
+    const std::string path = dir.file("mla.colibri");
+    write_random_model(o, path, format::dtype::q8_0, {});
+    auto rt = load_runtime(path, "cpu", 2);
+    CHECK(!rt->mdl->layers()[0].is_moe());
+    CHECK(rt->mdl->layers()[1].is_moe());
+    CHECK(rt->mdl->layers()[1].shared_gate == nullptr);
+    session batch(*rt->mdl, *rt->be, 64), steps(*rt->mdl, *rt->be, 64, 1);
+    CHECK(batch.token_bytes() == 3 * (32 + 8) * sizeof(uint16_t)); // f16, one row: no separate values
+    const std::vector<int32_t> ids = {1, 40, 7, 300, 12, 99};
+    batch.eval(ids.data(), int(ids.size()));
+    for (int32_t t : ids) steps.eval(&t, 1);
+    const int vocab = int(rt->mdl->hp().n_vocab);
+    for (int i = 0; i < vocab; ++i) CHECK(steps.logits()[i] == doctest::Approx(batch.logits()[i]).epsilon(1e-4));
+    // cut back and extended again: the same logits
+    std::vector<float> before(batch.logits(), batch.logits() + vocab);
+    batch.truncate(3);
+    batch.eval(ids.data() + 3, 3);
+    for (int i = 0; i < vocab; ++i) CHECK(batch.logits()[i] == before[size_t(i)]);
+}
+
 TEST_CASE("broken model files are refused with a clear error") {
     test::temp_dir dir;
     const std::string good = dir.file("good.colibri");
@@ -143,12 +178,12 @@ TEST_CASE("broken model files are refused with a clear error") {
     }
     SUBCASE("newer version") {
         auto b = bytes;
-        const uint32_t v = 3;
+        const uint32_t v = format::version + 1;
         std::memcpy(b.data() + 8, &v, 4);
         fix_header_crc(b);
-        auto [code, msg] = load_error(variant("v3.colibri", b));
+        auto [code, msg] = load_error(variant("newer.colibri", b));
         CHECK(code == errc::unsupported);
-        CHECK(msg.find("version 3") != std::string::npos);
+        CHECK(msg.find("version " + std::to_string(v)) != std::string::npos);
         CHECK(msg.find("newer") != std::string::npos);
     }
     SUBCASE("flipped header byte") {
@@ -182,6 +217,28 @@ TEST_CASE("broken model files are refused with a clear error") {
         b[h.tensors.offset + 5] ^= 0xFF;
         auto [code, msg] = load_error(variant("dir.colibri", b));
         CHECK(msg.find("tensor directory checksum") != std::string::npos);
+    }
+    SUBCASE("inconsistent latent attention and expert groups") {
+        auto with = [&](const char* name, auto set) {
+            auto b = bytes;
+            format::header h;
+            std::memcpy(&h, b.data(), sizeof(h));
+            set(h.hp);
+            std::memcpy(b.data(), &h, sizeof(h));
+            fix_header_crc(b);
+            return load_error(variant(name, b));
+        };
+        auto [c1, m1] = with("rope.colibri", [](format::hparams& hp) { hp.kv_lora_rank = 16, hp.rope_dim = 5, hp.v_head_dim = 8, hp.n_head_kv = 1; });
+        CHECK(c1 == errc::format);
+        CHECK(m1.find("rope_dim = 5") != std::string::npos);
+        auto [c2, m2] = with("qlora.colibri", [](format::hparams& hp) { hp.q_lora_rank = 16; });
+        CHECK(m2.find("without latent attention") != std::string::npos);
+        auto [c3, m3] = with("groups.colibri", [](format::hparams& hp) { hp.n_expert_group = 3; });
+        CHECK(m3.find("n_expert_group = 3") != std::string::npos);
+        auto [c4, m4] = with("used.colibri", [](format::hparams& hp) { hp.n_expert_group = 4, hp.n_group_used = 0; });
+        CHECK(m4.find("n_group_used = 0") != std::string::npos);
+        auto [c5, m5] = with("scale.colibri", [](format::hparams& hp) { hp.expert_weights_scale = -1.0f; });
+        CHECK(m5.find("expert_weights_scale") != std::string::npos);
     }
     SUBCASE("bytes appended after the last section") {
         auto b = bytes;

@@ -97,6 +97,54 @@ TEST_CASE("every family converted from GGUF matches transformers") {
     }
 }
 
+TEST_CASE("an older deepseek2 file with kv_b unsplit and the heads' sizes as key and value lengths converts the same") {
+    // llama.cpp's converter used to write attn_kv_b [n_head * (nope + v), lora] whole and
+    // state the heads' own sizes as key_length / value_length, with head_count_kv = n_head
+    const gguf_file g(gguf_fixture("deepseek2"));
+    const std::string a = "deepseek2.";
+    const uint32_t H = static_cast<uint32_t>(*g.get_uint(a + "attention.head_count"));
+    const uint32_t L = static_cast<uint32_t>(*g.get_uint(a + "attention.kv_lora_rank"));
+    const uint32_t qk = static_cast<uint32_t>(*g.get_uint(a + "attention.key_length_mla"));
+    const uint32_t v = static_cast<uint32_t>(*g.get_uint(a + "attention.value_length_mla"));
+    const uint32_t nope = qk - static_cast<uint32_t>(*g.get_uint(a + "rope.dimension_count"));
+    test::gguf_builder b(g);
+    b.erase(a + "attention.key_length_mla");
+    b.erase(a + "attention.value_length_mla");
+    b.set(a + "attention.key_length", qk);
+    b.set(a + "attention.value_length", v);
+    b.set(a + "attention.head_count_kv", H);
+    const uint32_t n_layer = static_cast<uint32_t>(*g.get_uint(a + "block_count"));
+    for (uint32_t il = 0; il < n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        const gguf_tensor* kb = g.find_tensor(p + "attn_k_b.weight"); // [H][L][nope]
+        const gguf_tensor* vb = g.find_tensor(p + "attn_v_b.weight"); // [H][v][L]
+        REQUIRE((kb != nullptr && vb != nullptr && kb->type == ggml::f32 && vb->type == ggml::f32));
+        const auto* k = reinterpret_cast<const float*>(kb->data);
+        const auto* vv = reinterpret_cast<const float*>(vb->data);
+        std::vector<float> kv(size_t(H) * (nope + v) * L); // [H][nope + v][L]
+        for (uint32_t h = 0; h < H; ++h) {
+            for (uint32_t c = 0; c < L; ++c) {
+                for (uint32_t i = 0; i < nope; ++i) kv[(size_t(h) * (nope + v) + i) * L + c] = k[(size_t(h) * L + c) * nope + i];
+                for (uint32_t j = 0; j < v; ++j) kv[(size_t(h) * (nope + v) + nope + j) * L + c] = vv[(size_t(h) * v + j) * L + c];
+            }
+        }
+        b.erase_tensor(p + "attn_k_b.weight");
+        b.erase_tensor(p + "attn_v_b.weight");
+        std::vector<uint8_t> bytes(kv.size() * 4);
+        std::memcpy(bytes.data(), kv.data(), bytes.size());
+        b.add_tensor(p + "attn_kv_b.weight", ggml::f32, {L, uint64_t(H) * (nope + v)}, std::move(bytes));
+    }
+    test::temp_dir dir;
+    const std::string in = dir.file("old.gguf"), out = dir.file("old.colibri");
+    const std::vector<uint8_t> bytes = b.bytes();
+    std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    convert_gguf(in, out, format::dtype::f32, {});
+    auto rt = load_runtime(out, "cpu", 2);
+    const test::reference r = test::load_reference("deepseek2");
+    const test::error_stats st = test::compare(r, test::run_logits(*rt, r.prompt, 7));
+    CHECK(st.max_rel < 1e-5);
+}
+
 TEST_CASE("a sentencepiece vocabulary from GGUF tokenizes as the original model") {
     test::temp_dir dir;
     const std::string out = dir.file("llama.colibri");

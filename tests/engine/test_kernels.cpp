@@ -7,6 +7,7 @@
 #include "cpu/machine_limits.h"
 #include "cpu/thread_pool.h"
 #include "cpu/vec.h"
+#include "model/moe_routing.h"
 #include "ops/backend.h"
 #include "sampling/sampler.h"
 #include "device_test_util.h"
@@ -999,6 +1000,63 @@ TEST_CASE("backend sums weighted rows in order as add_scaled does") {
             CHECK(got == want);
         }
     }
+}
+
+TEST_CASE("per-head products and row copies match a direct computation") {
+    const int n_head = 3, rows = 5, cols = 40, n = 4;
+    const int64_t x_stride = cols + 3, y_stride = rows + 2; // gaps between the vectors stay untouched
+    const auto x = random_vec(size_t(n) * n_head * x_stride, 31);
+    for (format::dtype type : {format::dtype::f32, format::dtype::f16}) {
+        for (int threads : {1, 3}) {
+            CAPTURE(format::dtype_name(type));
+            CAPTURE(threads);
+            cpu_options o;
+            o.n_threads = threads;
+            auto be = make_cpu_backend(o, 256);
+            const test::test_matrix w = test::make_matrix(type, int64_t(n_head) * rows, cols, 32);
+            std::vector<float> got(size_t(n) * n_head * y_stride, -7.0f), want = got, row(cols);
+            be->head_matmul(w.view, n_head, x.data(), x_stride, n, got.data(), y_stride);
+            for (int i = 0; i < n * n_head; ++i) {
+                for (int r = 0; r < rows; ++r) {
+                    kernels::to_f32_row(type, w.view.data + size_t((i % n_head) * rows + r) * format::row_bytes(type, cols), row.data(), cols);
+                    double dot = 0;
+                    for (int c = 0; c < cols; ++c) dot += double(row[size_t(c)]) * x[size_t(i * x_stride + c)];
+                    want[size_t(i * y_stride + r)] = float(dot);
+                }
+            }
+            for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
+        }
+    }
+    auto be = make_cpu_backend(cpu_options{}, 256);
+    std::vector<float> dst(4 * 10, -1.0f);
+    be->copy_rows(dst.data() + 2, 10, x.data() + 1, 7, 4, 5);
+    for (int r = 0; r < 4; ++r) {
+        for (int c = 0; c < 10; ++c) CHECK(dst[size_t(r * 10 + c)] == (c >= 2 && c < 7 ? x[size_t(r * 7 + 1 + c - 2)] : -1.0f));
+    }
+}
+
+TEST_CASE("routing takes the best experts of the best groups, renormalises when asked, then scales") {
+    // 8 experts in 4 groups of 2; group scores (their best): g0 0.9, g1 0.8, g2 0.85, g3 0.1 (as logits)
+    const std::vector<float> logits = {0.9f, 0.0f, 0.8f, 0.79f, 0.85f, 0.2f, 0.1f, 0.05f};
+    std::vector<float> probs(8);
+    std::vector<int32_t> ids(3);
+    std::vector<float> w(3);
+    std::vector<float> p = logits;
+    softmax(p.data(), 8);
+    routing_rule rule{8, 3};
+    route_top_k(logits.data(), rule, probs.data(), ids.data(), w.data());
+    CHECK(ids == std::vector<int32_t>{0, 4, 2}); // no groups: the three best
+    rule.n_group = 4;
+    rule.n_group_used = 2; // groups 0 and 2: experts 0, 1, 4, 5
+    rule.scale = 2.5f;
+    route_top_k(logits.data(), rule, probs.data(), ids.data(), w.data());
+    CHECK(ids == std::vector<int32_t>{0, 4, 5});
+    CHECK(w[0] == p[0] * 2.5f);
+    CHECK(w[2] == p[5] * 2.5f);
+    rule.renorm = true;
+    route_top_k(logits.data(), rule, probs.data(), ids.data(), w.data());
+    const float sum = p[0] + p[4] + p[5];
+    CHECK(w[1] == p[4] / sum * 2.5f);
 }
 
 TEST_CASE("attention kernels give the same bits whatever the next keys they are told of") {

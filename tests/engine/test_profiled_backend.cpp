@@ -68,13 +68,18 @@ TEST_CASE("through the timing wrapper every family decodes the same logits and a
             // a GELU MLP's up, GELU, down one by one
             const bool one_by_one = !l0.is_moe() && l0.dense.gate == nullptr;
             const bool sandwich = l0.attn_post_norm != nullptr;
+            // latent attention: the latent's norm (and the query's), three products into the
+            // latent space (k_b's included), three row copies around the attention, v_b's product
+            const bool latent = l0.mla.kv_a != nullptr;
+            const uint64_t latent_norms = latent ? (l0.mla.q_a != nullptr ? 2 : 1) : 0;
             CHECK(calls(op::embedding) == 1);
-            CHECK(calls(op::norms) == 2 * layers + 1 + (qk_norm ? 2 * layers : 0) + (sandwich ? 2 * layers : 0));
-            CHECK(calls(op::qkv) == layers);
+            CHECK(calls(op::norms) ==
+                  (2 + latent_norms) * layers + 1 + (qk_norm ? 2 * layers : 0) + (sandwich ? 2 * layers : 0));
+            CHECK(calls(op::qkv) == (latent ? 3 : 1) * layers);
             CHECK(calls(op::biases) == uint64_t(biases) * layers);
             CHECK(calls(op::rope) == 2 * layers);
-            CHECK(calls(op::attention) == layers);
-            CHECK(calls(op::attention_output) == layers);
+            CHECK(calls(op::attention) == (latent ? 4 : 1) * layers);
+            CHECK(calls(op::attention_output) == (latent ? 2 : 1) * layers);
             CHECK(calls(op::router) == moe);
             CHECK(calls(op::feed_forwards) == (one_by_one ? 3 : 1) * layers);
             CHECK(calls(op::expert_sum) == moe);

@@ -401,6 +401,36 @@ FAMILIES = {
             tie_word_embeddings=True,
         ),
     ),
+    "deepseek2": dict(  # MLA (low-rank q and kv, interleaved RoPE on a separate part), group-limited MoE, shared experts
+        config="DeepseekV2Config",
+        model="DeepseekV2ForCausalLM",
+        dtype="float32",
+        base_seed=15000,
+        std=0.2,
+        cfg=dict(
+            num_hidden_layers=3,
+            first_k_dense_replace=1,  # layer 0 is a dense MLP
+            intermediate_size=96,
+            num_key_value_heads=4,
+            q_lora_rank=32,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,  # != qk_nope_head_dim
+            n_routed_experts=8,
+            num_experts_per_tok=3,
+            n_shared_experts=2,
+            moe_intermediate_size=24,
+            topk_method="group_limited_greedy",
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=False,
+            rope_scaling=None,  # transformers' DeepseekV2 lacks DeepSeek's YaRN mscale
+            attention_bias=False,
+            mlp_bias=False,
+        ),
+    ),
     # Scaled RoPE on a family that has it in the wild: Llama 3.x (llama3) and Qwen2.5's
     # long-context configs (yarn). Original contexts shorter than the prompt, so that the
     # scaled pairs matter at every position.
@@ -477,7 +507,8 @@ def gate_modules(model):
         gate = None
         if hasattr(mlp, "router"):  # granite (transformers 4.x): router.layer
             gate = getattr(mlp.router, "layer", None)
-        elif hasattr(mlp, "gate") and isinstance(mlp.gate, torch.nn.Linear) and hasattr(mlp, "experts"):
+        elif hasattr(mlp, "gate") and hasattr(mlp, "experts") and (
+                isinstance(mlp.gate, torch.nn.Linear) or type(mlp.gate).__name__ == "DeepseekV2MoEGate"):
             gate = mlp.gate
         if gate is not None:
             out.append((li, gate))
@@ -507,7 +538,9 @@ def run_reference(model, prompt_ids, top_k, n_greedy=N_GREEDY):
     captured = {}
 
     def hook(li):
-        def f(_mod, _inp, out):
+        def f(mod, inp, out):
+            if isinstance(out, tuple):  # DeepseekV2MoEGate returns (ids, weights): its logits from the input
+                out = inp[0].double() @ mod.weight.double().T
             captured[li] = out.detach().reshape(-1, out.shape[-1]).double().numpy().copy()
         return f
 
@@ -556,11 +589,21 @@ def run_reference(model, prompt_ids, top_k, n_greedy=N_GREEDY):
     )
 
 
-def router_min_gap(full_router, top_k):
+def router_min_gap(full_router, top_k, n_group=1, topk_group=1):
+    """Smallest (kth - (k+1)th router logit) / max|router logit| (softmax keeps the order).
+    With expert groups (DeepSeek-V2's group_limited_greedy: group score = its best expert) also the
+    topk_group-th minus the next group score, and the k-th gap among the kept groups' experts only."""
     worst = float("inf")
     for lg in full_router.values():
+        scale = np.max(np.abs(lg), axis=-1)
+        if n_group > 1:
+            best = lg.reshape(len(lg), n_group, -1).max(axis=-1)
+            gs = np.sort(best, axis=-1)
+            worst = min(worst, float(((gs[:, -topk_group] - gs[:, -topk_group - 1]) / scale).min()))
+            keep = np.repeat(best >= gs[:, -topk_group, None], lg.shape[1] // n_group, axis=1)
+            lg = np.where(keep, lg, -np.inf)
         s = np.sort(lg, axis=-1)
-        gap = (s[:, -top_k] - s[:, -top_k - 1]) / np.max(np.abs(lg), axis=-1)
+        gap = (s[:, -top_k] - s[:, -top_k - 1]) / scale
         worst = min(worst, float(gap.min()))
     return worst
 
@@ -684,10 +727,65 @@ def numpy_gemma(family, cfg, W, ids):
     return np.tanh(out / cap) * cap if cap else out
 
 
+def np_rope_interleaved(x, theta):
+    # x: [T, H, D]; pairs (2i, 2i+1) rotated by position * theta^(-2i/D) (DeepSeek's complex form)
+    T, _, D = x.shape
+    ang = np.arange(T, dtype=np.float64)[:, None, None] * theta ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = a * np.cos(ang) - b * np.sin(ang)
+    out[..., 1::2] = a * np.sin(ang) + b * np.cos(ang)
+    return out
+
+
+def numpy_deepseek2(cfg, W, ids):
+    """DeepSeek-V2: MLA computed the plain way (k/v decompressed by kv_b_proj), RoPE on the separate rope
+    part only, group-limited greedy top-k on softmax probabilities, weights * routed_scaling_factor,
+    shared experts added, dense MLP on the first first_k_dense_replace layers."""
+    H, eps, T = cfg["num_attention_heads"], cfg["rms_norm_eps"], len(ids)
+    nope, rope, dv, kvr = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
+    E, K, G, TG = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["n_group"], cfg["topk_group"]
+    norm = lambda x, name: np_rmsnorm(x, W[name + ".weight"], eps)
+    lin = lambda x, name: x @ W[name + ".weight"].T
+    mlp = lambda x, p: lin(np_silu(lin(x, p + ".gate_proj")) * lin(x, p + ".up_proj"), p + ".down_proj")
+    x = W["model.embed_tokens.weight"][ids]
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    for li in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{li}."
+        a = p + "self_attn."
+        h = norm(x, p + "input_layernorm")
+        q = lin(norm(lin(h, a + "q_a_proj"), a + "q_a_layernorm"), a + "q_b_proj").reshape(T, H, nope + rope)
+        ckv = lin(h, a + "kv_a_proj_with_mqa")  # [T, kv_lora_rank + rope]: compressed kv, then the shared k rope part
+        kv = lin(norm(ckv[:, :kvr], a + "kv_a_layernorm"), a + "kv_b_proj").reshape(T, H, nope + dv)
+        q_pe = np_rope_interleaved(q[..., nope:], cfg["rope_theta"])
+        k_pe = np_rope_interleaved(ckv[:, None, kvr:], cfg["rope_theta"])[:, 0]
+        att = np.empty((T, H, dv))
+        for hh in range(H):
+            s = (q[:, hh, :nope] @ kv[:, hh, :nope].T + q_pe[:, hh] @ k_pe.T) * (nope + rope) ** -0.5 + mask
+            att[:, hh] = np_softmax(s) @ kv[:, hh, nope:]
+        x = x + lin(att.reshape(T, H * dv), a + "o_proj")
+        h = norm(x, p + "post_attention_layernorm")
+        if li < cfg["first_k_dense_replace"]:
+            x = x + mlp(h, p + "mlp")
+            continue
+        pr = np_softmax(lin(h, p + "mlp.gate"))
+        y = mlp(h, p + "mlp.shared_experts")
+        for t in range(T):
+            best = pr[t].reshape(G, E // G).max(axis=-1)  # group score: its best expert
+            groups = np.argsort(-best, kind="stable")[:TG]
+            masked = np.where(np.isin(np.arange(E) // (E // G), groups), pr[t], 0.0)
+            for e in np.argsort(-masked, kind="stable")[:K]:
+                y[t] += pr[t, e] * cfg["routed_scaling_factor"] * mlp(h[t], p + f"mlp.experts.{e}")
+        x = x + y
+    return norm(x, "model.norm") @ W["lm_head.weight"].T
+
+
 def numpy_forward(path, family, ids):
     cfg = json.loads((Path(path) / "config.json").read_text())
     if family in ("gemma2", "gemma3"):
         return numpy_gemma(family, cfg, load_tensors(path), ids)
+    if family == "deepseek2":
+        return numpy_deepseek2(cfg, load_tensors(path), ids)
     W = load_tensors(path)
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hid = cfg["hidden_size"]
@@ -862,7 +960,8 @@ def build_family(name, spec, out_dir, tok_bytes, sp, log):
             res = run_reference(ref, prompt_ids, top_k)
             margins_greedy = [top2_margin(r) for r in res["step_logits"]]
             margins_prompt = [top2_margin(r) for r in res["prompt_logits"]]
-            rgap = router_min_gap(res["full_router"], top_k) if top_k else None
+            groups = (spec["cfg"].get("n_group") or 1, spec["cfg"].get("topk_group") or 1)
+            rgap = router_min_gap(res["full_router"], top_k, *groups) if top_k else None
             problems = []
             if min(margins_greedy) < MARGIN_MIN:
                 problems.append(f"greedy margin {min(margins_greedy):.2e}")

@@ -2,13 +2,14 @@
 """Write the GGUF conformance fixtures (tests/fixtures/gguf/) from the committed
 Hugging Face fixture checkpoints, with the `gguf` package from PyPI.
 
-    python tests/reference/generate_gguf.py --fixtures tests/fixtures
+    python tests/reference/generate_gguf.py --fixtures tests/fixtures [--families deepseek2]
 
 Makes, in <fixtures>/gguf/:
   <family>.gguf      each fixture family as llama.cpp's converter lays it out: GGUF
                      tensor names, dimensions innermost first, experts stacked into 3-D
                      tensors, q/k rows of the llama-family architectures (llama, Mixtral
-                     as "llama", granitemoe) permuted for interleaved RoPE, the
+                     as "llama", granitemoe) permuted for interleaved RoPE, deepseek2's
+                     kv_b_proj split into attn_k_b / attn_v_b, the
                      sentencepiece vocabulary as tokenizer.ggml.* ("llama" model). The
                      matrices keep the fixture's own dtype (F32, F16 or BF16), so the
                      converted model must reproduce the fixture's logits exactly.
@@ -33,7 +34,8 @@ from safetensors.numpy import load_file
 
 GGUF_ARCH = {"llama": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
              "olmoe": "olmoe", "granite_moe": "granitemoe", "qwen2": "qwen2", "qwen3": "qwen3", "granite": "granite",
-             "llama3": "llama", "starcoder2": "starcoder2", "gemma3": "gemma3", "gemma2": "gemma2"}
+             "llama3": "llama", "starcoder2": "starcoder2", "gemma3": "gemma3", "gemma2": "gemma2",
+             "deepseek2": "deepseek2"}
 PERMUTED = {"llama", "granitemoe", "granite"}  # llama.cpp's converter reorders q/k rows for these
 DTYPES = {"float32": Q.F32, "float16": Q.F16, "bfloat16": Q.BF16}
 QUANTS = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
@@ -101,10 +103,47 @@ def gemma_to_gguf(cfg, W):
     return out
 
 
+def deepseek2_to_gguf(cfg, W):
+    """DeepSeek-V2 as llama.cpp's converter writes it: kv_b_proj split per head into attn_k_b (transposed,
+    [n_head, kv_lora_rank, qk_nope]) and attn_v_b ([n_head, v_head_dim, kv_lora_rank]); no q/k permutation."""
+    H, nope, dv = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    out = [("token_embd.weight", W["model.embed_tokens.weight"], True)]
+    for il in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{il}.", f"blk.{il}."
+        a = p + "self_attn."
+        out.append((b + "attn_norm.weight", W[p + "input_layernorm.weight"], False))
+        out.append((b + "attn_q_a.weight", W[a + "q_a_proj.weight"], True))
+        out.append((b + "attn_q_a_norm.weight", W[a + "q_a_layernorm.weight"], False))
+        out.append((b + "attn_q_b.weight", W[a + "q_b_proj.weight"], True))
+        out.append((b + "attn_kv_a_mqa.weight", W[a + "kv_a_proj_with_mqa.weight"], True))
+        out.append((b + "attn_kv_a_norm.weight", W[a + "kv_a_layernorm.weight"], False))
+        kv_b = W[a + "kv_b_proj.weight"].reshape(H, nope + dv, -1)
+        out.append((b + "attn_k_b.weight", kv_b[:, :nope].transpose(0, 2, 1), True))
+        out.append((b + "attn_v_b.weight", kv_b[:, nope:], True))
+        out.append((b + "attn_output.weight", W[a + "o_proj.weight"], True))
+        out.append((b + "ffn_norm.weight", W[p + "post_attention_layernorm.weight"], False))
+        m = p + "mlp."
+        if il < cfg["first_k_dense_replace"]:
+            for g in ("gate", "up", "down"):
+                out.append((b + f"ffn_{g}.weight", W[m + f"{g}_proj.weight"], True))
+            continue
+        out.append((b + "ffn_gate_inp.weight", W[m + "gate.weight"], True))
+        for g in ("gate", "up", "down"):
+            out.append((b + f"ffn_{g}_exps.weight",
+                        np.stack([W[m + f"experts.{e}.{g}_proj.weight"] for e in range(cfg["n_routed_experts"])]), True))
+        for g in ("gate", "up", "down"):
+            out.append((b + f"ffn_{g}_shexp.weight", W[m + f"shared_experts.{g}_proj.weight"], True))
+    out.append(("output_norm.weight", W["model.norm.weight"], False))
+    out.append(("output.weight", W["lm_head.weight"], True))
+    return out
+
+
 def hf_to_gguf(family, cfg, W):
     """(gguf name, f32 array outermost first, is_matrix) in llama.cpp's naming."""
     if family in ("gemma2", "gemma3"):
         return gemma_to_gguf(cfg, W)
+    if family == "deepseek2":
+        return deepseek2_to_gguf(cfg, W)
     arch = GGUF_ARCH[family]
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     out = [("token_embd.weight", W["model.embed_tokens.weight"], True)]
@@ -202,16 +241,20 @@ def write_family(fixtures, family, out_path, matrix_type=None):
     arch = GGUF_ARCH[family]
     H = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // H
+    n_kv, k_len, v_len, n_rot = cfg["num_key_value_heads"], head_dim, head_dim, head_dim
+    if family == "deepseek2":  # MLA written as MQA over the compressed kv (one kv head), as llama.cpp's converter
+        kvr, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+        n_kv, k_len, v_len, n_rot = 1, kvr + rope, kvr, rope
     w = gguf.GGUFWriter(str(out_path), arch)
     w.add_name(f"colibri fixture {family}")
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_head_count(H)
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
+    w.add_head_count_kv(n_kv)
+    w.add_key_length(k_len)
+    w.add_value_length(v_len)
+    w.add_rope_dimension_count(n_rot)
     w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
     if family in ("gemma2", "gemma3"):  # as llama.cpp's converter, and the query scale it lacks as attention.scale
         w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
@@ -231,7 +274,7 @@ def write_family(fixtures, family, out_path, matrix_type=None):
         w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_vocab_size(cfg["vocab_size"])
     w.add_feed_forward_length(cfg["intermediate_size"])
-    n_expert = cfg.get("num_local_experts") or cfg.get("num_experts")
+    n_expert = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
     if n_expert:
         w.add_expert_count(n_expert)
         w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -239,6 +282,17 @@ def write_family(fixtures, family, out_path, matrix_type=None):
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if family == "qwen2_moe":
         w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    if family == "deepseek2":  # norm_topk_prob false: no expert_weights_norm; no gating func: softmax
+        w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+        w.add_q_lora_rank(cfg["q_lora_rank"])
+        w.add_kv_lora_rank(cfg["kv_lora_rank"])
+        w.add_key_length_mla(cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"])
+        w.add_value_length_mla(cfg["v_head_dim"])
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        w.add_expert_shared_count(cfg["n_shared_experts"])
+        w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+        w.add_expert_group_count(cfg["n_group"])
+        w.add_expert_group_used_count(cfg["topk_group"])
     if family in ("granite_moe", "granite"):
         w.add_embedding_scale(cfg["embedding_multiplier"])
         w.add_residual_scale(cfg["residual_multiplier"])
@@ -303,16 +357,20 @@ def write_quants(out_path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fixtures", required=True, type=Path)
+    ap.add_argument("--families", help="comma separated subset: only these <family>.gguf (no llama-<type>, quants)")
     args = ap.parse_args()
     out = args.fixtures / "gguf"
     out.mkdir(exist_ok=True)
-    for family in GGUF_ARCH:
+    families = args.families.split(",") if args.families else list(GGUF_ARCH)
+    for family in families:
         write_family(args.fixtures, family, out / f"{family}.gguf")
-    for qt in QUANTS:
-        write_family(args.fixtures, "llama", out / f"llama-{qt.name.lower()}.gguf", qt)
-    write_quants(out / "quants.gguf")
+    if not args.families:
+        for qt in QUANTS:
+            write_family(args.fixtures, "llama", out / f"llama-{qt.name.lower()}.gguf", qt)
+        write_quants(out / "quants.gguf")
     for p in sorted(out.glob("*.gguf")):
-        print(f"{p.name}: {p.stat().st_size} bytes")
+        if not args.families or p.stem in families:
+            print(f"{p.name}: {p.stat().st_size} bytes")
 
 
 if __name__ == "__main__":
