@@ -821,21 +821,28 @@ public:
             });
             return;
         }
+        // fewer jobs than threads (one token over few KV heads: latent attention's one) split
+        // each job's query heads into parts, every part reading the job's keys
+        const int nth_max = pool_.size();
+        const int parts = jobs < nth_max ? std::min<int>(group, int((nth_max + jobs - 1) / jobs)) : 1;
+        const int64_t items = jobs * parts;
         auto body = [&](int ith, int nth) {
             float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
-            for (int64_t job = ith; job < jobs; job += nth) {
+            for (int64_t item = ith; item < items; item += nth) {
+                const int64_t job = item / parts;
+                const int part = static_cast<int>(item % parts), h0 = part * group / parts, h1 = (part + 1) * group / parts;
                 const int t = static_cast<int>(job / a.n_head_kv), kvh = static_cast<int>(job % a.n_head_kv);
-                const int64_t head0 = t * q_stride + static_cast<int64_t>(kvh) * group * a.head_dim;
+                const int64_t head0 = t * q_stride + (static_cast<int64_t>(kvh) * group + h0) * a.head_dim;
                 // the thread's next job, whose keys the kernel asks for as it ends
-                const int64_t next = job + nth < jobs ? job + nth : -1;
+                const int64_t next = item + nth < items ? (item + nth) / parts : -1;
                 if (a.kv_f16) {
                     const auto* k = static_cast<const uint16_t*>(a.k_cache);
-                    vk_.attend_f16(a.q + head0, group, k + kv_off(job), static_cast<const uint16_t*>(a.v_cache) + kv_off(job),
+                    vk_.attend_f16(a.q + head0, h1 - h0, k + kv_off(job), static_cast<const uint16_t*>(a.v_cache) + kv_off(job),
                                    keys(job), a.head_dim, a.scale, scores, a.out + head0,
                                    next >= 0 ? k + kv_off(next) : nullptr, next >= 0 ? keys(next) : 0);
                 } else {
                     const auto* k = static_cast<const float*>(a.k_cache);
-                    vk_.attend(a.q + head0, group, k + kv_off(job), static_cast<const float*>(a.v_cache) + kv_off(job),
+                    vk_.attend(a.q + head0, h1 - h0, k + kv_off(job), static_cast<const float*>(a.v_cache) + kv_off(job),
                                keys(job), a.head_dim, a.scale, scores, a.out + head0, next >= 0 ? k + kv_off(next) : nullptr,
                                next >= 0 ? keys(next) : 0);
                 }
