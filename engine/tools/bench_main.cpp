@@ -10,7 +10,7 @@
 #include "cpu/vec.h"
 #include "cuda/cuda_backend.h"
 #include "model/session.h"
-#include "ops/profiled_backend.h"
+#include "model/profiled_backend.h"
 #include "sampling/sampler.h"
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 #include "api/runtime.h"
 #include "convert/convert.h"
 #include "model/session.h"
-#include "ops/profiled_backend.h"
+#include "model/profiled_backend.h"
 #include "test_util.h"
 
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "ops/profiled_backend.h"
+#include "model/profiled_backend.h"
 
 #include <algorithm>
 
