@@ -1,6 +1,7 @@
 #include "generate/generate.h"
 
 #include "core/error.h"
+#include "generate/draft.h"
 
 #include <algorithm>
 #include <chrono>
@@ -178,35 +179,77 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     stop_matcher stops(req.stop);
     line_limiter lines(req.max_lines, req.stop_on_dedent ? last_line_indent(req.prompt) : -1);
     auto emit = [&](const std::string& text) { return text.empty() || on_piece(text); };
-    res.reason = finish_reason::length;
-    for (int i = 0; i < req.max_tokens; ++i) {
-        if (cancelled()) {
-            res.reason = finish_reason::cancelled;
-            break;
-        }
-        const int32_t id = smp.sample(s.logits(), tokens);
+    // One generated token through EOS, the text pipeline and the limits; false when it ends
+    // generation (res.reason says why).
+    auto take = [&](int32_t id) {
         if (is_stop_token(id)) {
             res.reason = finish_reason::eos;
-            break;
+            return false;
         }
         tokens.push_back(id);
         ++res.n_generated_tokens;
         if (!emit(lines.push(stops.push(stream.push(id))))) {
             res.reason = finish_reason::cancelled;
-            break;
+            return false;
         }
         if (stops.matched() || lines.matched()) {
             res.reason = finish_reason::stop;
-            break;
+            return false;
         }
-        if (i + 1 == req.max_tokens) break;
-        if (s.n_past() >= s.n_ctx()) {
-            res.reason = finish_reason::context;
-            break;
-        }
-        if (!s.eval(&id, 1, req.cancelled)) { // between its layers
-            res.reason = finish_reason::cancelled;
-            break;
+        return true;
+    };
+    // Speculative decoding: the token just sampled goes into the next batch with the drafted
+    // tokens after it; each row's logits are sampled in turn, as plain decoding would sample
+    // them, and the drafts are kept while they are what was sampled. The first token sampled
+    // otherwise ends the run and comes first in the next batch; the rejected drafts' cache
+    // rows are dropped. The same samples in the same order: the same tokens as without drafts.
+    ngram_drafter drafter;
+    const size_t vocab = s.get_model().hp().n_vocab;
+    double draft_len = 4; // average accepted run, which the next draft's length follows
+    std::vector<int32_t> batch;
+    res.reason = finish_reason::length;
+    if (req.max_tokens > 0 && cancelled()) {
+        res.reason = finish_reason::cancelled;
+    } else if (req.max_tokens > 0) {
+        int32_t id = smp.sample(s.logits(), tokens);
+        while (take(id)) {
+            if (res.n_generated_tokens == req.max_tokens) break;
+            if (cancelled()) {
+                res.reason = finish_reason::cancelled;
+                break;
+            }
+            if (s.n_past() >= s.n_ctx()) {
+                res.reason = finish_reason::context;
+                break;
+            }
+            // drafts no further than the tokens still to generate and the context allow
+            const int room = std::min({req.max_tokens - res.n_generated_tokens - 1, s.n_ctx() - s.n_past() - 1,
+                                       s.n_batch() - 1, session::max_draft});
+            const int want = std::min(room, static_cast<int>(draft_len + 1.5));
+            batch.assign(1, id);
+            if (req.speculative && want > 0) {
+                const std::vector<int32_t> d = drafter.draft(tokens, want);
+                batch.insert(batch.end(), d.begin(), d.end());
+            }
+            const int n = static_cast<int>(batch.size());
+            if (!s.eval(batch.data(), n, req.cancelled, n)) { // between its layers
+                res.reason = finish_reason::cancelled;
+                break;
+            }
+            res.n_drafted_tokens += n - 1;
+            const int before = static_cast<int>(tokens.size()); // the cache: tokens, then the drafts
+            int accepted = 0;
+            bool go_on = true;
+            id = smp.sample(s.logits(), tokens);
+            while (accepted < n - 1 && id == batch[size_t(accepted) + 1]) {
+                ++accepted; // its cache row holds: the text it ends, if it does, is as generated
+                if (!(go_on = take(id)) || res.n_generated_tokens == req.max_tokens) break;
+                id = smp.sample(s.logits() + size_t(accepted) * vocab, tokens);
+            }
+            res.n_accepted_tokens += accepted;
+            if (n > 1) draft_len = 0.7 * draft_len + 0.3 * accepted;
+            s.truncate(before + accepted); // the rejected drafts
+            if (!go_on || res.n_generated_tokens == req.max_tokens) break;
         }
     }
     if (res.reason != finish_reason::cancelled && res.reason != finish_reason::stop) {

@@ -46,6 +46,9 @@ struct generate_request {
     /// Polled between prompt batches and tokens, and between the layers of each; true ends
     /// generation (cancelled).
     std::function<bool()> cancelled;
+    /// Speculative decoding with drafts from the context (generate_result counts them): the
+    /// same tokens as without, fewer steps where the completion repeats its context.
+    bool speculative = true;
 };
 
 struct generate_result {
@@ -53,6 +56,8 @@ struct generate_result {
     int n_prompt_tokens = 0;
     int n_cached_tokens = 0; ///< prompt tokens whose cache entries were reused, not recomputed
     int n_generated_tokens = 0;
+    int n_drafted_tokens = 0;  ///< drafted tokens verified
+    int n_accepted_tokens = 0; ///< of those, the ones kept
     fim_kind fim = fim_kind::none; ///< the template used (none: plain completion)
     double prompt_ms = 0;   ///< tokenisation + prefill, up to the first token's logits
     double generate_ms = 0; ///< the rest

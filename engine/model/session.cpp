@@ -54,7 +54,7 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     router_ = be.alloc(B * std::max<size_t>(hp.n_expert, 1));
     shared_gate_ = be.alloc(B);
     scratch_ = be.alloc(size_t(be.n_threads()) * (hp.n_head / std::max<uint32_t>(hp.n_head_kv, 1)) * size_t(n_ctx_));
-    logits_ = be.alloc((all_logits ? B : 1) * size_t(hp.n_vocab));
+    logits_ = be.alloc((all_logits ? B : std::min<size_t>(B, max_draft + 1)) * size_t(hp.n_vocab));
     logits_host_ = be.to_host(logits_->data(), size_t(hp.n_vocab), logits_staging_);
     // f16 keys and values for models with quantised weights (half the memory and the reads
     // of f32, whose rounding is far below the weights'); f32 otherwise
@@ -121,10 +121,13 @@ size_t session::kv_bytes_read(int pos) const {
     return bytes;
 }
 
-bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& stop) {
+bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& stop, int logit_rows) {
     const hparams& hp = model_.hp();
     if (n <= 0 || n > n_batch_) {
         throw error(errc::invalid_argument, "batch of " + std::to_string(n) + " tokens, expected 1.." + std::to_string(n_batch_));
+    }
+    if (logit_rows < 1 || logit_rows > n || (!all_logits_ && logit_rows > max_draft + 1)) {
+        throw error(errc::invalid_argument, "logits of " + std::to_string(logit_rows) + " rows of a batch of " + std::to_string(n));
     }
     const int n_past = this->n_past();
     if (n_past + n > n_ctx_) {
@@ -146,18 +149,18 @@ bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& st
     const bool replayable = n == 1 && observer_.fn == nullptr;
     if (!replayable || !be_.step_replay(this, pos_[0])) {
         const bool recording = replayable && be_.step_begin(this, pos_[0]);
-        if (!forward(n, recording ? std::function<bool()>() : stop)) return false;
-        if (recording && !be_.step_end(this)) forward(n, {});
+        if (!forward(n, recording ? std::function<bool()>() : stop, logit_rows)) return false;
+        if (recording && !be_.step_end(this)) forward(n, {}, logit_rows);
     }
     history_.insert(history_.end(), tokens, tokens + n); // within the reserved capacity
-    const int rows = all_logits_ ? n : 1;
+    const int rows = all_logits_ ? n : logit_rows;
     logits_host_ = be_.to_host(logits_->data(), size_t(rows) * hp.n_vocab, logits_staging_);
     return true;
 }
 
 session::~session() { be_.step_forget(this); }
 
-bool session::forward(int n, const std::function<bool()>& stop) {
+bool session::forward(int n, const std::function<bool()>& stop, int logit_rows) {
     const hparams& hp = model_.hp();
     const int n_embd = static_cast<int>(hp.n_embd);
     for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
@@ -168,7 +171,7 @@ bool session::forward(int n, const std::function<bool()>& stop) {
         ffn_block(il, n);
     }
     // LM head on the rows the caller wants
-    const int first = all_logits_ ? 0 : n - 1;
+    const int first = all_logits_ ? 0 : n - logit_rows;
     const int rows = n - first;
     float* x_last = x_->data() + static_cast<int64_t>(first) * n_embd;
     norm(x_last, model_.output_norm(), model_.output_norm_bias(), rows, xn_->data());

@@ -39,17 +39,22 @@ public:
     session(const session&) = delete;
     session& operator=(const session&) = delete;
 
-    /// Runs tokens [0, n) at positions n_past() .. n_past()+n-1 and appends them to the cache.
+    /// Most drafted tokens a batch verifies: logit_rows of eval() goes up to max_draft + 1.
+    static constexpr int max_draft = 8;
+
+    /// Runs tokens [0, n) at positions n_past() .. n_past()+n-1 and appends them to the cache,
+    /// with the logits of its last logit_rows tokens (every token's with all_logits).
     /// Throws colibri::error before computing anything when n exceeds the batch size, the
     /// context would overflow, or a token id is outside the vocabulary. `stop`, when set, is
     /// asked between layers: when it returns true the batch is abandoned and false returned,
     /// the history and logits as before the call (a 128-token batch takes about 0.1 s and a
     /// layer of it a few milliseconds; a decode step's layer a fraction of one). A one-token
     /// step the backend runs from a recording (backend::step_replay) is not abandoned.
-    bool eval(const int32_t* tokens, int n, const std::function<bool()>& stop = {});
+    bool eval(const int32_t* tokens, int n, const std::function<bool()>& stop = {}, int logit_rows = 1);
 
-    /// Logits of the last evaluated token [n_vocab], or of every token of the last batch
-    /// [n][n_vocab] with all_logits.
+    /// Logits of the last evaluated token [n_vocab], of the last batch's last logit_rows
+    /// tokens [logit_rows][n_vocab], or of every token of the last batch [n][n_vocab] with
+    /// all_logits.
     const float* logits() const { return logits_host_; }
 
     int n_past() const { return static_cast<int>(history_.size()); }
@@ -75,7 +80,7 @@ public:
 private:
     // The layers and the LM head on the batch already embedded in x_; false when stop()
     // abandoned it between layers.
-    bool forward(int n, const std::function<bool()>& stop);
+    bool forward(int n, const std::function<bool()>& stop, int logit_rows);
     void attention_block(int il, int n);
     // The attention of attention_block into att_: grouped-query heads, or latent attention
     void grouped_attention(int il, int n);

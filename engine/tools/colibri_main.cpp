@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
         ("perplexity", po::value(&ppl_path), "print the perplexity of the model over a text FILE (sliding windows of "
                                               "--ctx_size tokens, each half a window after the last; see docs/engine.md)")
         ("route-debug", "print each token's chosen experts and weights per layer to standard error")
+        ("no-speculative", "decode one token per step, without drafts from the context (the same tokens, "
+                           "more steps where the completion repeats its context)")
         ("parse-special", "text in --prompt and --suffix that spells a special token (<|endoftext|>) becomes that token; "
                           "by default it is encoded as text");
     both("max_tokens", po::value(&req.max_tokens), po::value(&req.max_tokens), "tokens to generate at most (default 128)");
@@ -178,6 +180,7 @@ int main(int argc, char** argv) {
         req.stop = stops;
         if (vm.count("parse-special")) req.specials = special_tokens::parsed;
         if (vm.count("suffix")) req.suffix = suffix;
+        req.speculative = vm.count("no-speculative") == 0;
         if (fim != "auto") {
             fim_kind k;
             if (!parse_fim_kind(fim, k)) throw error(errc::invalid_argument, "unknown --fim '" + fim + "'");
@@ -207,6 +210,7 @@ int main(int argc, char** argv) {
                      r.n_generated_tokens, r.generate_ms,
                      r.n_generated_tokens > 1 ? (r.n_generated_tokens - 1) * 1000.0 / std::max(r.generate_ms, 1e-3) : 0.0,
                      finish_reason_name(r.reason).data());
+        if (r.n_drafted_tokens > 0) std::fprintf(stderr, "drafts: %d of %d tokens kept\n", r.n_accepted_tokens, r.n_drafted_tokens);
     } catch (const std::exception& e) {
         std::cerr << "colibri: " << e.what() << "\n";
         return 1;

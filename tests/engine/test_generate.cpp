@@ -467,3 +467,97 @@ TEST_CASE("user text that spells FIM or end-of-text tokens stays text in the pro
     CHECK(std::count(parsed.begin(), parsed.end(), fim.middle) == 2);
     CHECK(std::count(parsed.begin(), parsed.end(), tok.eos_id()) == 1);
 }
+
+#include "generate/draft.h"
+
+TEST_CASE("drafts are what followed the latest earlier occurrence of the longest suffix") {
+    ngram_drafter d;
+    std::vector<int32_t> t = {1, 2, 3, 4, 5, 9, 2, 3, 4, 7, 8, 2, 3};
+    // suffix [2 3] last seen ending at 9 (then 4 7 8); [8 2 3] never before
+    CHECK(d.draft(t, 3) == std::vector<int32_t>{4, 7, 8});
+    t.push_back(4); // [2 3 4] seen twice: the latest is followed by 7 8 2 ...
+    CHECK(d.draft(t, 2) == std::vector<int32_t>{7, 8});
+    t.push_back(7);
+    t.push_back(6); // [7 6] never seen, nor [6]-only matches (one token is too short)
+    CHECK(d.draft(t, 4).empty());
+    t.push_back(1);
+    t.push_back(2); // [1 2]: at the start, followed by 3 4 5 9
+    CHECK(d.draft(t, 4) == std::vector<int32_t>{3, 4, 5, 9});
+    CHECK(d.draft(t, 0).empty());
+    // a different, shorter text starts over
+    const std::vector<int32_t> u = {5, 6, 5, 6};
+    CHECK(d.draft(u, 3) == std::vector<int32_t>{5, 6}); // [5 6] ended at 2: 5 6, up to the end
+}
+
+namespace {
+
+struct run_result {
+    std::string text;
+    generate_result r;
+};
+
+run_result run_generate(const runtime& rt, const generate_request& base, bool speculative) {
+    session s(*rt.mdl, *rt.be, 256, 16);
+    sampler smp(static_cast<int>(rt.mdl->hp().n_vocab));
+    generate_request req = base;
+    req.speculative = speculative;
+    run_result out;
+    out.r = generate(s, *rt.tok, smp, req, [&](std::string_view p) {
+        out.text.append(p);
+        return true;
+    });
+    CHECK(s.n_past() <= out.r.n_prompt_tokens + out.r.n_generated_tokens); // no rejected draft left cached
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("speculative decoding gives plain decoding's tokens on every family, greedy and sampled, within every limit") {
+    test::temp_dir dir;
+    int accepted = 0;
+    // a prompt that repeats itself, so that the drafts have something to copy
+    const std::string prompt = "def route(x):\n    return softmax(x)[:2]\n\ndef route(x):\n    return softmax(x)[:2]\n\ndef route(";
+    for (const std::string& family : test::family_names()) {
+        CAPTURE(family);
+        const std::string path = dir.file(family + ".colibri");
+        convert_checkpoint(test::fixture(family), path, format::dtype::q8_0, {});
+        auto rt = load_runtime(path, "cpu", 2);
+        for (int variant = 0; variant < 6; ++variant) {
+            CAPTURE(variant);
+            generate_request req;
+            req.prompt = prompt;
+            req.max_tokens = 40;
+            req.sampling.temperature = 0.0f;
+            if (variant == 1 || variant == 2) { // seeded sampling: the same samples in the same order
+                req.sampling.temperature = 0.9f;
+                req.sampling.seed = uint64_t(variant);
+            }
+            if (variant == 3) req.stop = {"x)", "\n\n"};
+            if (variant == 4) req.max_lines = 2, req.stop_on_dedent = true;
+            if (variant == 5) req.max_tokens = 3;
+            const run_result plain = run_generate(*rt, req, false), spec = run_generate(*rt, req, true);
+            CHECK(spec.text == plain.text);
+            CHECK(spec.r.reason == plain.r.reason);
+            CHECK(spec.r.n_generated_tokens == plain.r.n_generated_tokens);
+            CHECK(plain.r.n_drafted_tokens == 0);
+            CHECK(spec.r.n_accepted_tokens <= spec.r.n_drafted_tokens);
+            accepted += spec.r.n_accepted_tokens;
+        }
+    }
+    CHECK(accepted > 0);
+}
+
+TEST_CASE("a copy-heavy completion of the default model keeps most drafts, with the same text") {
+    auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
+    const std::string fn = "def push(self, item):\n    self.items.append(item)\n    self.size += 1\n    return self\n\n";
+    generate_request req;
+    req.prompt = "class Stack:\n" + fn + "class Queue:\n" + fn.substr(0, 20);
+    req.max_tokens = 48;
+    req.sampling.temperature = 0.0f;
+    const run_result plain = run_generate(*rt, req, false), spec = run_generate(*rt, req, true);
+    CAPTURE(plain.text);
+    CHECK(spec.text == plain.text);
+    CHECK(spec.r.n_drafted_tokens > 0);
+    MESSAGE("drafts kept: " << spec.r.n_accepted_tokens << " of " << spec.r.n_drafted_tokens);
+    CHECK(spec.r.n_accepted_tokens * 2 > spec.r.n_drafted_tokens);
+}

@@ -1,0 +1,33 @@
+#pragma once
+// Drafts for speculative decoding taken from the text itself (prompt lookup): the tokens
+// that followed the latest earlier occurrence of the text's last few tokens. Completion
+// repeats its context (a renamed copy, a second branch like the first, the suffix after
+// the cursor), and a draft that turns out right saves a step.
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace colibri {
+
+class ngram_drafter {
+public:
+    static constexpr int max_n = 6; ///< longest suffix looked up
+    static constexpr int min_n = 2; ///< shortest (one token repeats too often to predict)
+
+    /// Up to k tokens that followed the latest earlier occurrence of the longest suffix of
+    /// `tokens` of min_n..max_n tokens (empty when none occurred). `tokens` must extend the
+    /// text of the previous call (or start anew after reset): each token is indexed once.
+    std::vector<int32_t> draft(std::span<const int32_t> tokens, int k);
+    void reset();
+
+private:
+    static uint64_t key(std::span<const int32_t> gram);
+    // per length n - min_n: an n-gram's hash -> where its latest occurrence ended
+    std::array<std::unordered_map<uint64_t, uint32_t>, max_n - min_n + 1> ends_;
+    size_t indexed_ = 0; // n-grams ending before this position are in ends_
+};
+
+} // namespace colibri
