@@ -140,6 +140,10 @@ typedef struct colibri_generate_params {
      *  `<fim_prefix>`) becomes that token. 0 (default): user text is always encoded as
      *  text, and only BOS and the FIM framing are control tokens. */
     int parse_special;
+    /** Nonzero (default): speculative decoding with drafts from the context, which gives
+     *  the tokens of plain decoding in fewer steps where the completion repeats its
+     *  context; 0: one token per step. */
+    int speculative;
 } colibri_generate_params;
 
 void colibri_generate_params_init(colibri_generate_params* params);
@@ -161,6 +165,8 @@ typedef struct colibri_generate_result {
     double generate_ms; /**< decode time (after the first token) */
     int n_cached_tokens; /**< prompt tokens reused from the session's cache */
     const char* fim;     /**< FIM template used ("none": plain completion); static string */
+    int n_drafted_tokens;  /**< tokens drafted from the context and verified */
+    int n_accepted_tokens; /**< of those, the ones kept */
 } colibri_generate_result;
 
 /**

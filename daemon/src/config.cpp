@@ -65,6 +65,9 @@ command_line parse_command_line(int argc, const char* const* argv) {
         ("cache-slots", po::value(&c.cache_slots)->default_value(c.cache_slots), "KV caches the worker keeps; a request reuses the one sharing the longest prefix with its prompt")
         ("cache-memory-mb", po::value(&c.cache_memory_mb)->default_value(c.cache_memory_mb), "memory all cached tokens may take; least recently used slots are emptied first")
         ("prompt-batch", po::value(&c.prompt_batch)->default_value(c.prompt_batch), "prompt tokens evaluated at once, 1..4096: larger batches read the weights less often (prefill is faster); a cancelled or superseded completion stops between the layers of a batch")
+        ("speculative", po::value(&c.speculative)->default_value(c.speculative),
+         "speculative decoding with drafts from the context (the same tokens, fewer steps where a completion "
+         "repeats its context); false turns it off for every request, true leaves it to each request's 'speculative'")
         ("fim-order", po::value(&c.fim_order)->default_value(c.fim_order), "fill-in-the-middle prompt order: auto (the order the model file records: spm for Colibri's default model, else psm), psm (prefix, suffix, middle), or spm (suffix first: keeps the cache valid up to the cursor; only for models trained with it, such as StarCoder and CodeLlama)");
 
     po::options_description watchdog("Watchdog");

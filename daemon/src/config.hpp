@@ -37,6 +37,7 @@ struct daemon_config {
     std::int64_t cache_memory_mb = 2048; ///< cap on the memory of all slots' cached tokens
     std::string fim_order = "auto"; ///< auto (the model file's), psm, or spm (suffix first) for models trained so
     int prompt_batch = 128;         ///< prompt tokens evaluated at once (cancellation waits for the current batch)
+    bool speculative = true;        ///< drafts from the context unless a request turns them off
 
     std::size_t max_connections = 256;
     std::size_t max_queue = 64;

@@ -199,6 +199,8 @@ void scheduler::on_done(const w::done_msg& msg) {
         auto j = running_;
         ++stats_.served;
         stats_.tokens_generated += static_cast<std::uint64_t>(std::max(0, msg.tokens.completion_tokens));
+        stats_.tokens_drafted += static_cast<std::uint64_t>(std::max(0, msg.tokens.drafted_tokens));
+        stats_.tokens_accepted += static_cast<std::uint64_t>(std::max(0, msg.tokens.accepted_tokens));
         stats_.decode_ms += msg.decode_ms;
         finish(j, done_event_for(*j, msg.reason, &msg));
     }

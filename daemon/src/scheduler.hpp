@@ -33,6 +33,7 @@ struct scheduler_stats {
     std::uint64_t failed = 0;    ///< ended with an error event
     std::uint64_t rejected = 0;  ///< busy / unavailable at submission
     std::uint64_t tokens_generated = 0;
+    std::uint64_t tokens_drafted = 0, tokens_accepted = 0; ///< speculative decoding's drafts, and those kept
     double decode_ms = 0;        ///< sum over served requests
 };
 

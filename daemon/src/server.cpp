@@ -206,6 +206,7 @@ void server::handle_line(const std::shared_ptr<connection>& conn, std::string_vi
 }
 
 void server::handle_complete(const std::shared_ptr<connection>& conn, const json& id, p::complete_request req) {
+    if (!cfg_.speculative) req.speculative = false;
     std::string key = id.dump();
     auto& jobs = conn->jobs();
     if (jobs.count(key)) {
@@ -294,7 +295,10 @@ json server::status_event(const json& id) const {
             {"cache", supervisor_.cache_stats()},
             {"tokens",
              {{"generated", st.tokens_generated},
-              {"per_second", st.decode_ms > 0 ? st.tokens_generated / (st.decode_ms / 1000.0) : 0.0}}},
+              {"per_second", st.decode_ms > 0 ? st.tokens_generated / (st.decode_ms / 1000.0) : 0.0},
+              {"drafted", st.tokens_drafted},
+              {"accepted", st.tokens_accepted},
+              {"acceptance_rate", st.tokens_drafted > 0 ? double(st.tokens_accepted) / double(st.tokens_drafted) : 0.0}}},
             {"memory",
              {{"daemon_rss_bytes", rss_bytes(0)},
               {"worker_rss_bytes", supervisor_.pid() > 0 ? rss_bytes(supervisor_.pid()) : 0}}}};

@@ -98,6 +98,7 @@ public:
         gp.seed = job.seed;
         gp.max_lines = req.max_lines;
         gp.stop_on_dedent = req.stop_on_dedent ? 1 : 0;
+        gp.speculative = req.speculative ? 1 : 0;
         gp.fim_spm = fim_spm_;
         std::vector<const char*> stop;
         for (const auto& s : req.stop) stop.push_back(s.c_str());
@@ -136,6 +137,8 @@ public:
         out.tokens.prompt_tokens = r.n_prompt_tokens;
         out.tokens.completion_tokens = r.n_generated_tokens;
         out.tokens.cached_tokens = r.n_cached_tokens;
+        out.tokens.drafted_tokens = r.n_drafted_tokens;
+        out.tokens.accepted_tokens = r.n_accepted_tokens;
         out.prefill_ms = r.prompt_ms;
         out.decode_ms = r.generate_ms;
         return out;

@@ -182,6 +182,7 @@ void colibri_generate_params_init(colibri_generate_params* p) {
     p->stop_on_dedent = 0;
     p->fim_spm = -1;
     p->parse_special = 0;
+    p->speculative = 1;
 }
 
 namespace {
@@ -205,6 +206,7 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
     if (p.max_lines < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "max_lines must be >= 0");
     req.max_lines = p.max_lines;
     req.stop_on_dedent = p.stop_on_dedent != 0;
+    req.speculative = p.speculative != 0;
     req.specials = p.parse_special != 0 ? colibri::special_tokens::parsed : colibri::special_tokens::as_text;
     if (p.fim_spm >= 0) req.order = p.fim_spm != 0 ? colibri::fim_order::spm : colibri::fim_order::psm;
     if (p.suffix != nullptr) req.suffix = std::string_view(p.suffix, p.suffix_len);
@@ -251,6 +253,8 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
             result->n_cached_tokens = r.n_cached_tokens;
             result->fim = colibri::fim_kind_name(r.fim).data();
             result->n_generated_tokens = r.n_generated_tokens;
+            result->n_drafted_tokens = r.n_drafted_tokens;
+            result->n_accepted_tokens = r.n_accepted_tokens;
             result->prompt_ms = r.prompt_ms;
             result->generate_ms = r.generate_ms;
         }

@@ -24,6 +24,9 @@ constexpr const char* session = "session";
 constexpr const char* max_tokens = "max_tokens";
 constexpr const char* max_lines = "max_lines";
 constexpr const char* stop_on_dedent = "stop_on_dedent";
+constexpr const char* speculative = "speculative";
+constexpr const char* drafted_tokens = "drafted_tokens";
+constexpr const char* accepted_tokens = "accepted_tokens";
 constexpr const char* temperature = "temperature";
 constexpr const char* top_p = "top_p";
 constexpr const char* top_k = "top_k";
@@ -215,6 +218,7 @@ complete_request read_complete(object_reader& r, const request_limits& limits) {
         c.max_tokens = static_cast<int>(*n);
     if (auto n = r.integer(field::max_lines, 0, 1 << 20)) c.max_lines = static_cast<int>(*n);
     if (auto b = r.boolean(field::stop_on_dedent)) c.stop_on_dedent = *b;
+    if (auto b = r.boolean(field::speculative)) c.speculative = *b;
     if (auto x = r.number(field::temperature, 0.0, 10.0)) c.temperature = static_cast<float>(*x);
     if (auto x = r.number(field::top_p, 0.0, 1.0)) c.top_p = static_cast<float>(*x);
     if (auto n = r.integer(field::top_k, 0, 1 << 24)) c.top_k = static_cast<int>(*n);
@@ -330,6 +334,7 @@ json to_json(const request& req) {
                 j[field::max_tokens] = body.max_tokens;
                 if (body.max_lines != 0) j[field::max_lines] = body.max_lines;
                 if (body.stop_on_dedent) j[field::stop_on_dedent] = true;
+                if (!body.speculative) j[field::speculative] = false;
                 j[field::temperature] = body.temperature;
                 j[field::top_p] = body.top_p;
                 j[field::top_k] = body.top_k;
@@ -379,7 +384,9 @@ json make_done_event(const json& id, const done_event& done) {
               {field::usage,
                {{field::prompt_tokens, done.usage.prompt_tokens},
                 {field::completion_tokens, done.usage.completion_tokens},
-                {field::cached_tokens, done.usage.cached_tokens}}},
+                {field::cached_tokens, done.usage.cached_tokens},
+                {field::drafted_tokens, done.usage.drafted_tokens},
+                {field::accepted_tokens, done.usage.accepted_tokens}}},
               {field::timings,
                {{field::queued_ms, done.timings.queued_ms},
                 {field::prefill_ms, done.timings.prefill_ms},
@@ -415,6 +422,8 @@ done_event parse_done_event(const json& j) {
         d.usage.prompt_tokens = u.at(field::prompt_tokens).get<int>();
         d.usage.completion_tokens = u.at(field::completion_tokens).get<int>();
         d.usage.cached_tokens = u.at(field::cached_tokens).get<int>();
+        d.usage.drafted_tokens = u.value(field::drafted_tokens, 0);
+        d.usage.accepted_tokens = u.value(field::accepted_tokens, 0);
         const json& t = j.at(field::timings);
         d.timings.queued_ms = t.at(field::queued_ms).get<double>();
         d.timings.prefill_ms = t.at(field::prefill_ms).get<double>();

@@ -25,7 +25,9 @@ auto decoding(F&& f) -> decltype(f()) {
 json usage_json(const usage& u) {
     return {{"prompt_tokens", u.prompt_tokens},
             {"completion_tokens", u.completion_tokens},
-            {"cached_tokens", u.cached_tokens}};
+            {"cached_tokens", u.cached_tokens},
+            {"drafted_tokens", u.drafted_tokens},
+            {"accepted_tokens", u.accepted_tokens}};
 }
 
 } // namespace
@@ -124,6 +126,8 @@ from_worker decode_from_worker(std::string_view line) {
             d.tokens.prompt_tokens = u.at("prompt_tokens").get<int>();
             d.tokens.completion_tokens = u.at("completion_tokens").get<int>();
             d.tokens.cached_tokens = u.at("cached_tokens").get<int>();
+            d.tokens.drafted_tokens = u.at("drafted_tokens").get<int>();
+            d.tokens.accepted_tokens = u.at("accepted_tokens").get<int>();
             d.prefill_ms = j.at("prefill_ms").get<double>();
             d.decode_ms = j.at("decode_ms").get<double>();
             if (auto it = j.find("cache"); it != j.end()) d.cache = *it;

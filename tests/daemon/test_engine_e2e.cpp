@@ -487,3 +487,37 @@ TEST_CASE("engine: suffix-first FIM keeps the cache valid up to the cursor as th
     // prefix-suffix-middle recomputes the whole suffix after the cursor
     CHECK(cached[0] < cached[1] - 30);
 }
+
+TEST_CASE("engine: a copy-heavy completion is drafted from its context, with the text of plain decoding, counted in usage and status") {
+    const std::string fn = "def push(self, item):\n    self.items.append(item)\n    self.size += 1\n    return self\n\n";
+    reference_params rp;
+    rp.model = COLIBRI_DEFAULT_MODEL;
+    rp.prompt = "class Stack:\n" + fn + "class Queue:\n" + fn.substr(0, 20);
+    rp.max_tokens = 40;
+    const std::string plain = in_process(rp);
+    {
+        daemon_process d(engine_daemon(COLIBRI_DEFAULT_MODEL));
+        client c(d.socket_path());
+        const json spec = complete(c, "spec", rp);
+        REQUIRE(spec["event"] == "done");
+        CHECK(spec["text"] == plain);
+        const int drafted = spec["usage"]["drafted_tokens"].get<int>(), accepted = spec["usage"]["accepted_tokens"].get<int>();
+        CHECK(drafted > 0);
+        CHECK(accepted > 0);
+        CHECK(accepted <= drafted);
+        const json off = complete(c, "off", rp, {{"speculative", false}});
+        CHECK(off["text"] == plain);
+        CHECK(off["usage"]["drafted_tokens"] == 0);
+        const json status = c.call({{"id", 3}, {"op", "status"}});
+        CHECK(status["tokens"]["drafted"] == drafted);
+        CHECK(status["tokens"]["accepted"] == accepted);
+        CHECK(status["tokens"]["acceptance_rate"].get<double>() == doctest::Approx(double(accepted) / drafted));
+    }
+    auto opts = engine_daemon(COLIBRI_DEFAULT_MODEL);
+    opts["--speculative"] = "false";
+    daemon_process d(opts);
+    client c(d.socket_path());
+    const json off = complete(c, "daemon-off", rp);
+    CHECK(off["text"] == plain);
+    CHECK(off["usage"]["drafted_tokens"] == 0);
+}

@@ -63,7 +63,7 @@ TEST_CASE("complete request: every field") {
     auto req = parse_ok(R"({"id":7,"op":"complete","prompt":"a\u00e9\ud83d\ude00","suffix":"}\n",
         "max_tokens":16,"temperature":0,"top_p":0.5,"top_k":3,"min_p":0.1,
         "repeat_penalty":1.1,"seed":18446744073709551615,"stop":["\n\n","}"],"stream":false,"timeout_ms":2500,
-        "session":"nvim-12-3","max_lines":2,"stop_on_dedent":true})");
+        "session":"nvim-12-3","max_lines":2,"stop_on_dedent":true,"speculative":false})");
     CHECK(req.id == 7);
     auto& c = std::get<p::complete_request>(req.body);
     CHECK(c.prompt == "a\xc3\xa9\xf0\x9f\x98\x80");
@@ -83,6 +83,7 @@ TEST_CASE("complete request: every field") {
     CHECK(c.session == "nvim-12-3");
     CHECK(c.max_lines == 2);
     CHECK(c.stop_on_dedent);
+    CHECK_FALSE(c.speculative);
 }
 
 TEST_CASE("an overlong session name is refused by name") {
@@ -101,6 +102,7 @@ TEST_CASE("max_tokens 0 asks for a warm-up: the prompt only") {
     CHECK(c.session.empty());
     CHECK(c.max_lines == 0);
     CHECK_FALSE(c.stop_on_dedent);
+    CHECK(c.speculative); // on unless asked otherwise
 }
 
 TEST_CASE("stop may be a single string") {
@@ -278,6 +280,7 @@ TEST_CASE("to_json round-trips through parse_request") {
     c.session = "buffer-1";
     c.max_lines = 1;
     c.stop_on_dedent = true;
+    c.speculative = false;
     c.fault = {p::fault_kind::slow, 2, 15};
     const p::request reqs[] = {
         {"c", c},
@@ -301,7 +304,7 @@ TEST_CASE("events carry the id and the documented fields") {
 
     p::done_event d;
     d.reason = p::finish_reason::length;
-    d.usage = {5, 3, 0};
+    d.usage = {5, 3, 0, 6, 2};
     d.timings = {1.5, 2.0, 3.0, 4.0};
     d.seed = 99;
     auto done = p::make_done_event(7, d);
@@ -310,6 +313,8 @@ TEST_CASE("events carry the id and the documented fields") {
     CHECK(done["finish_reason"] == "length");
     CHECK(done["usage"]["prompt_tokens"] == 5);
     CHECK(done["usage"]["completion_tokens"] == 3);
+    CHECK(done["usage"]["drafted_tokens"] == 6);
+    CHECK(done["usage"]["accepted_tokens"] == 2);
     CHECK(done["timings"]["ttft_ms"] == 4.0);
     CHECK_FALSE(done.contains("text"));
     auto back = p::parse_done_event(done);

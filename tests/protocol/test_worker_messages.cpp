@@ -28,7 +28,7 @@ TEST_CASE("worker-to-supervisor messages round-trip") {
     CHECK(piece.job == 4);
     CHECK(piece.text == "\xe4\xb8\xad\n");
 
-    w::done_msg d{5, p::finish_reason::stop, {10, 3, 2}, 1.25, 7.5, {{"slots", 4}, {"hits", 1}}};
+    w::done_msg d{5, p::finish_reason::stop, {10, 3, 2, 8, 5}, 1.25, 7.5, {{"slots", 4}, {"hits", 1}}};
     auto done = std::get<w::done_msg>(w::decode_from_worker(w::encode(d)));
     CHECK(done.cache == d.cache);
     d.cache = nullptr;

@@ -60,6 +60,7 @@ struct complete_request {
     int max_tokens = 128; ///< 0: only process the prompt into the cache (warm-up)
     int max_lines = 0;    ///< end before line max_lines + 1; 0: no limit
     bool stop_on_dedent = false; ///< end before a line indented less than the cursor's line
+    bool speculative = true;     ///< drafts from the context (the same tokens, fewer steps)
     float temperature = 0.8f;
     float top_p = 0.95f;
     int top_k = 40;
@@ -111,6 +112,8 @@ struct usage {
     int prompt_tokens = 0;
     int completion_tokens = 0;
     int cached_tokens = 0;
+    int drafted_tokens = 0;  ///< drafted from the context and verified
+    int accepted_tokens = 0; ///< of those, kept
     bool operator==(const usage&) const = default;
 };
 
