@@ -203,9 +203,13 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     // them, and the drafts are kept while they are what was sampled. The first token sampled
     // otherwise ends the run and comes first in the next batch; the rejected drafts' cache
     // rows are dropped. The same samples in the same order: the same tokens as without drafts.
+    // At most three drafted tokens: a batch of four costs about one plain step on the CPU,
+    // and longer drafts lost more than they kept on the measured workloads
+    // (docs/performance-log.md)
+    constexpr int draft_cap = 3;
     ngram_drafter drafter;
     const size_t vocab = s.get_model().hp().n_vocab;
-    double draft_len = 4; // average accepted run, which the next draft's length follows
+    double draft_len = draft_cap; // average accepted run, which the next draft's length follows
     std::vector<int32_t> batch;
     res.reason = finish_reason::length;
     if (req.max_tokens > 0 && cancelled()) {
@@ -225,7 +229,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
             // drafts no further than the tokens still to generate and the context allow
             const int room = std::min({req.max_tokens - res.n_generated_tokens - 1, s.n_ctx() - s.n_past() - 1,
                                        s.n_batch() - 1, session::max_draft});
-            const int want = std::min(room, static_cast<int>(draft_len + 1.5));
+            const int want = std::min({room, draft_cap, static_cast<int>(draft_len + 1.5)});
             batch.assign(1, id);
             if (req.speculative && want > 0) {
                 const std::vector<int32_t> d = drafter.draft(tokens, want);

@@ -39,7 +39,7 @@ public:
     session(const session&) = delete;
     session& operator=(const session&) = delete;
 
-    /// Most drafted tokens a batch verifies: logit_rows of eval() goes up to max_draft + 1.
+    /// Most drafted tokens a batch can verify: logit_rows of eval() goes up to max_draft + 1.
     static constexpr int max_draft = 8;
 
     /// Runs tokens [0, n) at positions n_past() .. n_past()+n-1 and appends them to the cache,

@@ -12,6 +12,7 @@
 #include "model/session.h"
 #include "model/profiled_backend.h"
 #include "sampling/sampler.h"
+#include "tools/bench_speculative.h"
 
 #include <algorithm>
 #include <array>
@@ -326,7 +327,7 @@ int run_on_device(const std::string& model_path, const std::string& device, size
 
 int main(int argc, char** argv) {
     auto process_start = clock_type::now();
-    std::string model_path, shape, quant = "q8_0", threads_list, cache_dir, json_file, device = "cpu";
+    std::string model_path, shape, quant = "q8_0", threads_list, cache_dir, json_file, device = "cpu", speculative;
     int gpu_memory_mib = 0;
     int prompt_tokens = 512, gen_tokens = 128, reps = 3, bandwidth_mib = 1024, batch = session::default_batch;
     po::options_description opts("colibri-bench: measure a model on the CPU (or a GPU: --device) against the machine's limits\n\n"
@@ -354,6 +355,9 @@ int main(int argc, char** argv) {
         ("bandwidth-mib", po::value(&bandwidth_mib), "buffer of the bandwidth probe (default 1024 MiB)")
         ("f32-act", "keep activations in f32 for q8_0/q4_0 weights (default: int8 integer dot products)")
         ("routing", "print per-layer expert selection counts of the decode phase")
+        ("speculative", po::value(&speculative), "instead: a greedy completion of --gen-tokens after the prompt in this "
+                                                 "file, plainly and with drafts from the context, alternating --reps times "
+                                                 "(the first --threads count)")
         ("ops", "time the last repetition's prefill and decode by operation (on the CPU), decode's each against its "
                 "bytes at the read bandwidth")
         ("json", "print one JSON object instead of text")
@@ -447,6 +451,7 @@ int main(int argc, char** argv) {
         }
         const vec_kernels& vk = best_vec_kernels();
         const std::vector<int> threads = threads_list.empty() ? std::vector<int>{usable_cpu_count()} : parse_list(threads_list);
+        if (!speculative.empty()) return run_speculative(model_path, speculative, threads.front(), gen_tokens, reps, json);
 
         // load to ready: map + validate + tokenizer + backend + a session
         const auto t_load = clock_type::now();

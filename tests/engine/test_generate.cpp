@@ -561,3 +561,27 @@ TEST_CASE("a copy-heavy completion of the default model keeps most drafts, with 
     MESSAGE("drafts kept: " << spec.r.n_accepted_tokens << " of " << spec.r.n_drafted_tokens);
     CHECK(spec.r.n_accepted_tokens * 2 > spec.r.n_drafted_tokens);
 }
+
+TEST_CASE("sampled with drafts, fifty seeds give plain decoding's fifty completions") {
+    // The same draws in the same order: every seed's text is plain decoding's, so the
+    // distribution over seeds is too
+    auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
+    const std::string fn = "def pop(self):\n    item = self.items.pop()\n    self.size -= 1\n    return item\n\n";
+    generate_request req;
+    req.prompt = "class Stack:\n" + fn + "class Queue:\n" + fn.substr(0, 16);
+    req.max_tokens = 24;
+    req.sampling.temperature = 0.7f;
+    int accepted = 0, distinct = 0;
+    std::string last;
+    for (uint64_t seed = 1; seed <= 50; ++seed) {
+        CAPTURE(seed);
+        req.sampling.seed = seed;
+        const run_result plain = run_generate(*rt, req, false), spec = run_generate(*rt, req, true);
+        CHECK(spec.text == plain.text);
+        accepted += spec.r.n_accepted_tokens;
+        distinct += plain.text != last ? 1 : 0;
+        last = plain.text;
+    }
+    CHECK(accepted > 10); // drafts kept under sampling too
+    CHECK(distinct > 10); // the seeds do sample different texts
+}

@@ -1,0 +1,86 @@
+#include "tools/bench_speculative.h"
+
+#include "api/runtime.h"
+#include "core/error.h"
+#include "generate/generate.h"
+#include "model/session.h"
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+namespace colibri {
+
+namespace {
+
+struct run {
+    std::string text;
+    generate_result r;
+    double tok_s() const { return r.n_generated_tokens > 1 ? (r.n_generated_tokens - 1) * 1000.0 / r.generate_ms : 0.0; }
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+} // namespace
+
+int run_speculative(const std::string& model_path, const std::string& prompt_file, int threads, int gen_tokens, int reps,
+                    bool json) {
+    std::ifstream in(prompt_file, std::ios::binary);
+    if (!in) throw error(errc::io, prompt_file + ": cannot open");
+    std::stringstream buf;
+    buf << in.rdbuf();
+    const std::string prompt = buf.str();
+    auto rt = load_runtime(model_path, "cpu", threads);
+    const int n_ctx = static_cast<int>(std::min<uint32_t>(rt->mdl->hp().n_ctx, 8192));
+    auto once = [&](bool speculative) {
+        session s(*rt->mdl, *rt->be, n_ctx); // a fresh cache: the whole prompt each time
+        sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
+        generate_request req;
+        req.prompt = prompt;
+        req.max_tokens = gen_tokens;
+        req.sampling.temperature = 0.0f;
+        req.speculative = speculative;
+        run out;
+        out.r = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
+            out.text.append(p);
+            return true;
+        });
+        return out;
+    };
+    std::vector<double> plain_tok_s, spec_tok_s;
+    run plain, spec;
+    for (int rep = 0; rep < reps; ++rep) { // alternating: the host's state moves
+        plain = once(false);
+        spec = once(true);
+        plain_tok_s.push_back(plain.tok_s());
+        spec_tok_s.push_back(spec.tok_s());
+    }
+    const bool same = plain.text == spec.text;
+    const double p = median(plain_tok_s), sp = median(spec_tok_s);
+    if (json) {
+        const nlohmann::json j = {{"model", model_path}, {"prompt_file", prompt_file}, {"threads", threads},
+                                  {"prompt_tokens", spec.r.n_prompt_tokens}, {"generated_tokens", spec.r.n_generated_tokens},
+                                  {"plain_tok_s", p}, {"speculative_tok_s", sp}, {"speedup", p > 0 ? sp / p : 0.0},
+                                  {"drafted_tokens", spec.r.n_drafted_tokens}, {"accepted_tokens", spec.r.n_accepted_tokens},
+                                  {"same_text", same}};
+        std::printf("%s\n", j.dump().c_str());
+    } else {
+        std::printf("speculative decoding, %s: prompt %d tokens, %d generated (greedy), %d threads, %d repetitions\n",
+                    prompt_file.c_str(), spec.r.n_prompt_tokens, spec.r.n_generated_tokens, threads, reps);
+        std::printf("  plain        %8.1f tok/s\n", p);
+        std::printf("  speculative  %8.1f tok/s   %.2fx, %d of %d drafted tokens kept (%.0f%%)\n", sp, p > 0 ? sp / p : 0.0,
+                    spec.r.n_accepted_tokens, spec.r.n_drafted_tokens,
+                    spec.r.n_drafted_tokens > 0 ? 100.0 * spec.r.n_accepted_tokens / spec.r.n_drafted_tokens : 0.0);
+        std::printf("  text         %s\n", same ? "identical" : "DIFFERS");
+    }
+    return same ? 0 : 1;
+}
+
+} // namespace colibri

@@ -1,0 +1,16 @@
+#pragma once
+// colibri-bench --speculative: a copy-heavy completion with and without drafts from the
+// context, the same request, the engines' real generation path.
+
+#include <string>
+
+namespace colibri {
+
+/// Greedy completion of gen_tokens after the prompt in `prompt_file`, plainly and with
+/// speculative decoding, alternating, reps times each: medians of decode tok/s, the
+/// drafts kept, and whether the two texts are identical (they must be). Returns the exit
+/// status.
+int run_speculative(const std::string& model_path, const std::string& prompt_file, int threads, int gen_tokens, int reps,
+                    bool json);
+
+} // namespace colibri
