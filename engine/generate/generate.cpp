@@ -157,6 +157,15 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
 
     // reuse the cached common prefix, prefill the rest in batches
     const size_t common = reusable_prefix(s.history(), tokens);
+    // Drafts may also come from the cached text this prompt leaves behind (the last
+    // completion, as the next keystroke asks again), with the few tokens before it that
+    // lead into it
+    std::vector<int32_t> context;
+    if (req.speculative) {
+        const auto h = s.history();
+        const size_t from = common > size_t(ngram_drafter::max_n) ? common - size_t(ngram_drafter::max_n) : 0;
+        if (common < h.size()) context.assign(h.begin() + std::ptrdiff_t(from), h.begin() + std::ptrdiff_t(std::min(h.size(), common + 1024)));
+    }
     s.truncate(static_cast<int>(common));
     res.n_cached_tokens = static_cast<int>(common);
     auto cancelled = [&] { return req.cancelled && req.cancelled(); };
@@ -208,6 +217,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     // (docs/performance-log.md)
     constexpr int draft_cap = 3;
     ngram_drafter drafter;
+    size_t in_context = 0; // tokens appended to the drafts' context so far
     const size_t vocab = s.get_model().hp().n_vocab;
     double draft_len = draft_cap; // average accepted run, which the next draft's length follows
     std::vector<int32_t> batch;
@@ -232,7 +242,9 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
             const int want = std::min({room, draft_cap, static_cast<int>(draft_len + 1.5)});
             batch.assign(1, id);
             if (req.speculative && want > 0) {
-                const std::vector<int32_t> d = drafter.draft(tokens, want);
+                context.insert(context.end(), tokens.begin() + std::ptrdiff_t(in_context), tokens.end());
+                in_context = tokens.size();
+                const std::vector<int32_t> d = drafter.draft(context, want);
                 batch.insert(batch.end(), d.begin(), d.end());
             }
             const int n = static_cast<int>(batch.size());

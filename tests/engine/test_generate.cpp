@@ -585,3 +585,34 @@ TEST_CASE("sampled with drafts, fifty seeds give plain decoding's fifty completi
     CHECK(accepted > 10); // drafts kept under sampling too
     CHECK(distinct > 10); // the seeds do sample different texts
 }
+
+TEST_CASE("typing the start of the last completion drafts the rest of it from the session's cache") {
+    auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
+    session s(*rt->mdl, *rt->be, 256, 16);
+    auto complete_on = [&](session& on, const std::string& prompt) {
+        sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
+        generate_request req;
+        req.prompt = prompt;
+        req.max_tokens = 24;
+        req.sampling.temperature = 0.0f;
+        run_result out;
+        out.r = generate(on, *rt->tok, smp, req, [&](std::string_view p) {
+            out.text.append(p);
+            return true;
+        });
+        return out;
+    };
+    const std::string prompt = "import os\n\n\ndef read_lines(path):\n    ";
+    const run_result first = complete_on(s, prompt);
+    REQUIRE(first.text.size() > 4);
+    // the user types the suggestion's first characters: the next request asks again
+    const std::string typed = prompt + first.text.substr(0, 3);
+    const run_result again = complete_on(s, typed);
+    session fresh(*rt->mdl, *rt->be, 256, 16);
+    const run_result cold = complete_on(fresh, typed);
+    CHECK(again.text == cold.text);
+    MESSAGE("drafts kept after typing: " << again.r.n_accepted_tokens << " of " << again.r.n_drafted_tokens
+                                         << "; on a fresh session " << cold.r.n_accepted_tokens << " of " << cold.r.n_drafted_tokens);
+    CHECK(again.r.n_accepted_tokens > cold.r.n_accepted_tokens);
+    CHECK(again.r.n_accepted_tokens * 2 > again.r.n_generated_tokens);
+}
