@@ -37,6 +37,10 @@ public:
         eos_ = th.eos_id;
         add_bos_ = (th.flags & format::tok_add_bos) != 0;
         fim_suffix_first_ = (th.flags & format::tok_fim_spm) != 0;
+        // decode drops the leading space only of a model that adds one (add_dummy_prefix):
+        // its encoding of "a" starts with U+2581
+        std::vector<std::string> probe;
+        strips_leading_space_ = sp_.Encode("a", &probe).ok() && !probe.empty() && probe[0].starts_with("\xE2\x96\x81");
         for (int id = 0; id < sp_.GetPieceSize(); ++id) {
             if (sp_.IsControl(id)) controls_.add(sp_.IdToPiece(id), {id, false, false});
             if (!sp_.IsControl(id) && !sp_.IsUnknown(id) && looks_special(sp_.IdToPiece(id))) spelled_out_.push_back(id);

@@ -1,5 +1,7 @@
 #include "colibri/protocol/codec.hpp"
 
+#include "json_numbers.hpp"
+
 #include <array>
 #include <cmath>
 #include <limits>
@@ -419,17 +421,17 @@ done_event parse_done_event(const json& j) {
         if (!reason) throw protocol_error(error_code::internal, "unknown finish_reason");
         d.reason = *reason;
         const json& u = j.at(field::usage);
-        d.usage.prompt_tokens = u.at(field::prompt_tokens).get<int>();
-        d.usage.completion_tokens = u.at(field::completion_tokens).get<int>();
-        d.usage.cached_tokens = u.at(field::cached_tokens).get<int>();
-        d.usage.drafted_tokens = u.value(field::drafted_tokens, 0);
-        d.usage.accepted_tokens = u.value(field::accepted_tokens, 0);
+        d.usage.prompt_tokens = token_count(u, field::prompt_tokens);
+        d.usage.completion_tokens = token_count(u, field::completion_tokens);
+        d.usage.cached_tokens = token_count(u, field::cached_tokens);
+        d.usage.drafted_tokens = token_count(u, field::drafted_tokens, 0);
+        d.usage.accepted_tokens = token_count(u, field::accepted_tokens, 0);
         const json& t = j.at(field::timings);
         d.timings.queued_ms = t.at(field::queued_ms).get<double>();
         d.timings.prefill_ms = t.at(field::prefill_ms).get<double>();
         d.timings.decode_ms = t.at(field::decode_ms).get<double>();
         d.timings.ttft_ms = t.at(field::ttft_ms).get<double>();
-        d.seed = j.at(field::seed).get<std::uint64_t>();
+        d.seed = whole_number(j, field::seed);
         if (auto it = j.find(field::text); it != j.end()) d.text = it->get<std::string>();
         return d;
     } catch (const json::exception& e) {

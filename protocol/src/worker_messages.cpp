@@ -1,5 +1,7 @@
 #include "colibri/protocol/worker_messages.hpp"
 
+#include "json_numbers.hpp"
+
 #include "colibri/protocol/codec.hpp"
 
 namespace colibri::protocol::worker {
@@ -100,12 +102,12 @@ to_worker decode_to_worker(std::string_view line) {
             auto parsed = parse_request(dump_line(r), limits);
             if (auto* err = std::get_if<request_error>(&parsed))
                 throw protocol_error(error_code::internal, "bad run request: " + err->message);
-            return run_msg{j.at("job").get<std::uint64_t>(),
+            return run_msg{whole_number(j, "job"),
                            std::get<complete_request>(std::get<request>(parsed).body),
-                           j.at("seed").get<std::uint64_t>()};
+                           whole_number(j, "seed")};
         }
-        if (t == "cancel") return cancel_msg{j.at("job").get<std::uint64_t>()};
-        if (t == "ping") return ping_msg{j.at("n").get<std::uint64_t>()};
+        if (t == "cancel") return cancel_msg{whole_number(j, "job")};
+        if (t == "ping") return ping_msg{whole_number(j, "n")};
         if (t == "shutdown") return shutdown_msg{};
         throw protocol_error(error_code::internal, "unknown worker message '" + t + "'");
     });
@@ -115,30 +117,30 @@ from_worker decode_from_worker(std::string_view line) {
     const json j = parse_object(line);
     return decoding([&]() -> from_worker {
         const auto t = j.at("t").get<std::string>();
-        if (t == "piece") return piece_msg{j.at("job").get<std::uint64_t>(), j.at("text").get<std::string>()};
+        if (t == "piece") return piece_msg{whole_number(j, "job"), j.at("text").get<std::string>()};
         if (t == "done") {
             done_msg d;
-            d.job = j.at("job").get<std::uint64_t>();
+            d.job = whole_number(j, "job");
             const auto r = finish_reason_from_string(j.at("finish_reason").get<std::string>());
             if (!r) throw protocol_error(error_code::internal, "unknown finish_reason");
             d.reason = *r;
             const json& u = j.at("usage");
-            d.tokens.prompt_tokens = u.at("prompt_tokens").get<int>();
-            d.tokens.completion_tokens = u.at("completion_tokens").get<int>();
-            d.tokens.cached_tokens = u.at("cached_tokens").get<int>();
-            d.tokens.drafted_tokens = u.at("drafted_tokens").get<int>();
-            d.tokens.accepted_tokens = u.at("accepted_tokens").get<int>();
+            d.tokens.prompt_tokens = token_count(u, "prompt_tokens");
+            d.tokens.completion_tokens = token_count(u, "completion_tokens");
+            d.tokens.cached_tokens = token_count(u, "cached_tokens");
+            d.tokens.drafted_tokens = token_count(u, "drafted_tokens");
+            d.tokens.accepted_tokens = token_count(u, "accepted_tokens");
             d.prefill_ms = j.at("prefill_ms").get<double>();
             d.decode_ms = j.at("decode_ms").get<double>();
             if (auto it = j.find("cache"); it != j.end()) d.cache = *it;
             return d;
         }
-        if (t == "pong") return pong_msg{j.at("n").get<std::uint64_t>()};
-        if (t == "progress") return progress_msg{j.at("job").get<std::uint64_t>()};
+        if (t == "pong") return pong_msg{whole_number(j, "n")};
+        if (t == "progress") return progress_msg{whole_number(j, "job")};
         if (t == "ready") return ready_msg{j.at("info")};
         if (t == "error") {
             const auto c = error_code_from_string(j.at("code").get<std::string>());
-            return error_msg{j.at("job").get<std::uint64_t>(), c.value_or(error_code::internal),
+            return error_msg{whole_number(j, "job"), c.value_or(error_code::internal),
                              j.at("message").get<std::string>()};
         }
         if (t == "fatal") return fatal_msg{j.at("message").get<std::string>()};

@@ -62,3 +62,15 @@ TEST_CASE("malformed worker messages throw protocol_error") {
                     p::protocol_error);
     CHECK_THROWS_AS(w::decode_to_worker("[]"), p::protocol_error);
 }
+
+TEST_CASE("numbers that are not whole or out of range are refused, not converted") {
+    for (const char* line : {R"({"t":"cancel","job":1e64})", R"({"t":"cancel","job":-1})", R"({"t":"ping","n":2.5})",
+                             R"({"t":"piece","job":99999999999999999999999,"text":"x"})"}) {
+        CAPTURE(line);
+        CHECK_THROWS_AS(w::decode_to_worker(line), p::protocol_error);
+    }
+    CHECK_THROWS_AS(w::decode_from_worker(R"({"t":"done","job":1,"finish_reason":"stop","usage":{"prompt_tokens":1e10,)"
+                                          R"("completion_tokens":1,"cached_tokens":0,"drafted_tokens":0,"accepted_tokens":0},)"
+                                          R"("prefill_ms":1,"decode_ms":1})"),
+                    p::protocol_error);
+}
