@@ -151,9 +151,13 @@ double percentile(std::vector<double> v, double p) {
     return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
+bool speculative = true; // --no-speculative: every request asks for plain decoding
+
 json complete_req(const json& id, const std::string& prompt, int max_tokens) {
-    return {{"id", id}, {"op", "complete"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
-            {"timeout_ms", 600000}};
+    json req = {{"id", id}, {"op", "complete"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+                {"timeout_ms", 600000}};
+    if (!speculative) req["speculative"] = false;
+    return req;
 }
 
 std::string default_text() {
@@ -186,7 +190,8 @@ int main(int argc, char** argv) {
         "burst", po::value(&burst), "typing: keystrokes per burst (default 5)")(
         "pause-ms", po::value(&pause_ms), "typing: pause after each burst (default 4000)")(
         "max-tokens", po::value(&max_tokens), "typing: tokens per completion (default 16)")(
-        "json", po::bool_switch(&as_json), "one JSON object per measurement");
+        "json", po::bool_switch(&as_json), "one JSON object per measurement")(
+        "no-speculative", "requests without drafts from the context (the daemon's speculative decoding off)");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -195,6 +200,7 @@ int main(int argc, char** argv) {
         std::cerr << "colibri-typing-bench: " << e.what() << "\n";
         return 2;
     }
+    speculative = vm.count("no-speculative") == 0;
     if (vm.count("help")) {
         std::cout << opts;
         return 0;
