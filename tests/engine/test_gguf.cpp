@@ -6,6 +6,7 @@
 #include "convert/ggml_quants.h"
 #include "convert/gguf_file.h"
 #include "convert/gguf_tokenizer.h"
+#include "convert/rope_scaling.h"
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "gguf_writer.h"
@@ -590,6 +591,36 @@ TEST_CASE("linear RoPE scaling from GGUF metadata becomes the frequency divisors
     REQUIRE(rt->mdl->rope_freqs() != nullptr);
     const auto* f = reinterpret_cast<const float*>(rt->mdl->rope_freqs()->data);
     for (uint64_t i = 0; i < rt->mdl->hp().head_dim / 2; ++i) CHECK(f[i] == 4.0f);
+}
+
+TEST_CASE("DeepSeek's YaRN from GGUF metadata: the divisors over the roped part and llama.cpp's score scale") {
+    test::temp_dir dir;
+    test::gguf_builder b{gguf_file(gguf_fixture("deepseek2"))};
+    b.set("deepseek2.rope.scaling.type", std::string("yarn"));
+    b.set("deepseek2.rope.scaling.factor", 40.0f);
+    b.set("deepseek2.rope.scaling.original_context_length", uint32_t(16));
+    b.set("deepseek2.rope.scaling.yarn_log_multiplier", 0.0707f); // 0.1 * mscale_all_dim, as llama.cpp writes it
+    const std::string out = dir.file("yarn.colibri");
+    convert_gguf(write_gguf(dir, "yarn.gguf", b.bytes()), out, std::nullopt, {});
+    auto rt = load_runtime(out, "cpu", 1);
+    const format::hparams& hp = rt->mdl->hp();
+    REQUIRE(rt->mdl->rope_freqs() != nullptr);
+    CHECK(rt->mdl->rope_freqs()->shape[0] == hp.rope_dim / 2);
+    rope_scaling rs;
+    rs.type = rope_scaling::kind::yarn;
+    rs.factor = 40.0;
+    rs.original_ctx = 16;
+    const std::vector<float> want = rope_freq_factors(rs, hp.rope_theta, static_cast<int>(hp.rope_dim));
+    const auto* f = reinterpret_cast<const float*>(rt->mdl->rope_freqs()->data);
+    for (uint32_t i = 0; i < hp.rope_dim / 2; ++i) CHECK(f[i] == want[i]);
+    const double m = 1.0 + double(0.0707f) / 0.1 * 0.1 * std::log(40.0);
+    CHECK(hp.attention_scale == doctest::Approx(m * m / std::sqrt(double(hp.head_dim))).epsilon(1e-6));
+    CHECK((hp.rope_attn_factor == 0.0f || hp.rope_attn_factor == 1.0f)); // cos and sin unscaled, as llama.cpp's
+    // a generation at positions past the original context runs
+    session s(*rt->mdl, *rt->be, 64);
+    std::vector<int32_t> ids(40, 7);
+    s.eval(ids.data(), int(ids.size()));
+    for (int i = 0; i < int(hp.n_vocab); ++i) REQUIRE(std::isfinite(s.logits()[i]));
 }
 
 TEST_CASE("truncated and corrupted GGUF files are refused with a clear message") {
