@@ -549,9 +549,10 @@ TEST_CASE("speculative decoding gives plain decoding's tokens on every family, g
 
 TEST_CASE("a copy-heavy completion of the default model keeps most drafts, with the same text") {
     auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
-    const std::string fn = "def push(self, item):\n    self.items.append(item)\n    self.size += 1\n    return self\n\n";
+    const std::string prompt = "class Stack:\n    def push(self, item):\n        self.items.append(item)\n"
+                               "        self.size += 1\n        return self\n\n\nclass Queue:\n    def push(self, item):\n";
     generate_request req;
-    req.prompt = "class Stack:\n" + fn + "class Queue:\n" + fn.substr(0, 20);
+    req.prompt = prompt; // a view: the string outlives the request
     req.max_tokens = 48;
     req.sampling.temperature = 0.0f;
     const run_result plain = run_generate(*rt, req, false), spec = run_generate(*rt, req, true);
@@ -566,9 +567,10 @@ TEST_CASE("sampled with drafts, fifty seeds give plain decoding's fifty completi
     // The same draws in the same order: every seed's text is plain decoding's, so the
     // distribution over seeds is too
     auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
-    const std::string fn = "def pop(self):\n    item = self.items.pop()\n    self.size -= 1\n    return item\n\n";
+    const std::string prompt = "class Stack:\n    def pop(self):\n        item = self.items.pop()\n"
+                               "        self.size -= 1\n        return item\n\n\nclass Queue:\n    def pop(self):\n";
     generate_request req;
-    req.prompt = "class Stack:\n" + fn + "class Queue:\n" + fn.substr(0, 16);
+    req.prompt = prompt;
     req.max_tokens = 24;
     req.sampling.temperature = 0.7f;
     int accepted = 0, distinct = 0;
