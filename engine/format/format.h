@@ -1,5 +1,5 @@
 #pragma once
-// The .colibri v1 file layout: on-disk structures, packed little-endian.
+// The .colibri file layout: on-disk structures, packed little-endian.
 // docs/model-format.md is the normative description; keep the two in step.
 
 #include <cstddef>
