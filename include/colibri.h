@@ -99,6 +99,14 @@ colibri_status colibri_session_create(colibri_model* model, const colibri_sessio
                                       colibri_session** out);
 void colibri_session_free(colibri_session* session);
 
+/** Another file given as context for a completion (an open buffer, a yanked snippet). */
+typedef struct colibri_context_file {
+    const char* name; /**< its path or name (NULL: none) */
+    size_t name_len;
+    const char* text;
+    size_t text_len;
+} colibri_context_file;
+
 typedef struct colibri_generate_params {
     int max_tokens;       /**< tokens to generate at most (default 128) */
     float temperature;    /**< 0: greedy (default 0.8) */
@@ -144,6 +152,16 @@ typedef struct colibri_generate_params {
      *  the tokens of plain decoding in fewer steps where the completion repeats its
      *  context; 0: one token per step. */
     int speculative;
+    /** Other files' text placed before the prompt (NULL: none). Models with repository
+     *  tokens (StarCoder, Qwen2.5-Coder) get it in their trained layout ([file_sep] name,
+     *  text per file); others get each text after a "--- snippet ---" line. Only as much of
+     *  its end as leaves room for the prompt and max_tokens is used. */
+    const colibri_context_file* context;
+    size_t n_context;
+    /** Ends the completion before a line indented by fewer whitespace characters than this
+     *  (blank lines never end it); 0: no limit (default). With stop_on_dedent the larger
+     *  bound holds. */
+    int min_indent;
 } colibri_generate_params;
 
 void colibri_generate_params_init(colibri_generate_params* params);

@@ -27,6 +27,32 @@ void require_range(const char* name, T value, T lo, T hi) {
 
 std::string default_socket_path() { return protocol::default_socket_path(); }
 
+http_address parse_http_address(const std::string& spec) {
+    http_address a;
+    if (spec.rfind("unix:", 0) == 0) {
+        a.unix_socket = true;
+        a.path = spec.substr(5);
+        if (a.path.empty() || a.path[0] != '/') throw config_error("--http unix:PATH needs an absolute path");
+        return a;
+    }
+    const auto colon = spec.rfind(':');
+    if (colon == std::string::npos) throw config_error("--http must be HOST:PORT or unix:PATH (got '" + spec + "')");
+    a.host = spec.substr(0, colon);
+    if (a.host.size() >= 2 && a.host.front() == '[' && a.host.back() == ']') a.host = a.host.substr(1, a.host.size() - 2);
+    if (a.host.empty()) throw config_error("--http needs a host, such as 127.0.0.1:8012 (got '" + spec + "')");
+    const std::string port = spec.substr(colon + 1);
+    try {
+        std::size_t used = 0;
+        const int n = std::stoi(port, &used);
+        if (used != port.size() || n < 1 || n > 65535) throw std::out_of_range("port");
+        a.port = static_cast<unsigned short>(n);
+    } catch (const std::exception&) {
+        throw config_error("--http: bad port '" + port + "'");
+    }
+    return a;
+}
+
+
 command_line parse_command_line(int argc, const char* const* argv) {
     command_line out;
     daemon_config& c = out.config;
@@ -70,6 +96,14 @@ command_line parse_command_line(int argc, const char* const* argv) {
          "repeats its context); false turns it off for every request, true leaves it to each request's 'speculative'")
         ("fim-order", po::value(&c.fim_order)->default_value(c.fim_order), "fill-in-the-middle prompt order: auto (the order the model file records: spm for Colibri's default model, else psm), psm (prefix, suffix, middle), or spm (suffix first: keeps the cache valid up to the cursor; only for models trained with it, such as StarCoder and CodeLlama)");
 
+    po::options_description http("HTTP (llama-server's /infill and /completion, OpenAI's /v1/completions)");
+    http.add_options()
+        ("http", po::value(&c.http), "also answer HTTP on HOST:PORT (such as 127.0.0.1:8012) or unix:PATH; off unless given. "
+                                     "An address other machines can reach needs --api-key-file")
+        ("api-key-file", po::value(&c.api_key_file), "file holding the key HTTP clients must send (Authorization: Bearer KEY)")
+        ("http-timeout-ms", po::value(&c.http_timeout_ms)->default_value(c.http_timeout_ms),
+         "time a client may take to send a whole request, and that an idle keep-alive connection stays open");
+
     po::options_description watchdog("Watchdog");
     watchdog.add_options()
         ("ping-interval-ms", po::value(&w.ping_interval_ms)->default_value(w.ping_interval_ms), "worker liveness probe period")
@@ -88,7 +122,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
         ("enable-fault-injection", po::bool_switch(&c.enable_fault_injection), "accept the debug_fault request field, and let SIGUSR1 wedge the event loop (tests only)");
 
     po::options_description all("colibrid: the Colibri completion daemon\n\nUsage: colibrid --model FILE [options]");
-    all.add(general).add(limits).add(cache).add(watchdog).add(advanced);
+    all.add(general).add(limits).add(cache).add(http).add(watchdog).add(advanced);
 
     po::variables_map vm;
     try {
@@ -126,6 +160,9 @@ command_line parse_command_line(int argc, const char* const* argv) {
     require_range<std::int64_t>("max-timeout-ms", c.max_timeout_ms, 1, INT64_C(1) << 40);
     require_range<std::int64_t>("default-timeout-ms", c.default_timeout_ms, 1, c.max_timeout_ms);
     require_range("shutdown-grace-ms", c.shutdown_grace_ms, 0, 3600000);
+    require_range("http-timeout-ms", c.http_timeout_ms, 100, 3600000);
+    if (!c.http.empty()) parse_http_address(c.http);
+    if (!c.api_key_file.empty() && c.http.empty()) throw config_error("--api-key-file is for --http, which is not given");
     require_range("ping-interval-ms", w.ping_interval_ms, 1, 3600000);
     require_range("liveness-timeout-ms", w.liveness_timeout_ms, 1, 3600000);
     require_range("progress-timeout-ms", w.progress_timeout_ms, 1, 86400000);

@@ -39,6 +39,10 @@ struct daemon_config {
     int prompt_batch = 128;         ///< prompt tokens evaluated at once (cancellation waits for the current batch)
     bool speculative = true;        ///< drafts from the context unless a request turns them off
 
+    std::string http;         ///< HOST:PORT or unix:PATH; empty: no HTTP
+    std::string api_key_file; ///< the Bearer key HTTP clients must send; empty: none
+    int http_timeout_ms = 10000; ///< to receive a whole request; also the keep-alive idle time
+
     std::size_t max_connections = 256;
     std::size_t max_queue = 64;
     std::size_t max_inflight_per_connection = 16;
@@ -60,6 +64,17 @@ class config_error : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
+
+/// Where --http listens.
+struct http_address {
+    bool unix_socket = false;
+    std::string path; ///< unix:PATH
+    std::string host; ///< otherwise HOST:PORT ([v6]:PORT)
+    unsigned short port = 0;
+};
+
+/// Parses --http. Throws config_error.
+http_address parse_http_address(const std::string& spec);
 
 /// What parse_command_line decided.
 struct command_line {

@@ -15,12 +15,13 @@
 
 #include "colibri/protocol/line_framer.hpp"
 #include "job.hpp"
+#include "job_sink.hpp"
 
 namespace colibri::daemon {
 
 class server;
 
-class connection : public std::enable_shared_from_this<connection> {
+class connection final : public job_sink, public std::enable_shared_from_this<connection> {
 public:
     using socket_type = boost::asio::local::stream_protocol::socket;
 
@@ -30,7 +31,7 @@ public:
 
     void start();
     /// Queues one event line.
-    void send(const nlohmann::json& event);
+    void send(const nlohmann::json& event) override;
     /// Sends a last event, then closes (too_large, forbidden, connection limit).
     void send_and_close(const nlohmann::json& event);
     /// Closes now; unfinished jobs are cancelled silently by the server.
@@ -38,7 +39,7 @@ public:
 
     /// The connection's unfinished completions, by id.dump().
     std::unordered_map<std::string, std::shared_ptr<job>>& jobs() { return jobs_; }
-    void forget(const std::string& key);
+    void forget(const std::string& key) override;
     bool stopped() const { return stopped_; }
 
 private:

@@ -11,10 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "colibri/protocol/messages.hpp"
+#include "job_sink.hpp"
 
 namespace colibri::daemon {
-
-class connection;
 
 struct job {
     using clock = std::chrono::steady_clock;
@@ -27,8 +26,8 @@ struct job {
     std::string key;            ///< id.dump(): unique among the connection's jobs
     protocol::complete_request req;
     std::uint64_t seed = 0;
-    std::weak_ptr<connection> conn;
-    const void* owner = nullptr; ///< the connection, as the fairness key of the queue
+    std::weak_ptr<job_sink> sink; ///< where its events go
+    const void* owner = nullptr;  ///< the client (connection or HTTP peer), as the fairness key of the queue
     state st = state::queued;
     clock::time_point accepted;
     clock::time_point started;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "connection.hpp"
 #include "log.hpp"
 
 namespace colibri::daemon {
@@ -131,7 +130,7 @@ void scheduler::finish(const std::shared_ptr<job>& j, const nlohmann::json& fina
         auto it = sessions_.find(j->req.session);
         if (it != sessions_.end() && it->second.lock() == j) sessions_.erase(it);
     }
-    if (auto c = j->conn.lock()) {
+    if (auto c = j->sink.lock()) {
         if (!final_event.is_null()) c->send(final_event);
         c->forget(j->key);
     }
@@ -188,7 +187,7 @@ void scheduler::on_piece(std::uint64_t seq, std::string_view text) {
     job& j = *keep;
     if (j.pieces++ == 0) j.first_piece = clock::now();
     if (j.req.stream) {
-        if (auto c = j.conn.lock()) c->send(p::make_piece_event(j.id, text));
+        if (auto c = j.sink.lock()) c->send(p::make_piece_event(j.id, text));
     } else {
         j.text.append(text);
     }

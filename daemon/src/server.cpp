@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 
 #include "colibri/protocol/codec.hpp"
@@ -40,8 +42,9 @@ server::server(asio::io_context& io, const daemon_config& cfg, listen_socket soc
       signals_(io, SIGTERM, SIGINT), grace_timer_(io), wedge_signal_(io), policy_(policy),
       reporter_(io, notifier, [this] { return service_status(); }), scheduler_(io, cfg),
       supervisor_(io, std::move(launch), cfg.watchdog, make_supervisor_handlers()),
-      started_(std::chrono::steady_clock::now()) {
+      started_(std::chrono::steady_clock::now()), started_unix_(static_cast<std::int64_t>(std::time(nullptr))) {
     acceptor_.assign(asio::local::stream_protocol(), listen_.release_fd());
+    if (!cfg.http.empty()) http_ = std::make_unique<http_front>(io, cfg, *this, policy);
     scheduler_.attach(supervisor_);
     limits_.max_tokens = cfg.max_tokens;
     limits_.allow_fault_injection = cfg.enable_fault_injection;
@@ -61,6 +64,7 @@ void server::start() {
     }
     wait_signals();
     do_accept();
+    if (http_) http_->start();
     supervisor_.start();
     reporter_.start();
 }
@@ -205,8 +209,18 @@ void server::handle_line(const std::shared_ptr<connection>& conn, std::string_vi
         req.body);
 }
 
+std::optional<p::request_error> server::submit_job(const std::shared_ptr<job>& j) {
+    if (!cfg_.speculative) j->req.speculative = false;
+    return scheduler_.submit(j);
+}
+
+std::string server::model_name() const {
+    std::string name = std::filesystem::path(cfg_.model).filename().string();
+    if (const auto dot = name.rfind(".colibri"); dot != std::string::npos && dot + 8 == name.size()) name.resize(dot);
+    return name;
+}
+
 void server::handle_complete(const std::shared_ptr<connection>& conn, const json& id, p::complete_request req) {
-    if (!cfg_.speculative) req.speculative = false;
     std::string key = id.dump();
     auto& jobs = conn->jobs();
     if (jobs.count(key)) {
@@ -226,10 +240,10 @@ void server::handle_complete(const std::shared_ptr<connection>& conn, const json
     j->id = id;
     j->key = key;
     j->req = std::move(req);
-    j->conn = conn;
+    j->sink = conn;
     j->owner = conn.get();
     jobs.emplace(key, j);
-    if (auto err = scheduler_.submit(j)) {
+    if (auto err = submit_job(j)) {
         jobs.erase(key);
         conn->send(p::make_error_event(err->id, err->code, err->message));
     }
@@ -285,6 +299,7 @@ json server::status_event(const json& id) const {
             {"queue_depth", scheduler_.queue_depth()},
             {"in_flight", scheduler_.in_flight()},
             {"connections", connections_.size()},
+            {"http", http_ ? json{{"listen", http_->where()}, {"connections", http_->sessions()}} : json(nullptr)},
             {"requests",
              {{"served", st.served},
               {"cancelled", st.cancelled},
@@ -318,6 +333,7 @@ void server::begin_shutdown(int signo) {
     acceptor_.close(ignored);
     accept_retry_.cancel();
     listen_.remove_file();
+    if (http_) http_->stop(false); // running HTTP completions finish within the grace period
     scheduler_.stop_accepting();
     if (scheduler_.in_flight() == 0) {
         finish_shutdown();
@@ -342,6 +358,7 @@ void server::finish_shutdown() {
     auto conns = connections_;
     for (auto& c : conns) c->send_and_close(p::make_error_event(nullptr, p::error_code::unavailable,
                                                                  "the daemon is shutting down"));
+    if (http_) http_->stop(true);
     supervisor_.shutdown([this] {
         if (connections_.empty()) io_.stop();
     });

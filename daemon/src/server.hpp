@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -17,6 +18,7 @@
 #include "colibri/protocol/messages.hpp"
 #include "config.hpp"
 #include "connection.hpp"
+#include "http_front.hpp"
 #include "listen_socket.hpp"
 #include "scheduler.hpp"
 #include "sd_notify.hpp"
@@ -42,6 +44,18 @@ public:
     void on_disconnect(const std::shared_ptr<connection>& conn);
     void cancel_jobs(const std::shared_ptr<connection>& conn);
 
+    // Called by HTTP sessions.
+    /// Queues a completion; on rejection returns the error and keeps nothing.
+    std::optional<protocol::request_error> submit_job(const std::shared_ptr<job>& j);
+    /// `notify` false: its client is gone, end it silently.
+    void cancel_job(const std::shared_ptr<job>& j, bool notify) { scheduler_.cancel(j, notify); }
+    nlohmann::json health_event(const nlohmann::json& id) const;
+    /// The model's name for clients: its file name without the extension.
+    std::string model_name() const;
+    const nlohmann::json& model_info() const { return supervisor_.model_info(); }
+    /// Unix time the daemon started.
+    std::int64_t started_at() const { return started_unix_; }
+
 private:
     supervisor::handlers make_supervisor_handlers();
     void do_accept();
@@ -59,7 +73,6 @@ private:
                          protocol::complete_request req);
     void handle_cancel(const std::shared_ptr<connection>& conn, const nlohmann::json& id,
                        const nlohmann::json& target);
-    nlohmann::json health_event(const nlohmann::json& id) const;
     nlohmann::json status_event(const nlohmann::json& id) const;
 
     boost::asio::io_context& io_;
@@ -76,7 +89,9 @@ private:
     scheduler scheduler_;
     supervisor supervisor_;
     std::set<std::shared_ptr<connection>> connections_;
+    std::unique_ptr<http_front> http_;
     std::chrono::steady_clock::time_point started_;
+    std::int64_t started_unix_ = 0;
     bool shutting_down_ = false;
     bool finished_ = false;
     worker_state last_state_ = worker_state::stopped;

@@ -98,6 +98,12 @@ public:
         gp.seed = job.seed;
         gp.max_lines = req.max_lines;
         gp.stop_on_dedent = req.stop_on_dedent ? 1 : 0;
+        gp.min_indent = req.min_indent;
+        std::vector<colibri_context_file> context;
+        for (const auto& f : req.context)
+            context.push_back({f.filename.data(), f.filename.size(), f.text.data(), f.text.size()});
+        gp.context = context.empty() ? nullptr : context.data();
+        gp.n_context = context.size();
         gp.speculative = req.speculative ? 1 : 0;
         gp.fim_spm = fim_spm_;
         std::vector<const char*> stop;

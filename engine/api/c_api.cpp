@@ -181,6 +181,9 @@ void colibri_generate_params_init(colibri_generate_params* p) {
     p->max_lines = 0;
     p->stop_on_dedent = 0;
     p->fim_spm = -1;
+    p->context = nullptr;
+    p->n_context = 0;
+    p->min_indent = 0;
     p->parse_special = 0;
     p->speculative = 1;
 }
@@ -189,7 +192,7 @@ namespace {
 
 // The engine request for C parameters (strings are views into the caller's memory).
 colibri_status to_request(const colibri_generate_params* params, const char* prompt, size_t prompt_len,
-                          colibri::generate_request& req) {
+                          colibri::generate_request& req, std::vector<colibri::context_file>& context) {
     colibri_generate_params p;
     colibri_generate_params_init(&p);
     if (params != nullptr) p = *params;
@@ -206,6 +209,8 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
     if (p.max_lines < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "max_lines must be >= 0");
     req.max_lines = p.max_lines;
     req.stop_on_dedent = p.stop_on_dedent != 0;
+    if (p.min_indent < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "min_indent must be >= 0");
+    req.min_indent = p.min_indent;
     req.speculative = p.speculative != 0;
     req.specials = p.parse_special != 0 ? colibri::special_tokens::parsed : colibri::special_tokens::as_text;
     if (p.fim_spm >= 0) req.order = p.fim_spm != 0 ? colibri::fim_order::spm : colibri::fim_order::psm;
@@ -223,6 +228,16 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
         void* user = p.cancel_user;
         req.cancelled = [cancel, user] { return cancel(user) != 0; };
     }
+    if (p.n_context > 0 && p.context == nullptr)
+        return fail(COLIBRI_ERR_INVALID_ARGUMENT, "context is NULL but n_context > 0");
+    for (size_t i = 0; i < p.n_context; ++i) {
+        const colibri_context_file& f = p.context[i];
+        if ((f.name == nullptr && f.name_len != 0) || (f.text == nullptr && f.text_len != 0))
+            return fail(COLIBRI_ERR_INVALID_ARGUMENT, "a context file's name or text is NULL with a length");
+        context.push_back({std::string_view(f.name != nullptr ? f.name : "", f.name_len),
+                           std::string_view(f.text != nullptr ? f.text : "", f.text_len)});
+    }
+    req.context = context;
     if (p.n_stop > 0 && p.stop == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "stop is NULL but n_stop > 0");
     for (size_t i = 0; i < p.n_stop; ++i) {
         if (p.stop[i] == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "a stop string is NULL");
@@ -241,7 +256,8 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
     }
     return guarded([&] {
         colibri::generate_request req;
-        if (colibri_status st = to_request(params, prompt, prompt_len, req); st != COLIBRI_OK) return st;
+        std::vector<colibri::context_file> context;
+        if (colibri_status st = to_request(params, prompt, prompt_len, req, context); st != COLIBRI_OK) return st;
         const auto& rt = *session->model->rt;
         const colibri::generate_result r = colibri::generate(
             *session->s, *rt.tok, *session->smp, req, [&](std::string_view piece) {
@@ -276,8 +292,11 @@ colibri_status colibri_prompt_match(const colibri_model* model, colibri_session*
     }
     return guarded([&] {
         colibri::generate_request req;
-        if (colibri_status st = to_request(params, prompt, prompt_len, req); st != COLIBRI_OK) return st;
-        const auto tokens = colibri::prompt_tokens(*model->rt->tok, req);
+        std::vector<colibri::context_file> context;
+        if (colibri_status st = to_request(params, prompt, prompt_len, req, context); st != COLIBRI_OK) return st;
+        // The worker's sessions share one context size; without sessions, the model's.
+        const int n_ctx = n_sessions > 0 ? sessions[0]->s->n_ctx() : static_cast<int>(model->rt->mdl->hp().n_ctx);
+        const auto tokens = colibri::prompt_tokens(*model->rt->tok, req, n_ctx);
         for (size_t i = 0; i < n_sessions; ++i) n_reusable[i] = colibri::reusable_prefix(sessions[i]->s->history(), tokens);
         if (n_prompt_tokens != nullptr) *n_prompt_tokens = tokens.size();
         return COLIBRI_OK;

@@ -13,14 +13,15 @@ struct family_tokens {
     std::string_view name;
     std::string_view prefix, suffix, middle;
     std::array<std::string_view, 5> stop; // empty entries unused
+    std::string_view repo_name = {}, file_sep = {};
 };
 
 constexpr family_tokens families[] = {
     // StarCoder, StarCoder2, Granite (whose end of text is <|end_of_text|>), the default model
     {fim_kind::starcoder, "starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
-     {"<|endoftext|>", "<fim_pad>", "<file_sep>", "</s>", "<|end_of_text|>"}},
+     {"<|endoftext|>", "<fim_pad>", "<file_sep>", "</s>", "<|end_of_text|>"}, "<reponame>", "<file_sep>"},
     {fim_kind::qwen, "qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
-     {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>"}},
+     {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>"}, "<|repo_name|>", "<|file_sep|>"},
     {fim_kind::deepseek, "deepseek", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
      "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
      {"<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "<|EOT|>", "", "", ""}},
@@ -48,6 +49,11 @@ fim_template make(const tokenizer& tok, const family_tokens& f, bool strict) {
         if (s.empty()) continue;
         const int32_t id = tok.piece_to_id(s);
         if (id >= 0) t.stop.push_back(id);
+    }
+    if (!f.file_sep.empty()) {
+        t.repo_name = tok.piece_to_id(f.repo_name);
+        t.file_sep = tok.piece_to_id(f.file_sep);
+        if (t.repo_name < 0 || t.file_sep < 0) t.repo_name = t.file_sep = -1;
     }
     return t;
 }
@@ -113,6 +119,29 @@ void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_v
     tok.encode(suffix, out, specials);
     out.push_back(t.middle);
     if (order == fim_order::spm) tok.encode(prefix, out, specials);
+}
+
+void build_context_prompt(const tokenizer& tok, const fim_template& t, std::span<const context_file> files,
+                          std::vector<int32_t>& out, special_tokens specials) {
+    if (files.empty()) return;
+    const bool repo = t.repo_name >= 0 && t.file_sep >= 0;
+    if (repo) {
+        out.push_back(t.repo_name);
+        tok.encode("myproject\n", out, special_tokens::as_text);
+    }
+    for (const context_file& f : files) {
+        if (repo) {
+            out.push_back(t.file_sep);
+            tok.encode(std::string(f.name.empty() ? "tmp" : f.name) + "\n", out, specials);
+        } else {
+            tok.encode("\n\n--- snippet ---\n\n", out, special_tokens::as_text);
+        }
+        tok.encode(f.text, out, specials);
+    }
+    if (repo) {
+        out.push_back(t.file_sep);
+        tok.encode("filename\n", out, special_tokens::as_text);
+    }
 }
 
 } // namespace colibri

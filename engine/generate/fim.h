@@ -4,6 +4,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -23,6 +24,13 @@ struct fim_template {
     fim_kind kind = fim_kind::none;
     int32_t prefix = -1, suffix = -1, middle = -1; ///< middle -1: the family has none (codestral)
     std::vector<int32_t> stop; ///< end-of-middle / end-of-text tokens the family uses
+    int32_t repo_name = -1, file_sep = -1; ///< repository-level tokens (starcoder, qwen); -1: none
+};
+
+/// Another file given as context for a completion (an open buffer, a yanked snippet).
+struct context_file {
+    std::string_view name;
+    std::string_view text;
 };
 
 /// The first family whose three tokens are all in the vocabulary; kind none when none is.
@@ -46,5 +54,13 @@ bool parse_fim_order(std::string_view name, fim_order& out);
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix, std::string_view suffix,
                       fim_order order, std::vector<int32_t>& out,
                       special_tokens specials = special_tokens::as_text);
+
+/// Appends other files' text to out, for placing before a prompt. With the template's
+/// repository tokens it is the layout the model was trained on ([repo_name]myproject\n,
+/// then [file_sep]name\n text per file, then [file_sep]filename\n for the file being
+/// edited); without them each text follows a "--- snippet ---" line. Both as llama-server
+/// builds its infill prompts.
+void build_context_prompt(const tokenizer& tok, const fim_template& t, std::span<const context_file> files,
+                          std::vector<int32_t>& out, special_tokens specials = special_tokens::as_text);
 
 } // namespace colibri

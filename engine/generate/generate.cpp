@@ -107,10 +107,12 @@ int last_line_indent(std::string_view text) {
     return n;
 }
 
-std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request& req, fim_template* fim_out) {
+std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request& req, int n_ctx,
+                                   fim_template* fim_out) {
     std::vector<int32_t> tokens;
     const bool bos = req.add_bos < 0 ? tok.add_bos() : req.add_bos != 0;
     if (bos && tok.bos_id() >= 0) tokens.push_back(tok.bos_id());
+    const size_t head = tokens.size();
     fim_template fim;
     if (req.suffix) fim = req.fim ? fim_for(tok, *req.fim) : detect_fim(tok);
     if (fim.kind != fim_kind::none) {
@@ -118,6 +120,16 @@ std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request&
         build_fim_prompt(tok, fim, req.prompt, *req.suffix, order, tokens, req.specials);
     } else {
         tok.encode(req.prompt, tokens, req.specials);
+    }
+    if (!req.context.empty()) {
+        // The newest context is last: keep the end of it that fits.
+        std::vector<int32_t> context;
+        build_context_prompt(tok, fim.kind != fim_kind::none ? fim : detect_fim(tok), req.context, context,
+                             req.specials);
+        const std::int64_t room = std::int64_t{n_ctx} - std::int64_t(tokens.size()) - std::max(0, req.max_tokens) - 1;
+        const size_t take = static_cast<size_t>(std::clamp<std::int64_t>(room, 0, std::int64_t(context.size())));
+        tokens.insert(tokens.begin() + static_cast<std::ptrdiff_t>(head), context.end() - static_cast<std::ptrdiff_t>(take),
+                      context.end());
     }
     if (fim_out != nullptr) *fim_out = std::move(fim);
     return tokens;
@@ -138,7 +150,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
 
     generate_result res;
     fim_template fim;
-    std::vector<int32_t> tokens = prompt_tokens(tok, req, &fim);
+    std::vector<int32_t> tokens = prompt_tokens(tok, req, s.n_ctx(), &fim);
     res.fim = fim.kind;
     // End-of-text tokens of the model's FIM family end generation, and so does a FIM token
     // itself (the model starting a new infilling frame), with or without a suffix.
@@ -186,7 +198,8 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
 
     text_stream stream(tok, false);
     stop_matcher stops(req.stop);
-    line_limiter lines(req.max_lines, req.stop_on_dedent ? last_line_indent(req.prompt) : -1);
+    const int indent = std::max(req.stop_on_dedent ? last_line_indent(req.prompt) : -1, req.min_indent > 0 ? req.min_indent : -1);
+    line_limiter lines(req.max_lines, indent);
     auto emit = [&](const std::string& text) { return text.empty() || on_piece(text); };
     // One generated token through EOS, the text pipeline and the limits; false when it ends
     // generation (res.reason says why).

@@ -29,6 +29,9 @@ struct generate_request {
     /// Where the suffix goes in a FIM prompt; nullopt: the order the model was trained
     /// with (tokenizer::fim_suffix_first).
     std::optional<fim_order> order;
+    /// Other files' text placed before the prompt (build_context_prompt); only as much of
+    /// its end as leaves the prompt and max_tokens room in the context.
+    std::span<const context_file> context;
     int max_tokens = 128;
     sampling_params sampling;
     std::vector<std::string> stop; ///< generation ends before the first match; never emitted
@@ -43,6 +46,9 @@ struct generate_request {
     /// Completion text ends before a line indented less than the prompt's last line (the
     /// cursor's line); blank lines never end it. Whitespace characters count one column each.
     bool stop_on_dedent = false;
+    /// Completion text ends before a line indented by fewer whitespace characters than this
+    /// (llama-server's n_indent); 0: no limit. With stop_on_dedent the larger bound holds.
+    int min_indent = 0;
     /// Polled between prompt batches and tokens, and between the layers of each; true ends
     /// generation (cancelled).
     std::function<bool()> cancelled;
@@ -63,9 +69,11 @@ struct generate_result {
     double generate_ms = 0; ///< the rest
 };
 
-/// The prompt's token ids as generate() builds them (BOS, FIM framing); sets *fim to the
-/// template used when fim is not null. Throws colibri::error for a bad request.
-std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request& req, fim_template* fim = nullptr);
+/// The prompt's token ids as generate() builds them (BOS, context files, FIM framing) for a
+/// context of n_ctx tokens; sets *fim to the template used when fim is not null. Throws
+/// colibri::error for a bad request.
+std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request& req, int n_ctx,
+                                   fim_template* fim = nullptr);
 
 /// How many leading tokens of `tokens` a session with this history can reuse: the common
 /// prefix, less one when it covers every token (the last one is recomputed for its logits).

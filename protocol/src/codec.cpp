@@ -26,6 +26,9 @@ constexpr const char* session = "session";
 constexpr const char* max_tokens = "max_tokens";
 constexpr const char* max_lines = "max_lines";
 constexpr const char* stop_on_dedent = "stop_on_dedent";
+constexpr const char* min_indent = "min_indent";
+constexpr const char* context = "context";
+constexpr const char* filename = "filename";
 constexpr const char* speculative = "speculative";
 constexpr const char* drafted_tokens = "drafted_tokens";
 constexpr const char* accepted_tokens = "accepted_tokens";
@@ -189,6 +192,25 @@ std::vector<std::string> read_stop(const json& v, const request_limits& limits) 
     return out;
 }
 
+std::vector<context_file> read_context(const json& v, const request_limits& limits) {
+    if (!v.is_array()) bad("'context' must be an array of {\"filename\", \"text\"} objects");
+    if (v.size() > limits.max_context_files)
+        bad("'context' holds at most " + std::to_string(limits.max_context_files) + " files");
+    std::vector<context_file> out;
+    for (const json& f : v) {
+        if (!f.is_object()) bad("'context' must be an array of {\"filename\", \"text\"} objects");
+        object_reader r(f);
+        context_file c;
+        auto text = r.string(field::text);
+        if (!text) bad("a 'context' file needs 'text'");
+        c.text = std::move(*text);
+        if (auto name = r.string(field::filename)) c.filename = std::move(*name);
+        r.reject_unknown();
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
 fault_spec read_fault(const json& v) {
     if (!v.is_object()) bad("'debug_fault' must be an object");
     object_reader r(v);
@@ -220,6 +242,8 @@ complete_request read_complete(object_reader& r, const request_limits& limits) {
         c.max_tokens = static_cast<int>(*n);
     if (auto n = r.integer(field::max_lines, 0, 1 << 20)) c.max_lines = static_cast<int>(*n);
     if (auto b = r.boolean(field::stop_on_dedent)) c.stop_on_dedent = *b;
+    if (auto n = r.integer(field::min_indent, 0, 1 << 20)) c.min_indent = static_cast<int>(*n);
+    if (const json* v = r.get(field::context)) c.context = read_context(*v, limits);
     if (auto b = r.boolean(field::speculative)) c.speculative = *b;
     if (auto x = r.number(field::temperature, 0.0, 10.0)) c.temperature = static_cast<float>(*x);
     if (auto x = r.number(field::top_p, 0.0, 1.0)) c.top_p = static_cast<float>(*x);
@@ -336,6 +360,16 @@ json to_json(const request& req) {
                 j[field::max_tokens] = body.max_tokens;
                 if (body.max_lines != 0) j[field::max_lines] = body.max_lines;
                 if (body.stop_on_dedent) j[field::stop_on_dedent] = true;
+                if (body.min_indent != 0) j[field::min_indent] = body.min_indent;
+                if (!body.context.empty()) {
+                    json files = json::array();
+                    for (const auto& f : body.context) {
+                        json o = {{field::text, f.text}};
+                        if (!f.filename.empty()) o[field::filename] = f.filename;
+                        files.push_back(std::move(o));
+                    }
+                    j[field::context] = std::move(files);
+                }
                 if (!body.speculative) j[field::speculative] = false;
                 j[field::temperature] = body.temperature;
                 j[field::top_p] = body.top_p;

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace colibri::test {
 
@@ -328,6 +329,119 @@ bool client::wait_closed(std::chrono::milliseconds timeout) {
     } catch (const std::runtime_error&) {
         return false;
     }
+}
+
+std::string client::read_until(const std::string& needle, std::chrono::milliseconds timeout) {
+    const auto deadline = clock_type::now() + timeout;
+    for (;;) {
+        const auto at = buf_.find(needle);
+        if (at != std::string::npos) {
+            std::string out = buf_.substr(0, at + needle.size());
+            buf_.erase(0, at + needle.size());
+            return out;
+        }
+        pollfd pfd{fd_, POLLIN, 0};
+        const int left = remaining_ms(deadline);
+        if (left == 0 || ::poll(&pfd, 1, left) == 0) throw std::runtime_error("timed out waiting for '" + needle + "'");
+        char tmp[65536];
+        const ssize_t n = ::recv(fd_, tmp, sizeof(tmp), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw std::runtime_error("the connection closed before '" + needle + "'; got: " + buf_);
+        buf_.append(tmp, static_cast<std::size_t>(n));
+    }
+}
+
+std::string client::read_to_eof(std::chrono::milliseconds timeout) {
+    const auto deadline = clock_type::now() + timeout;
+    for (;;) {
+        pollfd pfd{fd_, POLLIN, 0};
+        const int left = remaining_ms(deadline);
+        if (left == 0 || ::poll(&pfd, 1, left) == 0) throw std::runtime_error("timed out waiting for the close");
+        char tmp[65536];
+        const ssize_t n = ::recv(fd_, tmp, sizeof(tmp), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        buf_.append(tmp, static_cast<std::size_t>(n));
+    }
+    return std::exchange(buf_, {});
+}
+
+std::vector<http_response> parse_http_responses(const std::string& raw) {
+    std::vector<http_response> out;
+    std::size_t at = 0;
+    while (at < raw.size()) {
+        const auto head_end = raw.find("\r\n\r\n", at);
+        if (head_end == std::string::npos) throw std::runtime_error("incomplete HTTP headers: " + raw.substr(at));
+        std::istringstream head(raw.substr(at, head_end - at));
+        http_response r;
+        std::string line, version;
+        std::getline(head, line);
+        std::istringstream status(line);
+        status >> version >> r.status;
+        while (std::getline(head, line)) {
+            if (!line.empty() && line.back() == '\r') line.pop_back();
+            const auto colon = line.find(':');
+            if (colon == std::string::npos) continue;
+            std::string name = line.substr(0, colon);
+            for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            r.headers[name] = line.substr(line.find_first_not_of(' ', colon + 1));
+        }
+        at = head_end + 4;
+        if (r.headers["transfer-encoding"] == "chunked") {
+            for (;;) {
+                const auto eol = raw.find("\r\n", at);
+                if (eol == std::string::npos) throw std::runtime_error("incomplete chunk");
+                const std::size_t size = std::stoul(raw.substr(at, eol - at), nullptr, 16);
+                at = eol + 2;
+                if (size == 0) {
+                    at += 2;
+                    break;
+                }
+                r.body += raw.substr(at, size);
+                at += size + 2;
+            }
+        } else if (r.headers.count("content-length")) {
+            const std::size_t size = std::stoul(r.headers["content-length"]);
+            r.body = raw.substr(at, size);
+            at += size;
+        } else {
+            r.body = raw.substr(at);
+            at = raw.size();
+        }
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+std::string http_request_bytes(const std::string& method, const std::string& target, const std::string& body,
+                               bool keep_alive, const std::vector<std::string>& headers) {
+    std::string req = method + " " + target + " HTTP/1.1\r\nHost: localhost\r\n";
+    if (!keep_alive) req += "Connection: close\r\n";
+    if (!body.empty() || method == "POST") {
+        req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    }
+    for (const auto& h : headers) req += h + "\r\n";
+    return req + "\r\n" + body;
+}
+
+http_response http_call(const std::string& path, const std::string& method, const std::string& target,
+                        const std::string& body, const std::vector<std::string>& headers,
+                        std::chrono::milliseconds timeout) {
+    client c(path);
+    c.send_raw(http_request_bytes(method, target, body, false, headers));
+    const auto responses = parse_http_responses(c.read_to_eof(timeout));
+    if (responses.size() != 1) throw std::runtime_error("expected one HTTP response, got " + std::to_string(responses.size()));
+    return responses[0];
+}
+
+std::vector<std::string> sse_data(const std::string& body) {
+    std::vector<std::string> out;
+    std::istringstream in(body);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+    }
+    return out;
 }
 
 bool is_final(const json& event) {

@@ -112,6 +112,10 @@ public:
     json call(const json& request);
     /// true when the daemon closes the connection within the timeout.
     bool wait_closed(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+    /// Raw bytes up to and including the first `needle` (for HTTP); throws on timeout or EOF.
+    std::string read_until(const std::string& needle, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+    /// Raw bytes until the daemon closes the connection; throws on timeout.
+    std::string read_to_eof(std::chrono::milliseconds timeout = std::chrono::seconds(10));
     void close();
     int fd() const { return fd_; }
 
@@ -121,6 +125,30 @@ private:
     std::string buf_;
     std::deque<json> stash_;
 };
+
+/// One HTTP response: header names lowercased, a chunked body joined.
+struct http_response {
+    int status = 0;
+    std::map<std::string, std::string> headers;
+    std::string body;
+    json json_body() const { return json::parse(body); }
+};
+
+/// Splits raw bytes into the HTTP responses they hold, in order.
+std::vector<http_response> parse_http_responses(const std::string& raw);
+
+/// One HTTP request (Connection: close) on the Unix socket at `path`; reads the response to
+/// the connection's end. `headers`: extra "Name: value" lines.
+http_response http_call(const std::string& path, const std::string& method, const std::string& target,
+                        const std::string& body = "", const std::vector<std::string>& headers = {},
+                        std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+/// The bytes of an HTTP/1.1 request.
+std::string http_request_bytes(const std::string& method, const std::string& target, const std::string& body,
+                               bool keep_alive, const std::vector<std::string>& headers = {});
+
+/// The payloads of a Server-Sent Events body's "data:" lines, in order.
+std::vector<std::string> sse_data(const std::string& body);
 
 /// A final event ends a request: done, error, or the reply of a non-streaming op.
 bool is_final(const json& event);

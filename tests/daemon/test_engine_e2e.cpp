@@ -32,6 +32,8 @@ struct reference_params {
     bool stop_on_dedent = false;
     int fim_spm = -1; // -1: the model file's FIM order
     bool parse_special = false;
+    int min_indent = 0;
+    std::vector<std::pair<std::string, std::string>> context; ///< name, text
 };
 
 /// The completion the engine produces in-process for the same request.
@@ -53,6 +55,11 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr, int*
     gp.stop_on_dedent = rp.stop_on_dedent ? 1 : 0;
     gp.fim_spm = rp.fim_spm;
     gp.parse_special = rp.parse_special ? 1 : 0;
+    gp.min_indent = rp.min_indent;
+    std::vector<colibri_context_file> context;
+    for (const auto& [name, text] : rp.context) context.push_back({name.data(), name.size(), text.data(), text.size()});
+    gp.context = context.empty() ? nullptr : context.data();
+    gp.n_context = context.size();
     std::vector<const char*> stop;
     for (const auto& s : rp.stop) stop.push_back(s.c_str());
     gp.stop = stop.empty() ? nullptr : stop.data();
@@ -520,4 +527,46 @@ TEST_CASE("engine: a copy-heavy completion is drafted from its context, with the
     const json off = complete(c, "daemon-off", rp);
     CHECK(off["text"] == plain);
     CHECK(off["usage"]["drafted_tokens"] == 0);
+}
+
+TEST_CASE("engine over HTTP: /infill with llama.vim's extra chunks gives the in-process completion with context") {
+    temp_dir dir;
+    const std::string http = dir.path() + "/http.sock";
+    auto opts = engine_daemon(COLIBRI_DEFAULT_MODEL);
+    opts["--http"] = "unix:" + http;
+    daemon_process d(opts);
+    reference_params rp;
+    rp.model = COLIBRI_DEFAULT_MODEL;
+    rp.prompt = "def total(items):\n    ";
+    rp.suffix = "\n\nprint(total([1, 2]))\n";
+    rp.max_tokens = 24;
+    rp.min_indent = 4;
+    rp.context = {{"util.py", "def count(items):\n    return len(items)\n"}, {"", "values = [3, 4]\n"}};
+    int n_prompt_with = 0, n_prompt_without = 0;
+    const std::string want = in_process(rp, nullptr, &n_prompt_with);
+    auto without = rp;
+    without.context.clear();
+    in_process(without, nullptr, &n_prompt_without);
+    CHECK(n_prompt_with > n_prompt_without + 10); // the chunks are in the prompt
+
+    const json body = {{"input_prefix", "def total(items):\n"},
+                       {"input_suffix", rp.suffix},
+                       {"prompt", "    "},
+                       {"input_extra", json::array({{{"filename", "util.py"}, {"text", rp.context[0].second}, {"time", 1}},
+                                                    {{"text", rp.context[1].second}}})},
+                       {"n_predict", rp.max_tokens},
+                       {"n_indent", 4},
+                       {"temperature", 0},
+                       {"samplers", {"top_k", "top_p", "infill"}},
+                       {"cache_prompt", true}};
+    auto r = http_call(http, "POST", "/infill", body.dump(), {}, std::chrono::seconds(30));
+    REQUIRE(r.status == 200);
+    const json j = r.json_body();
+    CHECK(j["content"] == want);
+    CHECK(j["tokens_evaluated"] == n_prompt_with);
+
+    // The same request again reuses the cached prompt.
+    auto again = http_call(http, "POST", "/infill", body.dump(), {}, std::chrono::seconds(30));
+    CHECK(again.json_body()["content"] == want);
+    CHECK(again.json_body()["timings"]["cache_n"].get<int>() >= n_prompt_with - 1);
 }

@@ -2,12 +2,16 @@
 // through the real worker loop (fault injection included) but generates deterministic
 // fake text instead of running a model. Built only with the tests; colibrid uses it only
 // when a test passes --worker-exe. A model file whose content starts with "fail" makes
-// it fail to start, like a corrupt model would.
+// it fail to start, like a corrupt model would; "slow N" makes every piece take N ms (for
+// clients that cannot ask for debug_fault).
 
+#include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <stdexcept>
+#include <thread>
 
 #include "fake_generator.hpp"
 #include "worker_loop.hpp"
@@ -19,6 +23,8 @@ using colibri::worker::generator;
 
 class fake_generator final : public generator {
 public:
+    explicit fake_generator(int piece_ms) : piece_ms_(piece_ms) {}
+
     nlohmann::json info() const override {
         return {{"architecture", "fake"}, {"quant", "none"}, {"backend", "cpu"}, {"n_ctx", 4096}};
     }
@@ -31,6 +37,7 @@ public:
         r.reason = c.reason;
         r.tokens.prompt_tokens = static_cast<int>(job.req.prompt.size());
         for (const auto& piece : c.pieces) {
+            if (piece_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(piece_ms_));
             if (!sink.piece(piece)) {
                 r.reason = p::finish_reason::cancelled;
                 break;
@@ -40,6 +47,9 @@ public:
         r.decode_ms = 0.01 * r.tokens.completion_tokens;
         return r;
     }
+
+private:
+    int piece_ms_;
 };
 
 } // namespace
@@ -56,6 +66,7 @@ int main(int argc, char** argv) {
         std::ifstream in(o.model);
         const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
         if (content.rfind("fail", 0) == 0) throw std::runtime_error("cannot load model '" + o.model + "': corrupt");
-        return std::unique_ptr<generator>(new fake_generator());
+        const int piece_ms = content.rfind("slow ", 0) == 0 ? std::atoi(content.c_str() + 5) : 0;
+        return std::unique_ptr<generator>(new fake_generator(piece_ms));
     });
 }

@@ -6,6 +6,7 @@
 #include "convert/convert.h"
 #include "core/error.h"
 #include "format/model_file.h"
+#include "generate/generate.h"
 #include "test_util.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/regex.h"
@@ -502,4 +503,31 @@ TEST_CASE("Oniguruma patterns are translated for PCRE2 where the two differ") {
     CHECK(onig_to_pcre2(R"([^\s\p{L}]+)") == R"([^\s\x{85}\p{L}]+)");
     CHECK(onig_to_pcre2(R"([]a]\\s)") == R"([]a]\\s)"); // literal ']' first; an escaped backslash
     CHECK_THROWS_AS(onig_to_pcre2(R"(\h+)"), error);
+}
+
+TEST_CASE("qwen's repository tokens frame context files as Qwen2.5-Coder was trained (and llama-server sends)") {
+    const auto tok = load(import_tokenizer_json(tokenizer_dir("qwen3") + "/tokenizer.json"));
+    const fim_template fim = detect_fim(*tok);
+    REQUIRE(fim.kind == fim_kind::qwen);
+    REQUIRE(fim.repo_name == tok->piece_to_id("<|repo_name|>"));
+    REQUIRE(fim.file_sep == tok->piece_to_id("<|file_sep|>"));
+    const std::vector<context_file> files = {{"src/util.py", "def helper():\n    return 1\n"}, {"", "x = 1\n"}};
+    generate_request req;
+    req.prompt = "def main():\n    ";
+    req.suffix = "\n";
+    req.context = files;
+    const std::vector<int32_t> ids = prompt_tokens(*tok, req, 4096);
+
+    std::vector<int32_t> want = {fim.repo_name};
+    tok->encode("myproject\n", want);
+    want.push_back(fim.file_sep);
+    tok->encode("src/util.py\n", want);
+    tok->encode(files[0].text, want);
+    want.push_back(fim.file_sep);
+    tok->encode("tmp\n", want); // a chunk without a name, as llama-server names it
+    tok->encode(files[1].text, want);
+    want.push_back(fim.file_sep);
+    tok->encode("filename\n", want);
+    build_fim_prompt(*tok, fim, req.prompt, *req.suffix, fim_order::psm, want);
+    CHECK(ids == want);
 }

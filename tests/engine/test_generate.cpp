@@ -451,7 +451,7 @@ TEST_CASE("user text that spells FIM or end-of-text tokens stays text in the pro
     req.prompt = "s = '<fim_suffix>' # <fim_middle>\n";
     req.suffix = "t = \"<fim_prefix></s>\"\n";
     fim_template used;
-    const std::vector<int32_t> ids = prompt_tokens(tok, req, &used);
+    const std::vector<int32_t> ids = prompt_tokens(tok, req, 4096, &used);
     for (const int32_t framing : {fim.prefix, fim.suffix, fim.middle}) {
         CHECK(std::count(ids.begin(), ids.end(), framing) == 1); // the engine's own framing only
     }
@@ -462,10 +462,43 @@ TEST_CASE("user text that spells FIM or end-of-text tokens stays text in the pro
     CHECK(suffix_text == req.suffix.value());
 
     req.specials = special_tokens::parsed;
-    const std::vector<int32_t> parsed = prompt_tokens(tok, req);
+    const std::vector<int32_t> parsed = prompt_tokens(tok, req, 4096);
     CHECK(std::count(parsed.begin(), parsed.end(), fim.suffix) == 2);
     CHECK(std::count(parsed.begin(), parsed.end(), fim.middle) == 2);
     CHECK(std::count(parsed.begin(), parsed.end(), tok.eos_id()) == 1);
+}
+
+TEST_CASE("context files go between BOS and the FIM prompt, each after a snippet line, keeping the end that fits") {
+    auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 1);
+    const tokenizer& tok = *rt->tok;
+    const fim_template fim = detect_fim(tok);
+    REQUIRE(fim.kind == fim_kind::starcoder);
+    REQUIRE(fim.file_sep < 0); // the default model has no repository tokens
+    const std::vector<context_file> files = {{"util.py", "def helper():\n    return 1\n"}, {"", "x = helper()\n"}};
+    generate_request req;
+    req.prompt = "def main():\n    ";
+    req.suffix = "\n";
+    req.max_tokens = 16;
+    const std::vector<int32_t> plain = prompt_tokens(tok, req, 4096);
+    req.context = files;
+    const std::vector<int32_t> ids = prompt_tokens(tok, req, 4096);
+
+    const auto head = std::find(plain.begin(), plain.end(), fim.prefix) - plain.begin();
+    std::vector<int32_t> want(plain.begin(), plain.begin() + head);
+    for (const context_file& f : files) {
+        tok.encode("\n\n--- snippet ---\n\n", want);
+        tok.encode(f.text, want);
+    }
+    want.insert(want.end(), plain.begin() + head, plain.end());
+    CHECK(ids == want);
+
+    // A small context keeps the context's end: the prompt and max_tokens still fit.
+    const auto ctx_len = static_cast<std::ptrdiff_t>(ids.size() - plain.size());
+    const int n_ctx = static_cast<int>(plain.size()) + req.max_tokens + 1 + 5;
+    const std::vector<int32_t> cut = prompt_tokens(tok, req, n_ctx);
+    REQUIRE(cut.size() == plain.size() + 5);
+    CHECK(std::equal(cut.begin() + head, cut.begin() + head + 5, ids.begin() + head + ctx_len - 5));
+    CHECK(prompt_tokens(tok, req, static_cast<int>(plain.size())) == plain);
 }
 
 #include "generate/draft.h"

@@ -86,6 +86,30 @@ TEST_CASE("complete request: every field") {
     CHECK_FALSE(c.speculative);
 }
 
+TEST_CASE("context files and min_indent: parsed, checked by name, and written back") {
+    auto req = parse_ok(R"({"id":1,"op":"complete","prompt":"x","min_indent":4,
+        "context":[{"filename":"a.py","text":"def a(): pass\n"},{"text":"b = 1\n"}]})");
+    auto& c = std::get<p::complete_request>(req.body);
+    CHECK(c.min_indent == 4);
+    REQUIRE(c.context.size() == 2);
+    CHECK(c.context[0] == p::context_file{"a.py", "def a(): pass\n"});
+    CHECK(c.context[1] == p::context_file{"", "b = 1\n"});
+    CHECK(parse_ok(p::to_json(req).dump()) == req);
+
+    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"x","context":{"text":"a"}})").message.find("'context'") !=
+          std::string::npos);
+    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"x","context":[{"filename":"a"}]})").message.find("'text'") !=
+          std::string::npos);
+    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"x","context":[{"text":"a","time":3}]})").message.find(
+              "'time'") != std::string::npos);
+    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"x","min_indent":-1})").message.find("'min_indent'") !=
+          std::string::npos);
+    p::request_limits two;
+    two.max_context_files = 2;
+    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"x","context":[{"text":"a"},{"text":"b"},{"text":"c"}]})", two)
+              .message.find("at most 2") != std::string::npos);
+}
+
 TEST_CASE("an overlong session name is refused by name") {
     const std::string line = R"({"id":1,"op":"complete","prompt":"x","session":")" + std::string(257, 's') + R"("})";
     const auto e = parse_err(line);

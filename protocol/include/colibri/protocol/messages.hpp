@@ -51,6 +51,13 @@ struct hello_request {
     bool operator==(const hello_request&) const = default;
 };
 
+/// Another file's text given as context for a completion.
+struct context_file {
+    std::string filename; ///< "" when none
+    std::string text;
+    bool operator==(const context_file&) const = default;
+};
+
 /// op "complete": generate a continuation of `prompt`.
 struct complete_request {
     std::string prompt;
@@ -60,6 +67,9 @@ struct complete_request {
     int max_tokens = 128; ///< 0: only process the prompt into the cache (warm-up)
     int max_lines = 0;    ///< end before line max_lines + 1; 0: no limit
     bool stop_on_dedent = false; ///< end before a line indented less than the cursor's line
+    int min_indent = 0;          ///< end before a line indented by fewer characters; 0: no limit
+    /// Other files' text placed before the prompt (the end that fits the context is kept).
+    std::vector<context_file> context;
     bool speculative = true;     ///< drafts from the context (the same tokens, fewer steps)
     float temperature = 0.8f;
     float top_p = 0.95f;
@@ -104,6 +114,7 @@ struct request_limits {
     int max_tokens = 4096;
     std::size_t max_stop = 16;
     std::size_t max_stop_bytes = 256;
+    std::size_t max_context_files = 256;
     bool allow_fault_injection = false;
 };
 
