@@ -20,7 +20,7 @@ set(MDWE_COMMENT "${COLIBRI_UNIT_MDWE_COMMENT}")
 string(MD5 destination "$ENV{DESTDIR}|${prefix}")
 set(stage "${COLIBRI_UNITS_STAGE_DIR}/${destination}")
 file(REMOVE_RECURSE "${stage}")
-foreach(unit colibrid.service colibrid.socket)
+foreach(unit colibrid.service colibrid.socket colibrid-http.socket)
   configure_file("${COLIBRI_SYSTEMD_SOURCE_DIR}/${unit}.in" "${stage}/system/${unit}" @ONLY)
   configure_file("${COLIBRI_SYSTEMD_SOURCE_DIR}/user/${unit}.in" "${stage}/user/${unit}" @ONLY)
 endforeach()
@@ -31,9 +31,9 @@ file(READ "${COLIBRI_DAEMON_CONFIG_EXAMPLE}" config)
 string(REGEX REPLACE "\nmodel = [^\n]*" "\nmodel = ${DATADIR}/colibri/models/default.colibri" config "${config}")
 file(WRITE "${stage}/config/colibrid.conf" "${config}")
 
-file(INSTALL "${stage}/system/colibrid.service" "${stage}/system/colibrid.socket"
+file(INSTALL "${stage}/system/colibrid.service" "${stage}/system/colibrid.socket" "${stage}/system/colibrid-http.socket"
      DESTINATION "${prefix}/lib/systemd/system" FILE_PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
-file(INSTALL "${stage}/user/colibrid.service" "${stage}/user/colibrid.socket"
+file(INSTALL "${stage}/user/colibrid.service" "${stage}/user/colibrid.socket" "${stage}/user/colibrid-http.socket"
      DESTINATION "${prefix}/lib/systemd/user" FILE_PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
 file(INSTALL "${stage}/sysusers/colibri.conf"
      DESTINATION "${prefix}/lib/sysusers.d" FILE_PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)

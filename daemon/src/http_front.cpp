@@ -2,8 +2,11 @@
 
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -79,40 +82,61 @@ void bind_unix(asio::basic_socket_acceptor<asio::generic::stream_protocol>& acce
 
 } // namespace
 
-http_front::http_front(asio::io_context& io, const daemon_config& cfg, server& srv, const peer_policy& policy)
-    : io_(io), cfg_(cfg), server_(srv), policy_(policy), address_(parse_http_address(cfg.http)), acceptor_(io),
-      accept_retry_(io) {
+http_front::http_front(asio::io_context& io, const daemon_config& cfg, server& srv, const peer_policy& policy,
+                       std::optional<int> activated)
+    : io_(io), cfg_(cfg), server_(srv), policy_(policy), acceptor_(io), accept_retry_(io) {
     limits_.max_tokens = cfg.max_tokens;
     limits_.allow_fault_injection = cfg.enable_fault_injection;
     if (!cfg.api_key_file.empty()) api_key_ = read_api_key(cfg.api_key_file);
     try {
-        if (address_.unix_socket) {
-            bind_unix(acceptor_, address_.path, policy.group);
-            where_ = "unix:" + address_.path;
-            return;
+        if (activated) {
+            // The socket unit decided the address; the same rules hold for it.
+            sockaddr_storage addr{};
+            socklen_t len = sizeof(addr);
+            if (::getsockname(*activated, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+                throw startup_error("cannot inspect the HTTP socket systemd passed");
+            const int family = addr.ss_family;
+            acceptor_.assign(asio::generic::stream_protocol(family, family == AF_UNIX ? 0 : IPPROTO_TCP), *activated);
+            activated_ = true;
+            address_.unix_socket = family == AF_UNIX;
+        } else {
+            address_ = parse_http_address(cfg.http);
+            if (address_.unix_socket) {
+                bind_unix(acceptor_, address_.path, policy.group);
+            } else {
+                asio::ip::tcp::resolver resolver(io);
+                const auto results = resolver.resolve(address_.host, std::to_string(address_.port),
+                                                      asio::ip::tcp::resolver::numeric_service);
+                const generic_endpoint gep{results.begin()->endpoint()};
+                acceptor_.open(gep.protocol());
+                acceptor_.set_option(asio::socket_base::reuse_address(true));
+                acceptor_.bind(gep);
+                acceptor_.listen();
+            }
         }
-        asio::ip::tcp::resolver resolver(io);
-        const auto results = resolver.resolve(address_.host, std::to_string(address_.port),
-                                              asio::ip::tcp::resolver::numeric_service);
-        const asio::ip::tcp::endpoint ep = results.begin()->endpoint();
-        if (!ep.address().is_loopback() && !api_key_)
-            throw startup_error("--http " + cfg.http + " is reachable from other machines: give --api-key-file, "
-                                "or listen on a loopback address such as 127.0.0.1:" + std::to_string(address_.port));
-        const generic_endpoint gep{ep};
-        acceptor_.open(gep.protocol());
-        acceptor_.set_option(asio::socket_base::reuse_address(true));
-        acceptor_.bind(gep);
-        acceptor_.listen();
-        std::ostringstream w;
-        w << ep;
-        where_ = w.str();
+        const generic_endpoint local = acceptor_.local_endpoint();
+        if (address_.unix_socket) {
+            const auto* un = reinterpret_cast<const sockaddr_un*>(local.data());
+            where_ = "unix:" + std::string(local.size() > offsetof(sockaddr_un, sun_path) ? un->sun_path : "");
+        } else {
+            asio::ip::tcp::endpoint ep;
+            std::memcpy(ep.data(), local.data(), local.size());
+            ep.resize(local.size());
+            if (!ep.address().is_loopback() && !api_key_)
+                throw startup_error("HTTP on " + ep.address().to_string() + " is reachable from other machines: give "
+                                    "--api-key-file, or listen on a loopback address such as 127.0.0.1:" +
+                                    std::to_string(ep.port()));
+            std::ostringstream w;
+            w << ep;
+            where_ = w.str();
+        }
     } catch (const boost::system::system_error& e) {
         throw startup_error("--http " + cfg.http + ": " + e.code().message());
     }
 }
 
 http_front::~http_front() {
-    if (address_.unix_socket && acceptor_.is_open()) ::unlink(address_.path.c_str());
+    if (address_.unix_socket && !activated_ && acceptor_.is_open()) ::unlink(address_.path.c_str());
 }
 
 void http_front::start() {
@@ -126,7 +150,7 @@ void http_front::stop(bool close_sessions) {
         boost::system::error_code ignored;
         accept_retry_.cancel();
         acceptor_.close(ignored);
-        if (address_.unix_socket) ::unlink(address_.path.c_str());
+        if (address_.unix_socket && !activated_) ::unlink(address_.path.c_str());
     }
     if (!close_sessions) return;
     auto all = sessions_;

@@ -25,8 +25,10 @@ class http_session;
 
 class http_front {
 public:
-    /// Binds now, so that a bad address fails at startup. Throws startup_error.
-    http_front(boost::asio::io_context& io, const daemon_config& cfg, server& srv, const peer_policy& policy);
+    /// Takes `activated` (a listening socket systemd passed) or binds --http now, so that a
+    /// bad address fails at startup. Throws startup_error.
+    http_front(boost::asio::io_context& io, const daemon_config& cfg, server& srv, const peer_policy& policy,
+               std::optional<int> activated = std::nullopt);
     ~http_front();
     http_front(const http_front&) = delete;
     http_front& operator=(const http_front&) = delete;
@@ -61,6 +63,7 @@ private:
     protocol::request_limits limits_;
     std::optional<std::string> api_key_;
     std::string where_;
+    bool activated_ = false;
     bool stopped_ = false;
     std::set<std::shared_ptr<http_session>> sessions_;
 };

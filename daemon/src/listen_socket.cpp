@@ -9,9 +9,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #if COLIBRI_HAVE_LIBSYSTEMD
 #include <systemd/sd-daemon.h>
@@ -77,44 +80,65 @@ void check_private_directory(const std::string& dir) {
 
 } // namespace
 
-std::optional<int> take_activated_socket() {
+activated_sockets take_activated_sockets() {
+    std::vector<std::string> names;
 #if COLIBRI_HAVE_LIBSYSTEMD
     // Checks LISTEN_PID, sets FD_CLOEXEC and clears the variables.
-    const int n = ::sd_listen_fds(1);
-    ::unsetenv("LISTEN_FDNAMES");
+    char** fd_names = nullptr;
+    const int n = ::sd_listen_fds_with_names(1, &fd_names);
     if (n < 0) throw startup_error(std::string("cannot take the sockets passed by systemd: ") + errno_text(-n));
-    if (n == 0) return std::nullopt;
-    if (n > 1) throw startup_error("systemd passed " + std::to_string(n) + " sockets; colibrid uses exactly one");
-    constexpr int fd = SD_LISTEN_FDS_START;
-    if (::sd_is_socket_unix(fd, SOCK_STREAM, 1, nullptr, 0) <= 0)
-        throw startup_error("the socket passed in LISTEN_FDS is not a listening Unix stream socket");
-    return fd;
+    for (int i = 0; fd_names && fd_names[i]; ++i) {
+        names.emplace_back(fd_names[i]);
+        std::free(fd_names[i]);
+    }
+    std::free(fd_names);
 #else
     const char* pid = std::getenv("LISTEN_PID");
     const char* fds = std::getenv("LISTEN_FDS");
-    if (!pid || !fds) return std::nullopt;
-    const long listen_pid = std::strtol(pid, nullptr, 10);
-    const long n = std::strtol(fds, nullptr, 10);
+    const char* fdnames = std::getenv("LISTEN_FDNAMES");
+    const std::string all_names = fdnames ? fdnames : "";
+    const long listen_pid = pid ? std::strtol(pid, nullptr, 10) : 0;
+    long n = fds ? std::strtol(fds, nullptr, 10) : 0;
     ::unsetenv("LISTEN_PID");
     ::unsetenv("LISTEN_FDS");
     ::unsetenv("LISTEN_FDNAMES");
-    if (listen_pid != ::getpid() || n < 1) return std::nullopt;
-    if (n > 1) throw startup_error("systemd passed " + std::to_string(n) + " sockets; colibrid uses exactly one");
-    constexpr int fd = 3; // SD_LISTEN_FDS_START
-    int type = 0, domain = 0, listening = 0;
-    socklen_t len = sizeof(int);
-    if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM ||
-        ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX ||
-        ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening)
-        throw startup_error("the socket passed in LISTEN_FDS is not a listening Unix stream socket");
-    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    return fd;
+    if (!pid || !fds || listen_pid != ::getpid() || n < 1) n = 0;
+    for (std::size_t at = 0; n > 0 && at <= all_names.size();) {
+        const std::size_t colon = std::min(all_names.find(':', at), all_names.size());
+        names.push_back(all_names.substr(at, colon - at));
+        at = colon + 1;
+    }
+    for (long i = 0; i < n; ++i) ::fcntl(3 + static_cast<int>(i), F_SETFD, FD_CLOEXEC);
 #endif
+    activated_sockets out;
+    if (n > 2) throw startup_error("systemd passed " + std::to_string(n) + " sockets; colibrid takes at most two");
+    for (int i = 0; i < n; ++i) {
+        const int fd = 3 + i; // SD_LISTEN_FDS_START
+        const bool http = static_cast<std::size_t>(i) < names.size() && names[static_cast<std::size_t>(i)] == "http";
+        int type = 0, domain = 0, listening = 0;
+        socklen_t len = sizeof(int);
+        const bool stream_listener = ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM &&
+                                     ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+                                     ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening;
+        if (http) {
+            if (!stream_listener || (domain != AF_UNIX && domain != AF_INET && domain != AF_INET6))
+                throw startup_error("the socket named 'http' passed by systemd is not a listening stream socket");
+            out.http = fd;
+        } else {
+            if (!stream_listener || domain != AF_UNIX)
+                throw startup_error("the socket passed in LISTEN_FDS is not a listening Unix stream socket");
+            if (out.protocol)
+                throw startup_error("systemd passed two protocol sockets; name the HTTP one "
+                                    "FileDescriptorName=http");
+            out.protocol = fd;
+        }
+    }
+    return out;
 }
 
-listen_socket listen_socket::open(const std::string& path, std::optional<gid_t> group) {
+listen_socket listen_socket::open(const std::string& path, std::optional<gid_t> group, std::optional<int> activated) {
     listen_socket s;
-    if (auto fd = take_activated_socket()) {
+    if (auto fd = activated) {
         s.fd_ = *fd;
         s.activated_ = true;
         sockaddr_un addr{};

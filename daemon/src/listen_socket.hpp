@@ -22,9 +22,10 @@ public:
 /// The lock file `<path>.lock` stays: removing a lock file races with its next owner.
 class listen_socket {
 public:
-    /// Uses an inherited LISTEN_FDS socket when there is one, else binds `path`.
+    /// Uses `activated` (a socket systemd passed) when there is one, else binds `path`.
     /// `group`: the group allowed to connect (socket 0660, new directory 0750).
-    static listen_socket open(const std::string& path, std::optional<gid_t> group);
+    static listen_socket open(const std::string& path, std::optional<gid_t> group,
+                              std::optional<int> activated = std::nullopt);
 
     listen_socket(listen_socket&&) noexcept;
     listen_socket& operator=(listen_socket&&) = delete;
@@ -55,8 +56,15 @@ private:
     bool file_world_ = false;
 };
 
-/// Takes a socket passed by systemd (LISTEN_PID/LISTEN_FDS); nullopt when none.
-std::optional<int> take_activated_socket();
+/// The listening sockets systemd passed (LISTEN_PID/LISTEN_FDS), told apart by their
+/// names (FileDescriptorName=): `http` is the HTTP front's, the other the protocol socket.
+struct activated_sockets {
+    std::optional<int> protocol;
+    std::optional<int> http;
+};
+
+/// Takes them once (the variables are cleared). Throws startup_error.
+activated_sockets take_activated_sockets();
 
 /// Who may talk to the daemon.
 struct peer_policy {

@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
         if (!cfg.socket_group.empty()) group = cd::resolve_group(cfg.socket_group);
 
         cd::sd_notifier notifier;
-        auto sock = cd::listen_socket::open(cfg.socket, group);
+        const cd::activated_sockets activated = cd::take_activated_sockets();
+        auto sock = cd::listen_socket::open(cfg.socket, group, activated.protocol);
         cd::peer_policy policy;
         policy.owner = ::geteuid();
         if (sock.activated()) {
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
             policy.group = group;
         }
         boost::asio::io_context io;
-        cd::server srv(io, cfg, std::move(sock), std::move(launch), policy, notifier);
+        cd::server srv(io, cfg, std::move(sock), std::move(launch), policy, notifier, activated.http);
         srv.start();
         io.run();
         spdlog::info("stopped");

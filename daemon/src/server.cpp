@@ -37,14 +37,14 @@ std::uint64_t rss_bytes(pid_t pid) {
 } // namespace
 
 server::server(asio::io_context& io, const daemon_config& cfg, listen_socket sock, worker_launch launch,
-               peer_policy policy, sd_notifier& notifier)
+               peer_policy policy, sd_notifier& notifier, std::optional<int> http_fd)
     : io_(io), cfg_(cfg), listen_(std::move(sock)), acceptor_(io), accept_retry_(io),
       signals_(io, SIGTERM, SIGINT), grace_timer_(io), wedge_signal_(io), policy_(policy),
       reporter_(io, notifier, [this] { return service_status(); }), scheduler_(io, cfg),
       supervisor_(io, std::move(launch), cfg.watchdog, make_supervisor_handlers()),
       started_(std::chrono::steady_clock::now()), started_unix_(static_cast<std::int64_t>(std::time(nullptr))) {
     acceptor_.assign(asio::local::stream_protocol(), listen_.release_fd());
-    if (!cfg.http.empty()) http_ = std::make_unique<http_front>(io, cfg, *this, policy);
+    if (!cfg.http.empty() || http_fd) http_ = std::make_unique<http_front>(io, cfg, *this, policy, http_fd);
     scheduler_.attach(supervisor_);
     limits_.max_tokens = cfg.max_tokens;
     limits_.allow_fault_injection = cfg.enable_fault_injection;

@@ -32,8 +32,9 @@ extern const char* const daemon_version;
 
 class server {
 public:
+    /// `http_fd`: a listening socket systemd passed for HTTP (else --http binds one).
     server(boost::asio::io_context& io, const daemon_config& cfg, listen_socket sock, worker_launch launch,
-           peer_policy policy, sd_notifier& notifier);
+           peer_policy policy, sd_notifier& notifier, std::optional<int> http_fd = std::nullopt);
     server(const server&) = delete;
     server& operator=(const server&) = delete;
 

@@ -24,8 +24,10 @@ expect -rwxr-xr-x ./usr/bin/colibri
 expect -rwxr-xr-x ./usr/bin/colibri-convert
 expect -rw-r--r-- ./usr/lib/systemd/system/colibrid.service
 expect -rw-r--r-- ./usr/lib/systemd/system/colibrid.socket
+expect -rw-r--r-- ./usr/lib/systemd/system/colibrid-http.socket
 expect -rw-r--r-- ./usr/lib/systemd/user/colibrid.service
 expect -rw-r--r-- ./usr/lib/systemd/user/colibrid.socket
+expect -rw-r--r-- ./usr/lib/systemd/user/colibrid-http.socket
 expect -rw-r--r-- ./usr/lib/sysusers.d/colibri.conf
 expect -rw-r--r-- ./etc/colibri/colibrid.conf
 expect -rw-r--r-- ./usr/share/colibri/models/default.colibri

@@ -219,3 +219,29 @@ TEST_CASE("socket activation with systemd-socket-activate: started by the first 
     CHECK(WIFEXITED(*status));
     CHECK(WEXITSTATUS(*status) == 0);
 }
+
+TEST_CASE("socket activation of HTTP too: the socket named 'http' is the HTTP front's") {
+    REQUIRE_MESSAGE(std::string(COLIBRI_SOCKET_ACTIVATE_EXE) != "",
+                    "systemd-socket-activate not found: install Debian's systemd package (scripts/deps)");
+    temp_dir dir;
+    const std::string path = dir.path() + "/activated.sock", http = dir.path() + "/http.sock";
+    daemon_process d({{"--socket", path}}, false, "fake model\n", -1,
+                     {{}, {COLIBRI_SOCKET_ACTIVATE_EXE, "--listen=" + path, "--listen=" + http,
+                           "--fdname=colibrid.socket:http", "--setenv=NOTIFY_SOCKET"}});
+    for (int i = 0; i < 200 && ::access(http.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(::access(http.c_str(), F_OK) == 0);
+    // The first HTTP request starts colibrid, which takes both sockets.
+    const auto r = http_call(http, "POST", "/completion", R"({"prompt":"def f(x):","n_predict":12,"seed":5})", {}, 10s);
+    CHECK(r.status == 200);
+    CHECK(r.json_body()["content"] == fake_text("def f(x):", 12, 5));
+    REQUIRE(d.wait_ready());
+    client c(path);
+    const json status = c.call({{"id", 1}, {"op", "status"}});
+    CHECK(status["http"]["listen"] == "unix:" + http);
+    c.close();
+    auto exit = d.stop(SIGTERM);
+    REQUIRE(exit.has_value());
+    CHECK(WIFEXITED(*exit));
+    CHECK(WEXITSTATUS(*exit) == 0);
+    CHECK(::access(http.c_str(), F_OK) == 0); // systemd's socket: colibrid leaves it in place
+}
