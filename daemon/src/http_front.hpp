@@ -2,6 +2,7 @@
 /// colibrid's optional HTTP listener (--http): a TCP address or a Unix socket, who may
 /// use it (loopback, a Bearer key, peer credentials on a Unix socket), and its sessions.
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <set>
@@ -42,6 +43,8 @@ public:
     boost::asio::io_context& io() { return io_; }
     const daemon_config& cfg() const { return cfg_; }
     const protocol::request_limits& limits() const { return limits_; }
+    /// Ids for HTTP completions, unique among them (they appear in the daemon's logs).
+    std::uint64_t next_job_id() { return next_job_id_++; }
     /// The request carries the configured Bearer key (always true without one).
     bool authorized(const boost::beast::http::request<boost::beast::http::string_body>& req) const;
     void on_closed(const std::shared_ptr<http_session>& s) { sessions_.erase(s); }
@@ -63,6 +66,7 @@ private:
     protocol::request_limits limits_;
     std::optional<std::string> api_key_;
     std::string where_;
+    std::uint64_t next_job_id_ = 1;
     bool activated_ = false;
     bool stopped_ = false;
     std::set<std::shared_ptr<http_session>> sessions_;

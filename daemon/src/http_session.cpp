@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
@@ -65,9 +66,22 @@ void http_session::read_next() {
     parser_->body_limit(front_.cfg().max_line_bytes);
     if (!responding_) arm_timeout();
     reading_ = true;
-    http::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-        self->reading_ = false;
-        self->on_read(ec);
+    http::async_read_header(socket_, buffer_, *parser_, [self = shared_from_this()](boost::system::error_code ec,
+                                                                                     std::size_t) {
+        if (ec || self->stopped_) {
+            self->reading_ = false;
+            self->on_read(ec);
+            return;
+        }
+        // A client that asks before sending its body (curl does above 1 MiB) is told to go on.
+        const auto expect = self->parser_->get()[http::field::expect];
+        if (!self->responding_ && boost::beast::iequals(expect, "100-continue"))
+            self->write("HTTP/1.1 100 Continue\r\n\r\n");
+        http::async_read(self->socket_, self->buffer_, *self->parser_,
+                         [self](boost::system::error_code ec2, std::size_t) {
+                             self->reading_ = false;
+                             self->on_read(ec2);
+                         });
     });
 }
 
@@ -146,13 +160,13 @@ void http_session::serve_completion(http_api api, const request_type& req) {
     }
     completion_ = std::move(std::get<http_completion>(parsed));
     outcome_ = {};
+    const json& info = front_.srv().model_info(); // null until the first worker is ready
     reply_ = {api, front_.srv().model_name(), completion_id(), static_cast<std::int64_t>(std::time(nullptr)),
-              http_generation_settings(completion_.req, front_.srv().model_info().value("n_ctx", 0))};
+              http_generation_settings(completion_.req, info.is_object() ? info.value("n_ctx", 0) : 0)};
     if (api == http_api::openai_completion && !completion_.model.empty()) reply_.model = completion_.model;
 
-    static std::uint64_t next_id = 1;
     auto j = std::make_shared<job>(front_.io());
-    j->id = next_id++;
+    j->id = front_.next_job_id();
     j->key = j->id.dump();
     j->req = completion_.req;
     j->sink = shared_from_this();

@@ -277,3 +277,16 @@ TEST_CASE("HTTP: a client that sends nothing is closed after --http-timeout-ms")
     CHECK(c.wait_closed(std::chrono::seconds(3)));
     CHECK(http_call(f.http(), "GET", "/health").status == 200);
 }
+
+TEST_CASE("HTTP Expect: 100-continue gets its 100 before the body is sent") {
+    http_fixture f;
+    client c(f.http());
+    const std::string body = R"({"prompt":"e","n_predict":2,"seed":1})";
+    c.send_raw("POST /completion HTTP/1.1\r\nHost: x\r\nConnection: close\r\nExpect: 100-continue\r\n"
+               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+    CHECK(c.read_until("\r\n\r\n", std::chrono::seconds(2)) == "HTTP/1.1 100 Continue\r\n\r\n");
+    c.send_raw(body);
+    const auto responses = parse_http_responses(c.read_to_eof());
+    REQUIRE(responses.size() == 1);
+    CHECK(responses[0].json_body()["content"] == expected_text("e", "", 2, 1));
+}

@@ -1,6 +1,7 @@
 // Fuzz target: bytes off a client's socket and off the worker's pipe. They go through
 // the line framer in pieces the input chooses. Each line goes to the request decoder, the
-// worker-channel decoders and the client's done-event reader. Any input must give lines,
+// worker-channel decoders, the client's done-event reader and, as an HTTP body, to each
+// HTTP dialect's translation. Any input must give lines,
 // decoded messages or protocol errors: never a crash, a hang or a sanitizer report. A
 // request that decodes must encode back to itself.
 
@@ -8,6 +9,7 @@
 #include "colibri/protocol/errors.hpp"
 #include "colibri/protocol/line_framer.hpp"
 #include "colibri/protocol/worker_messages.hpp"
+#include "http_api.hpp"
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -35,6 +37,15 @@ void decode_line(const std::string& line) {
     try {
         (void)p::worker::decode_from_worker(line);
     } catch (const p::protocol_error&) {
+    }
+    for (auto api : {colibri::daemon::http_api::infill, colibri::daemon::http_api::completion,
+                     colibri::daemon::http_api::openai_completion}) {
+        auto http = colibri::daemon::parse_http_completion(api, line, limits);
+        if (auto* c = std::get_if<colibri::daemon::http_completion>(&http)) {
+            // what the HTTP front accepts is a valid request of the socket protocol
+            const auto again = p::parse_request(p::dump_line(p::to_json(p::request{1, c->req})), limits);
+            if (!std::holds_alternative<p::request>(again) || c->req.max_tokens > limits.max_tokens) std::abort();
+        }
     }
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_object() && j.contains("usage")) {
