@@ -12,7 +12,6 @@
 // Prints a table, or one JSON object per measurement with --json.
 
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +32,8 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_support.hpp"
+
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
 namespace po = boost::program_options;
@@ -45,14 +46,7 @@ double ms_since(clock_type::time_point t0) {
     return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-double percentile(std::vector<double> v, double p) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const double pos = p * static_cast<double>(v.size() - 1);
-    const size_t lo = static_cast<size_t>(pos);
-    const size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
+using colibri::bench::percentile;
 
 /// One keep-alive HTTP connection to HOST:PORT.
 class http_connection {
@@ -88,15 +82,7 @@ private:
 /// One connection to colibrid's socket, one request at a time.
 class socket_connection {
 public:
-    explicit socket_connection(const std::string& path) {
-        fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_un addr{};
-        addr.sun_family = AF_UNIX;
-        if (fd_ < 0 || path.size() >= sizeof(addr.sun_path)) throw std::runtime_error("bad socket path " + path);
-        std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-        if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-            throw std::runtime_error("cannot connect to " + path + ": " + std::strerror(errno));
-    }
+    explicit socket_connection(const std::string& path) : fd_(colibri::bench::connect_daemon(path)) {}
     ~socket_connection() { ::close(fd_); }
 
     /// Sends a request and returns its final event.
@@ -155,7 +141,7 @@ int main(int argc, char** argv) {
     std::string url = "http://127.0.0.1:8012", socket, text_file;
     int keystrokes = 60, n_predict = 16, overhead = 0, start_chars = 2000;
     std::string endpoint = "infill";
-    bool as_json = false;
+    bool as_json = false, no_speculative = false;
     po::options_description opts(
         "colibri-http-bench: completion latency through llama-server's /infill (colibrid --http or llama-server)\n\n"
         "  colibri-http-bench [--url http://HOST:PORT] [options]\n\nOptions");
@@ -167,6 +153,8 @@ int main(int argc, char** argv) {
         "n-predict", po::value(&n_predict), "tokens per completion (default 16)")(
         "socket", po::value(&socket), "overhead: colibrid's socket, to compare with its HTTP front")(
         "overhead", po::value(&overhead), "overhead: requests over each transport, alternating (default 0: skip)")(
+        "no-speculative", po::bool_switch(&no_speculative),
+        "typing: ask colibrid for plain decoding (\"speculative\": false; llama-server ignores it)")(
         "json", po::bool_switch(&as_json), "one JSON object per measurement");
     po::variables_map vm;
     try {
@@ -229,6 +217,7 @@ int main(int argc, char** argv) {
                 const size_t line_start = text.rfind('\n', cursor - 1) + 1;
                 json req = {{"n_predict", n_predict}, {"temperature", 0}, {"top_k", 40}, {"top_p", 0.99},
                             {"stream", false}, {"cache_prompt", true}};
+                if (no_speculative) req["speculative"] = false;
                 if (endpoint == "infill") {
                     req.update({{"input_prefix", text.substr(0, line_start)},
                                 {"prompt", text.substr(line_start, cursor - line_start)},

@@ -36,6 +36,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_support.hpp"
 #include "colibri/protocol/transport.hpp"
 
 namespace po = boost::program_options;
@@ -57,14 +58,7 @@ public:
         json final;
     };
 
-    explicit connection(const std::string& path) {
-        fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_un addr{};
-        addr.sun_family = AF_UNIX;
-        if (fd_ < 0 || path.size() >= sizeof(addr.sun_path)) throw std::runtime_error("bad socket path " + path);
-        std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-        if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-            throw std::runtime_error("cannot connect to " + path + ": " + std::strerror(errno));
+    explicit connection(const std::string& path) : fd_(colibri::bench::connect_daemon(path)) {
         reader_ = std::thread([this] { read_loop(); });
     }
     ~connection() {
@@ -142,14 +136,7 @@ private:
     bool closed_ = false;
 };
 
-double percentile(std::vector<double> v, double p) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const double pos = p * static_cast<double>(v.size() - 1);
-    const size_t lo = static_cast<size_t>(pos);
-    const size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
+using colibri::bench::percentile;
 
 bool speculative = true; // --no-speculative: every request asks for plain decoding
 

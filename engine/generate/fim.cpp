@@ -13,15 +13,16 @@ struct family_tokens {
     std::string_view name;
     std::string_view prefix, suffix, middle;
     std::array<std::string_view, 5> stop; // empty entries unused
-    std::string_view repo_name = {}, file_sep = {};
+    std::array<std::string_view, 2> repo_name = {}; // the first the vocabulary has
+    std::string_view file_sep = {};
 };
 
 constexpr family_tokens families[] = {
     // StarCoder, StarCoder2, Granite (whose end of text is <|end_of_text|>), the default model
     {fim_kind::starcoder, "starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
-     {"<|endoftext|>", "<fim_pad>", "<file_sep>", "</s>", "<|end_of_text|>"}, "<reponame>", "<file_sep>"},
+     {"<|endoftext|>", "<fim_pad>", "<file_sep>", "</s>", "<|end_of_text|>"}, {"<repo_name>", "<reponame>"}, "<file_sep>"},
     {fim_kind::qwen, "qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
-     {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>"}, "<|repo_name|>", "<|file_sep|>"},
+     {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>"}, {"<|repo_name|>"}, "<|file_sep|>"},
     {fim_kind::deepseek, "deepseek", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
      "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
      {"<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "<|EOT|>", "", "", ""}},
@@ -51,7 +52,8 @@ fim_template make(const tokenizer& tok, const family_tokens& f, bool strict) {
         if (id >= 0) t.stop.push_back(id);
     }
     if (!f.file_sep.empty()) {
-        t.repo_name = tok.piece_to_id(f.repo_name);
+        for (std::string_view name : f.repo_name)
+            if (t.repo_name < 0 && !name.empty()) t.repo_name = tok.piece_to_id(name);
         t.file_sep = tok.piece_to_id(f.file_sep);
         if (t.repo_name < 0 || t.file_sep < 0) t.repo_name = t.file_sep = -1;
     }

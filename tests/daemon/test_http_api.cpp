@@ -84,6 +84,9 @@ TEST_CASE("llama-server's conventions: n_predict -1 is the daemon's limit, seed 
     CHECK(c.req.seed == 42u);
     CHECK(c.req.stop == std::vector<std::string>{"\n\n"});
     CHECK(c.stream);
+    CHECK(c.req.speculative);
+    CHECK_FALSE(parse_ok(cd::http_api::infill, {{"input_prefix", ""}, {"input_suffix", ""}, {"speculative", false}})
+                    .req.speculative);
 }
 
 TEST_CASE("bad HTTP bodies get the socket protocol's codes, naming the client's fields") {
