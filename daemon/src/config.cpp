@@ -64,7 +64,8 @@ command_line parse_command_line(int argc, const char* const* argv) {
         ("help,h", "print this help and exit")
         ("version", "print the version and exit")
         ("config", po::value(&config_file), "config file (INI: option = value, same names as the flags)")
-        ("model", po::value(&c.model), "the .colibri model file (required)")
+        ("model", po::value(&c.model), "the .colibri model file (required); with --backend openai, the model "
+                                       "name to ask the upstream for (default: its own)")
         ("socket", po::value(&c.socket), "Unix socket path (default: $XDG_RUNTIME_DIR/colibri/colibri.sock, "
                                          "or /tmp/colibri-$UID/colibri.sock when XDG_RUNTIME_DIR is unset)")
         ("socket-group", po::value(&c.socket_group), "group (name or gid) allowed to connect; the socket becomes 0660")
@@ -104,6 +105,13 @@ command_line parse_command_line(int argc, const char* const* argv) {
         ("http-timeout-ms", po::value(&c.http_timeout_ms)->default_value(c.http_timeout_ms),
          "time a client may take to send a whole request, and that an idle keep-alive connection stays open");
 
+    po::options_description remote("Remote backend (complete on OpenAI-compatible servers: vLLM, SGLang, llama-server)");
+    remote.add_options()
+        ("backend", po::value(&c.backend)->default_value(c.backend), "local (the engine on --model) or openai (forward to --upstream)")
+        ("upstream", po::value(&c.upstreams)->composing(), "with --backend openai: a server's URL, http://HOST:PORT[/PATH]; "
+                                                           "repeat for several (load is spread, an unreachable one is skipped and retried later)")
+        ("upstream-key-file", po::value(&c.upstream_key_file), "with --backend openai: file holding the Bearer key the servers want");
+
     po::options_description watchdog("Watchdog");
     watchdog.add_options()
         ("ping-interval-ms", po::value(&w.ping_interval_ms)->default_value(w.ping_interval_ms), "worker liveness probe period")
@@ -122,7 +130,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
         ("enable-fault-injection", po::bool_switch(&c.enable_fault_injection), "accept the debug_fault request field, and let SIGUSR1 wedge the event loop (tests only)");
 
     po::options_description all("colibrid: the Colibri completion daemon\n\nUsage: colibrid --model FILE [options]");
-    all.add(general).add(limits).add(cache).add(http).add(watchdog).add(advanced);
+    all.add(general).add(limits).add(cache).add(http).add(remote).add(watchdog).add(advanced);
 
     po::variables_map vm;
     try {
@@ -145,7 +153,12 @@ command_line parse_command_line(int argc, const char* const* argv) {
     out.version = vm.count("version") > 0;
     if (out.help || out.version) return out;
 
-    if (c.model.empty()) throw config_error("--model is required");
+    if (c.backend != "local" && c.backend != "openai")
+        throw config_error("--backend must be 'local' or 'openai' (got '" + c.backend + "')");
+    if (c.backend == "local" && c.model.empty()) throw config_error("--model is required");
+    if (c.backend == "openai" && c.upstreams.empty()) throw config_error("--backend openai needs --upstream URL");
+    if (c.backend == "local" && (!c.upstreams.empty() || !c.upstream_key_file.empty()))
+        throw config_error("--upstream is for --backend openai");
     if (c.socket.empty()) c.socket = default_socket_path();
     require_range<std::size_t>("max-connections", c.max_connections, 1, 1u << 20);
     require_range<std::size_t>("max-queue", c.max_queue, 1, 1u << 20);

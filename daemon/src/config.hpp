@@ -25,7 +25,10 @@ struct watchdog_config {
 };
 
 struct daemon_config {
-    std::string model;
+    std::string model;        ///< local: the .colibri file; openai: the upstream's model name ("" its own)
+    std::string backend = "local";       ///< local (the engine) or openai (forwarding to --upstream)
+    std::vector<std::string> upstreams;  ///< openai: http://HOST:PORT of each server
+    std::string upstream_key_file;       ///< openai: the Bearer key the servers want
     std::string socket;       ///< empty: default_socket_path()
     std::string socket_group; ///< name or numeric gid; empty: owner only
     std::string device = "cpu";

@@ -88,6 +88,12 @@ http_front::http_front(asio::io_context& io, const daemon_config& cfg, server& s
     limits_.max_tokens = cfg.max_tokens;
     limits_.allow_fault_injection = cfg.enable_fault_injection;
     if (!cfg.api_key_file.empty()) api_key_ = read_api_key(cfg.api_key_file);
+    auto require_key_off_loopback = [&](const asio::ip::tcp::endpoint& ep) {
+        if (ep.address().is_loopback() || api_key_) return;
+        throw startup_error("HTTP on " + ep.address().to_string() + " is reachable from other machines: give "
+                            "--api-key-file, or listen on a loopback address such as 127.0.0.1:" +
+                            std::to_string(ep.port()));
+    };
     try {
         if (activated) {
             // The socket unit decided the address; the same rules hold for it.
@@ -107,6 +113,7 @@ http_front::http_front(asio::io_context& io, const daemon_config& cfg, server& s
                 asio::ip::tcp::resolver resolver(io);
                 const auto results = resolver.resolve(address_.host, std::to_string(address_.port),
                                                       asio::ip::tcp::resolver::numeric_service);
+                require_key_off_loopback(results.begin()->endpoint());
                 const generic_endpoint gep{results.begin()->endpoint()};
                 acceptor_.open(gep.protocol());
                 acceptor_.set_option(asio::socket_base::reuse_address(true));
@@ -122,10 +129,7 @@ http_front::http_front(asio::io_context& io, const daemon_config& cfg, server& s
             asio::ip::tcp::endpoint ep;
             std::memcpy(ep.data(), local.data(), local.size());
             ep.resize(local.size());
-            if (!ep.address().is_loopback() && !api_key_)
-                throw startup_error("HTTP on " + ep.address().to_string() + " is reachable from other machines: give "
-                                    "--api-key-file, or listen on a loopback address such as 127.0.0.1:" +
-                                    std::to_string(ep.port()));
+            require_key_off_loopback(ep); // a socket systemd passed
             std::ostringstream w;
             w << ep;
             where_ = w.str();

@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
     setup_logging(cfg.log_level);
 
     struct stat st{};
-    if (::stat(cfg.model.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(cfg.model.c_str(), R_OK) != 0) {
+    if (cfg.backend == "local" &&
+        (::stat(cfg.model.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(cfg.model.c_str(), R_OK) != 0)) {
         std::cerr << "colibrid: model file '" << cfg.model << "' is not a readable regular file\n";
         return 1;
     }
@@ -81,6 +82,12 @@ int main(int argc, char** argv) {
                    "--slots", std::to_string(cfg.cache_slots), "--cache-mb", std::to_string(cfg.cache_memory_mb),
                    "--fim-order", cfg.fim_order, "--batch", std::to_string(cfg.prompt_batch)};
     if (cfg.enable_fault_injection) launch.args.push_back("--enable-fault-injection");
+    if (cfg.backend == "openai") {
+        launch.args.insert(launch.args.end(), {"--backend", "openai"});
+        for (const auto& u : cfg.upstreams) launch.args.insert(launch.args.end(), {"--upstream", u});
+        if (!cfg.upstream_key_file.empty())
+            launch.args.insert(launch.args.end(), {"--upstream-key-file", cfg.upstream_key_file});
+    }
 
     ::signal(SIGPIPE, SIG_IGN);
     try {

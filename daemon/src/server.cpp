@@ -215,6 +215,7 @@ std::optional<p::request_error> server::submit_job(const std::shared_ptr<job>& j
 }
 
 std::string server::model_name() const {
+    if (cfg_.backend == "openai") return cfg_.model.empty() ? "upstream" : cfg_.model;
     std::string name = std::filesystem::path(cfg_.model).filename().string();
     if (const auto dot = name.rfind(".colibri"); dot != std::string::npos && dot + 8 == name.size()) name.resize(dot);
     return name;

@@ -230,6 +230,9 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
             o.fim_spm = v == "auto" ? -1 : v == "spm" ? 1 : 0;
         }
         else if (a == "--enable-fault-injection") o.fault_injection = true;
+        else if (a == "--backend") o.backend = value();
+        else if (a == "--upstream") o.upstreams.emplace_back(value());
+        else if (a == "--upstream-key-file") o.upstream_key_file = value();
         else throw std::invalid_argument("unknown argument '" + a + "'");
     }
     if (o.fd < 0) throw std::invalid_argument("--fd is required (the worker is started by colibrid)");
@@ -237,6 +240,7 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
     if (o.gpu_memory_mib < 0) throw std::invalid_argument("--gpu-memory must not be negative");
     if (o.cache_mb < 1) throw std::invalid_argument("--cache-mb must be at least 1");
     if (o.batch < 0 || o.batch > 4096) throw std::invalid_argument("--batch must be 1..4096 (0: the engine's default)");
+    if (o.backend != "local" && o.backend != "openai") throw std::invalid_argument("--backend must be local or openai");
     return o;
 }
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -83,10 +84,14 @@ struct worker_options {
     int fim_spm = -1;             ///< FIM prompts suffix first: 1, 0, or -1 for the model file's order
     int batch = 0;                ///< prompt tokens evaluated at once (0: the engine's default)
     bool fault_injection = false;
+    std::string backend = "local";       ///< local (the engine on `model`) or openai (forwarding)
+    std::vector<std::string> upstreams;  ///< openai: the servers' URLs
+    std::string upstream_key_file;       ///< openai: their Bearer key
 };
 
 /// Parses `--fd N --model FILE [--device D] [--gpu-memory MIB] [--threads N] [--slots N] [--cache-mb N]
-/// [--fim-order psm|spm] [--batch N] [--enable-fault-injection]`.
+/// [--fim-order psm|spm] [--batch N] [--enable-fault-injection]
+/// [--backend local|openai] [--upstream URL ...] [--upstream-key-file F]`.
 /// Throws std::invalid_argument.
 worker_options parse_worker_args(int argc, const char* const* argv);
 

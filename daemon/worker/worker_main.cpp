@@ -1,8 +1,10 @@
-// colibri-worker: the engine process started by colibrid on a socketpair (never by hand).
+// colibri-worker: the engine process started by colibrid on a socketpair (never by hand),
+// or with --backend openai the process that forwards to OpenAI-compatible servers.
 
 #include <iostream>
 
 #include "engine_generator.hpp"
+#include "remote_generator.hpp"
 #include "worker_loop.hpp"
 
 int main(int argc, char** argv) {
@@ -13,5 +15,6 @@ int main(int argc, char** argv) {
         std::cerr << "colibri-worker: " << e.what() << "\n";
         return 2;
     }
-    return colibri::worker::run_worker(opts, colibri::worker::make_engine_generator);
+    return colibri::worker::run_worker(opts, opts.backend == "openai" ? colibri::worker::make_remote_generator
+                                                                      : colibri::worker::make_engine_generator);
 }

@@ -222,3 +222,17 @@ TEST_CASE("sd_notifier: watchdog only for this process - half the period") {
     ::unsetenv("WATCHDOG_USEC");
     ::unsetenv("WATCHDOG_PID");
 }
+
+TEST_CASE("command line: the remote backend needs upstreams, and --model becomes optional") {
+    auto cl = parse({"--backend", "openai", "--upstream", "http://a:8000", "--upstream", "http://b:8000"});
+    CHECK(cl.config.backend == "openai");
+    CHECK(cl.config.upstreams == std::vector<std::string>{"http://a:8000", "http://b:8000"});
+    CHECK(cl.config.model.empty());
+    CHECK_THROWS_WITH_AS(parse({"--backend", "openai"}), doctest::Contains("--upstream"), cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--upstream", "http://a:8000"}), doctest::Contains("--backend openai"),
+                         cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--backend", "remote", "--upstream", "http://a:8000"}), doctest::Contains("--backend"),
+                         cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--http", "8012"}), doctest::Contains("--http"), cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--api-key-file", "k"}), doctest::Contains("--http"), cd::config_error);
+}

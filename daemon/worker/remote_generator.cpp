@@ -1,0 +1,532 @@
+#include "remote_generator.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace colibri::worker {
+
+namespace p = protocol;
+using nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int poll_ms = 20;              // how often a blocked read looks for a cancel
+constexpr int connect_timeout_ms = 3000;
+constexpr int first_byte_timeout_ms = 600000; // the daemon's deadline ends a job sooner
+constexpr std::size_t max_error_body = 64 * 1024;
+
+double ms_since(clock_type::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+/// An owned socket descriptor.
+class socket_fd {
+public:
+    explicit socket_fd(int fd = -1) : fd_(fd) {}
+    socket_fd(socket_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    socket_fd& operator=(socket_fd&&) = delete;
+    ~socket_fd() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    int get() const { return fd_; }
+
+private:
+    int fd_;
+};
+
+/// Why a connection could not be used: retried on another upstream (connect) or not.
+struct connect_failure {
+    std::string reason;
+};
+
+/// Connects within the timeout, giving up early when the job is cancelled (returns -1).
+socket_fd connect_to(const upstream_url& u, piece_sink& sink) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (const int rc = ::getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &found); rc != 0)
+        throw connect_failure{"cannot resolve " + u.host + ": " + ::gai_strerror(rc)};
+    std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, ::freeaddrinfo);
+    std::string last = "no address";
+    for (addrinfo* a = found; a; a = a->ai_next) {
+        socket_fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+        if (fd.get() < 0) continue;
+        if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+            last = std::strerror(errno);
+            continue;
+        }
+        const auto start = clock_type::now();
+        for (;;) {
+            pollfd pfd{fd.get(), POLLOUT, 0};
+            const int n = ::poll(&pfd, 1, poll_ms);
+            if (n > 0) break;
+            if (sink.poll()) return socket_fd();
+            if (ms_since(start) > connect_timeout_ms) throw connect_failure{"connection timed out"};
+        }
+        int err = 0;
+        socklen_t len = sizeof(err);
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) {
+            last = std::strerror(err);
+            continue;
+        }
+        ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+        return fd;
+    }
+    throw connect_failure{last};
+}
+
+/// Sends all of `bytes`; false when the upstream went away.
+bool send_all(int fd, const std::string& bytes) {
+    std::size_t off = 0;
+    while (off < bytes.size()) {
+        const ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        off += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+/// Reads what is there, waiting in short slices so that a cancel is seen within poll_ms.
+/// Returns the bytes read ("" at the end of the stream), or nullopt when cancelled.
+std::optional<std::string> read_some(int fd, piece_sink& sink, int timeout_ms) {
+    const auto start = clock_type::now();
+    for (;;) {
+        pollfd pfd{fd, POLLIN, 0};
+        const int n = ::poll(&pfd, 1, poll_ms);
+        if (n > 0) break;
+        if (sink.poll()) return std::nullopt;
+        if (ms_since(start) > timeout_ms) throw p::protocol_error(p::error_code::unavailable, "the upstream stopped answering");
+    }
+    char buf[16384];
+    for (;;) {
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return std::string();
+        return std::string(buf, static_cast<std::size_t>(n));
+    }
+}
+
+/// An HTTP/1.1 response read incrementally: status and headers, then the body, with
+/// chunked transfer decoded.
+class response_reader {
+public:
+    response_reader(int fd, piece_sink& sink) : fd_(fd), sink_(sink) {}
+
+    /// Reads the status line and headers; false when cancelled.
+    bool read_head() {
+        for (;;) {
+            const auto end = buf_.find("\r\n\r\n");
+            if (end != std::string::npos) {
+                parse_head(buf_.substr(0, end));
+                buf_.erase(0, end + 4);
+                return true;
+            }
+            auto more = read_some(fd_, sink_, first_byte_timeout_ms);
+            if (!more) return false;
+            if (more->empty()) throw p::protocol_error(p::error_code::unavailable, "the upstream closed the connection");
+            buf_ += *more;
+            if (buf_.size() > 65536) throw p::protocol_error(p::error_code::unavailable, "the upstream sent no HTTP response");
+        }
+    }
+
+    int status() const { return status_; }
+
+    /// The next bytes of the body; "" at its end; nullopt when cancelled.
+    std::optional<std::string> body_part() {
+        for (;;) {
+            if (!chunked_) {
+                if (!buf_.empty()) return std::exchange(buf_, {});
+                if (done_) return std::string();
+                auto more = read_some(fd_, sink_, first_byte_timeout_ms);
+                if (!more) return std::nullopt;
+                if (more->empty()) done_ = true;
+                buf_ += *more;
+                continue;
+            }
+            if (done_) return std::string();
+            if (chunk_left_ > 0 && !buf_.empty()) {
+                const std::size_t n = std::min(chunk_left_, buf_.size());
+                std::string out = buf_.substr(0, n);
+                buf_.erase(0, n);
+                chunk_left_ -= n;
+                return out;
+            }
+            if (chunk_left_ == 0) {
+                // [\r\n] SIZE[;ext]\r\n
+                std::size_t at = buf_.rfind("\r\n", 0) == 0 && after_chunk_ ? 2 : 0;
+                const auto eol = buf_.find("\r\n", at);
+                if (eol != std::string::npos) {
+                    const std::size_t size = std::strtoull(buf_.substr(at, eol - at).c_str(), nullptr, 16);
+                    buf_.erase(0, eol + 2);
+                    after_chunk_ = true;
+                    if (size == 0) {
+                        done_ = true;
+                        return std::string();
+                    }
+                    chunk_left_ = size;
+                    continue;
+                }
+            }
+            auto more = read_some(fd_, sink_, first_byte_timeout_ms);
+            if (!more) return std::nullopt;
+            if (more->empty()) throw p::protocol_error(p::error_code::unavailable, "the upstream closed the stream");
+            buf_ += *more;
+        }
+    }
+
+private:
+    void parse_head(const std::string& head) {
+        std::istringstream in(head);
+        std::string line, version;
+        std::getline(in, line);
+        std::istringstream status_line(line);
+        status_line >> version >> status_;
+        if (version.rfind("HTTP/1.", 0) != 0)
+            throw p::protocol_error(p::error_code::unavailable, "the upstream does not speak HTTP/1.1");
+        while (std::getline(in, line)) {
+            std::string lower = line;
+            std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+            if (lower.rfind("transfer-encoding:", 0) == 0 && lower.find("chunked") != std::string::npos) chunked_ = true;
+        }
+    }
+
+    int fd_;
+    piece_sink& sink_;
+    std::string buf_;
+    int status_ = 0;
+    bool chunked_ = false, done_ = false, after_chunk_ = false;
+    std::size_t chunk_left_ = 0;
+};
+
+/// max_lines and the indentation limits on streamed text, which the upstream does not
+/// know: what may be shown of each piece, and whether the completion ends there.
+class line_limits {
+public:
+    line_limits(const p::complete_request& req) : max_lines_(req.max_lines) {
+        int indent = req.min_indent;
+        if (req.stop_on_dedent) {
+            const auto nl = req.prompt.rfind('\n');
+            const std::string_view line = std::string_view(req.prompt).substr(nl == std::string::npos ? 0 : nl + 1);
+            indent = std::max(indent, static_cast<int>(line.find_first_not_of(" \t") == std::string_view::npos
+                                                           ? line.size()
+                                                           : line.find_first_not_of(" \t")));
+        }
+        min_indent_ = indent;
+    }
+
+    /// The part of `text` to emit; sets ended() when a limit is reached.
+    std::string push(std::string_view text) {
+        std::string out;
+        for (const char c : text) {
+            if (ended_) break;
+            if (c == '\n') {
+                if (max_lines_ > 0 && ++newlines_ >= max_lines_) {
+                    ended_ = true;
+                    break;
+                }
+                held_ += c; // blank lines stay held until a visible character decides
+                in_indent_ = min_indent_ > 0;
+                indent_ = 0;
+                if (!in_indent_) flush(out);
+            } else if (in_indent_ && (c == ' ' || c == '\t' || c == '\r')) {
+                held_ += c;
+                ++indent_;
+            } else {
+                if (in_indent_ && indent_ < min_indent_) {
+                    ended_ = true;
+                    break;
+                }
+                in_indent_ = false;
+                held_ += c;
+                flush(out);
+            }
+        }
+        return out;
+    }
+    /// What is still held when the stream ends by itself.
+    std::string finish() { return ended_ ? std::string() : std::exchange(held_, {}); }
+    bool ended() const { return ended_; }
+
+private:
+    void flush(std::string& out) { out += std::exchange(held_, {}); }
+
+    int max_lines_, min_indent_ = 0;
+    int newlines_ = 0, indent_ = 0;
+    bool in_indent_ = false, ended_ = false;
+    std::string held_;
+};
+
+struct upstream_state {
+    upstream_url url;
+    clock_type::time_point down_until{};
+    int backoff_ms = 0; ///< 0: up
+};
+
+class remote_generator final : public generator {
+public:
+    remote_generator(std::vector<upstream_url> upstreams, std::string model, std::string key)
+        : model_(std::move(model)), key_(std::move(key)) {
+        for (auto& u : upstreams) upstreams_.push_back({std::move(u)});
+    }
+
+    json info() const override {
+        json urls = json::array();
+        for (const auto& u : upstreams_) urls.push_back(u.url.text);
+        return {{"architecture", "remote"}, {"quant", "none"}, {"backend", "openai"}, {"n_ctx", 0},
+                {"model", model_}, {"upstreams", std::move(urls)}};
+    }
+
+    result generate(const p::worker::run_msg& job, piece_sink& sink) override {
+        const std::string body = request_body(job).dump();
+        const int attempts = 2 * static_cast<int>(upstreams_.size());
+        std::string failures;
+        for (int attempt = 0; attempt < attempts; ++attempt) {
+            upstream_state& u = pick();
+            const auto wait = u.down_until - clock_type::now();
+            if (wait > std::chrono::milliseconds(0) && !sleep_unless_cancelled(wait, sink)) return cancelled();
+            try {
+                socket_fd fd = connect_to(u.url, sink);
+                if (fd.get() < 0) return cancelled();
+                u.backoff_ms = 0;
+                return stream(u, fd.get(), body, job, sink);
+            } catch (const connect_failure& f) {
+                u.backoff_ms = std::min(u.backoff_ms == 0 ? 250 : 2 * u.backoff_ms, 30000);
+                u.down_until = clock_type::now() + std::chrono::milliseconds(u.backoff_ms);
+                failures += (failures.empty() ? "" : "; ") + u.url.text + ": " + f.reason;
+            }
+        }
+        throw generate_error(p::error_code::unavailable, "no upstream could be reached (" + failures + ")");
+    }
+
+private:
+    static result cancelled() {
+        result r;
+        r.reason = p::finish_reason::cancelled;
+        return r;
+    }
+
+    static bool sleep_unless_cancelled(clock_type::duration d, piece_sink& sink) {
+        const auto until = clock_type::now() + d;
+        while (clock_type::now() < until) {
+            if (sink.poll()) return false;
+            std::this_thread::sleep_for(std::min<clock_type::duration>(until - clock_type::now(),
+                                                                        std::chrono::milliseconds(poll_ms)));
+        }
+        return true;
+    }
+
+    /// Round robin over the upstreams that are up; when none is, the one back soonest.
+    upstream_state& pick() {
+        const auto now = clock_type::now();
+        for (std::size_t i = 0; i < upstreams_.size(); ++i) {
+            upstream_state& u = upstreams_[(next_ + i) % upstreams_.size()];
+            if (u.down_until <= now) {
+                next_ = (next_ + i + 1) % upstreams_.size();
+                return u;
+            }
+        }
+        return *std::min_element(upstreams_.begin(), upstreams_.end(),
+                                 [](const auto& a, const auto& b) { return a.down_until < b.down_until; });
+    }
+
+    json request_body(const p::worker::run_msg& job) const {
+        const p::complete_request& r = job.req;
+        json b = {{"prompt", r.prompt},
+                  {"max_tokens", r.max_tokens},
+                  {"temperature", r.temperature},
+                  {"top_p", r.top_p},
+                  {"top_k", r.top_k > 0 ? r.top_k : -1},
+                  {"min_p", r.min_p},
+                  {"seed", job.seed},
+                  {"stream", true},
+                  {"stream_options", {{"include_usage", true}}}};
+        if (!model_.empty()) b["model"] = model_; // else the upstream's own (llama-server, vLLM's only model)
+        if (!r.suffix.empty()) b["suffix"] = r.suffix;
+        if (!r.stop.empty()) b["stop"] = r.stop;
+        if (r.repeat_penalty != 1.0f) b["repetition_penalty"] = r.repeat_penalty;
+        return b;
+    }
+
+    result stream(upstream_state& u, int fd, const std::string& body, const p::worker::run_msg& job, piece_sink& sink) {
+        const auto t0 = clock_type::now();
+        std::string head = "POST " + u.url.path + " HTTP/1.1\r\nHost: " + u.url.host + ":" + u.url.port +
+                           "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
+                           "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+        if (!key_.empty()) head += "Authorization: Bearer " + key_ + "\r\n";
+        if (!send_all(fd, head + "\r\n" + body))
+            throw generate_error(p::error_code::unavailable, u.url.text + " closed the connection");
+        try {
+            response_reader in(fd, sink);
+            if (!in.read_head()) return cancelled();
+            if (in.status() != 200) throw generate_error(error_code_for(in.status()), error_message(u, in));
+            return read_events(in, job, sink, t0);
+        } catch (const p::protocol_error& e) {
+            throw generate_error(e.code(), u.url.text + ": " + e.what());
+        }
+    }
+
+    static p::error_code error_code_for(int status) {
+        return status >= 400 && status < 500 && status != 408 && status != 429 ? p::error_code::invalid_request
+                                                                                 : p::error_code::unavailable;
+    }
+
+    static std::string error_message(const upstream_state& u, response_reader& in) {
+        std::string body;
+        while (body.size() < max_error_body) {
+            auto part = in.body_part();
+            if (!part || part->empty()) break;
+            body += *part;
+        }
+        std::string message = body;
+        const json j = json::parse(body, nullptr, false);
+        if (j.is_object() && j.contains("error")) {
+            const json& e = j["error"];
+            message = e.is_object() ? e.value("message", e.dump()) : e.is_string() ? e.get<std::string>() : e.dump();
+        }
+        return u.url.text + " answered " + std::to_string(in.status()) + ": " + message.substr(0, 500);
+    }
+
+    result read_events(response_reader& in, const p::worker::run_msg& job, piece_sink& sink, clock_type::time_point t0) {
+        result r;
+        r.reason = p::finish_reason::length;
+        line_limits limits(job.req);
+        std::string pending;
+        bool first = true;
+        int texts = 0; // the count of tokens when the upstream reports no usage
+        for (;;) {
+            auto part = in.body_part();
+            if (!part) return finish_cancelled(r);
+            if (part->empty()) throw p::protocol_error(p::error_code::unavailable, "the stream ended without [DONE]");
+            pending += *part;
+            for (auto eol = pending.find('\n'); eol != std::string::npos; eol = pending.find('\n')) {
+                std::string line = pending.substr(0, eol);
+                pending.erase(0, eol + 1);
+                if (!line.empty() && line.back() == '\r') line.pop_back();
+                if (line.rfind("data:", 0) != 0) continue;
+                const std::string data = line.substr(line.size() > 5 && line[5] == ' ' ? 6 : 5);
+                if (data == "[DONE]") {
+                    if (const std::string rest = limits.finish(); !rest.empty() && !sink.piece(rest))
+                        return finish_cancelled(r);
+                    return finished(r, texts, t0);
+                }
+                const json event = json::parse(data, nullptr, false);
+                if (!event.is_object()) throw p::protocol_error(p::error_code::unavailable, "a malformed event");
+                if (event.contains("error")) {
+                    const json& e = event["error"];
+                    throw p::protocol_error(p::error_code::unavailable,
+                                            e.is_object() ? e.value("message", e.dump()) : e.dump());
+                }
+                if (const auto u = event.find("usage"); u != event.end() && u->is_object()) {
+                    r.tokens.prompt_tokens = u->value("prompt_tokens", 0);
+                    r.tokens.completion_tokens = u->value("completion_tokens", 0);
+                    if (const auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object())
+                        r.tokens.cached_tokens = d->value("cached_tokens", 0);
+                }
+                const auto choices = event.find("choices");
+                if (choices == event.end() || !choices->is_array() || choices->empty()) continue;
+                const json& c = (*choices)[0];
+                const std::string text = c.is_object() ? c.value("text", "") : "";
+                if (!text.empty()) ++texts;
+                if (first && !text.empty()) {
+                    r.prefill_ms = ms_since(t0); // the upstream's queue and prompt, and the network
+                    first = false;
+                }
+                if (c.is_object() && c.contains("finish_reason") && c["finish_reason"].is_string())
+                    r.reason = c["finish_reason"] == "length" ? p::finish_reason::length : p::finish_reason::stop;
+                const std::string shown = limits.push(text);
+                if (!shown.empty() && !sink.piece(shown)) return finish_cancelled(r);
+                if (limits.ended()) {
+                    r.reason = p::finish_reason::stop; // closing the connection ends the upstream's work
+                    return finished(r, texts, t0);
+                }
+            }
+        }
+    }
+
+    static result finished(result r, int texts, clock_type::time_point t0) {
+        if (r.tokens.completion_tokens == 0) r.tokens.completion_tokens = texts;
+        r.decode_ms = std::max(0.0, ms_since(t0) - r.prefill_ms);
+        return r;
+    }
+
+    static result finish_cancelled(result r) {
+        r.reason = p::finish_reason::cancelled;
+        return r;
+    }
+
+    std::vector<upstream_state> upstreams_;
+    std::size_t next_ = 0;
+    std::string model_;
+    std::string key_;
+};
+
+std::string read_key_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw std::invalid_argument("cannot read the upstream key file '" + path + "'");
+    std::string key;
+    std::getline(in, key);
+    while (!key.empty() && (key.back() == '\r' || key.back() == ' ')) key.pop_back();
+    if (key.empty()) throw std::invalid_argument("the upstream key file '" + path + "' is empty");
+    return key;
+}
+
+} // namespace
+
+upstream_url parse_upstream_url(const std::string& url) {
+    upstream_url u;
+    u.text = url;
+    if (url.rfind("https://", 0) == 0)
+        throw std::invalid_argument("--upstream " + url + ": https is not supported yet; reach it through a local "
+                                    "TLS proxy or over plain http on a trusted network");
+    if (url.rfind("http://", 0) != 0) throw std::invalid_argument("--upstream must start with http:// (got '" + url + "')");
+    std::string rest = url.substr(7);
+    const auto slash = rest.find('/');
+    std::string path = slash == std::string::npos ? "" : rest.substr(slash);
+    rest = rest.substr(0, slash);
+    const auto colon = rest.rfind(':');
+    const bool bracketed = !rest.empty() && rest.front() == '[';
+    if (colon != std::string::npos && (!bracketed || rest.find(']') < colon)) {
+        u.host = rest.substr(0, colon);
+        u.port = rest.substr(colon + 1);
+    } else {
+        u.host = rest;
+        u.port = "80";
+    }
+    if (u.host.size() >= 2 && u.host.front() == '[' && u.host.back() == ']') u.host = u.host.substr(1, u.host.size() - 2);
+    if (u.host.empty() || u.port.empty() || u.port.find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument("--upstream " + url + ": expected http://HOST[:PORT][/PATH]");
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    const bool v1 = path.size() >= 3 && path.compare(path.size() - 3, 3, "/v1") == 0;
+    u.path = path + (v1 ? "/completions" : "/v1/completions");
+    return u;
+}
+
+std::unique_ptr<generator> make_remote_generator(const worker_options& opts) {
+    if (opts.upstreams.empty()) throw std::invalid_argument("--backend openai needs at least one --upstream");
+    std::vector<upstream_url> urls;
+    for (const auto& u : opts.upstreams) urls.push_back(parse_upstream_url(u));
+    return std::make_unique<remote_generator>(std::move(urls), opts.model,
+                                              opts.upstream_key_file.empty() ? "" : read_key_file(opts.upstream_key_file));
+}
+
+} // namespace colibri::worker
