@@ -270,6 +270,11 @@ json server::health_event(const json& id) const {
     json j = {{"id", id}, {"event", p::event::health}, {"status", status}, {"worker", to_string(s)}};
     if (s == worker_state::unavailable || s == worker_state::restarting)
         j["message"] = "the engine worker failed: " + supervisor_.last_crash_reason();
+    if (const json& up = supervisor_.upstream_stats(); up.is_array()) {
+        json states = json::array();
+        for (const auto& u : up) states.push_back({{"url", u.value("url", "")}, {"state", u.value("state", "")}});
+        j["upstreams"] = std::move(states);
+    }
     return j;
 }
 
@@ -309,6 +314,7 @@ json server::status_event(const json& id) const {
               {"failed", st.failed},
               {"rejected", st.rejected}}},
             {"cache", supervisor_.cache_stats()},
+            {"upstreams", supervisor_.upstream_stats()},
             {"tokens",
              {{"generated", st.tokens_generated},
               {"per_second", st.decode_ms > 0 ? st.tokens_generated / (st.decode_ms / 1000.0) : 0.0},

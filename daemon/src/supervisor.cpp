@@ -247,6 +247,7 @@ void supervisor::handle_line(std::string_view line) {
                 // a worker that said it is going (fatal) takes no more work: the queue waits
                 // for its successor
                 if (state_ == worker_state::busy && fatal_message_.empty()) set_state(worker_state::ready);
+                if (!m.upstreams.is_null()) upstream_stats_ = m.upstreams;
                 if constexpr (std::is_same_v<T, w::done_msg>) {
                     if (!m.cache.is_null()) cache_stats_ = m.cache;
                     if (h_.on_done) h_.on_done(m);

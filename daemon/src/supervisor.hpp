@@ -91,6 +91,8 @@ public:
     /// The worker's KV-cache counters: from its ready message, then after each job (so a
     /// restarted worker reports its cold cache).
     const nlohmann::json& cache_stats() const { return cache_stats_; }
+    /// A forwarding worker's upstreams, as of its last job (null: none yet, or a local engine).
+    const nlohmann::json& upstream_stats() const { return upstream_stats_; }
 
 private:
     void spawn();
@@ -145,6 +147,7 @@ private:
     std::optional<clock::time_point> last_crash_time_;
     nlohmann::json model_info_ = nlohmann::json::object();
     nlohmann::json cache_stats_;
+    nlohmann::json upstream_stats_;
     std::function<void()> on_stopped_;
 };
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -279,14 +280,23 @@ private:
 struct upstream_state {
     upstream_url url;
     clock_type::time_point down_until{};
-    int backoff_ms = 0; ///< 0: up
+    int backoff_ms = 0;          ///< 0: reachable at the last attempt
+    bool tried = false;
+    std::uint64_t requests = 0;  ///< sent to it
+    std::uint64_t failures = 0;  ///< connections that failed
+    double first_piece_ms = -1;  ///< of its last answered request: the time to its first text
+    std::string last_error;
 };
 
 class remote_generator final : public generator {
 public:
     remote_generator(std::vector<upstream_url> upstreams, std::string model, std::string key)
         : model_(std::move(model)), key_(std::move(key)) {
-        for (auto& u : upstreams) upstreams_.push_back({std::move(u)});
+        for (auto& u : upstreams) {
+            upstream_state s;
+            s.url = std::move(u);
+            upstreams_.push_back(std::move(s));
+        }
     }
 
     json info() const override {
@@ -294,6 +304,24 @@ public:
         for (const auto& u : upstreams_) urls.push_back(u.url.text);
         return {{"architecture", "remote"}, {"quant", "none"}, {"backend", "openai"}, {"n_ctx", 0},
                 {"model", model_}, {"upstreams", std::move(urls)}};
+    }
+
+    json upstream_stats() const override {
+        json out = json::array();
+        const auto now = clock_type::now();
+        for (const auto& u : upstreams_) {
+            json s = {{"url", u.url.text},
+                      {"state", !u.tried ? "unknown" : u.backoff_ms > 0 ? "down" : "up"},
+                      {"requests", u.requests},
+                      {"connect_failures", u.failures},
+                      {"first_piece_ms", u.first_piece_ms >= 0 ? json(u.first_piece_ms) : json(nullptr)},
+                      {"last_error", u.last_error.empty() ? json(nullptr) : json(u.last_error)}};
+            if (u.backoff_ms > 0)
+                s["retry_in_ms"] = std::max<std::int64_t>(
+                    0, std::chrono::duration_cast<std::chrono::milliseconds>(u.down_until - now).count());
+            out.push_back(std::move(s));
+        }
+        return out;
     }
 
     result generate(const p::worker::run_msg& job, piece_sink& sink) override {
@@ -305,14 +333,21 @@ public:
             const auto wait = u.down_until - clock_type::now();
             if (wait > std::chrono::milliseconds(0) && !sleep_unless_cancelled(wait, sink)) return cancelled();
             try {
+                u.tried = true;
                 socket_fd fd = connect_to(u.url, sink);
                 if (fd.get() < 0) return cancelled();
                 u.backoff_ms = 0;
+                ++u.requests;
                 return stream(u, fd.get(), body, job, sink);
             } catch (const connect_failure& f) {
                 u.backoff_ms = std::min(u.backoff_ms == 0 ? 250 : 2 * u.backoff_ms, 30000);
                 u.down_until = clock_type::now() + std::chrono::milliseconds(u.backoff_ms);
+                ++u.failures;
+                u.last_error = f.reason;
                 failures += (failures.empty() ? "" : "; ") + u.url.text + ": " + f.reason;
+            } catch (const generate_error& e) {
+                u.last_error = e.what();
+                throw;
             }
         }
         throw generate_error(p::error_code::unavailable, "no upstream could be reached (" + failures + ")");
@@ -379,7 +414,9 @@ private:
             response_reader in(fd, sink);
             if (!in.read_head()) return cancelled();
             if (in.status() != 200) throw generate_error(error_code_for(in.status()), error_message(u, in));
-            return read_events(in, job, sink, t0);
+            result r = read_events(in, job, sink, t0);
+            if (r.prefill_ms > 0) u.first_piece_ms = r.prefill_ms;
+            return r;
         } catch (const p::protocol_error& e) {
             throw generate_error(e.code(), u.url.text + ": " + e.what());
         }

@@ -283,17 +283,18 @@ int run_worker(const worker_options& opts, const generator_factory& make) {
             d.prefill_ms = r.prefill_ms;
             d.decode_ms = r.decode_ms;
             d.cache = gen->cache_stats();
+            d.upstreams = gen->upstream_stats();
             reply = d;
         } catch (const device_failure& e) {
             // the supervisor hears why first, so that it sends nothing more to this worker
             const std::string why = std::string("the device failed: ") + e.what();
             ch.send(w::fatal_msg{why});
-            reply = w::error_msg{job.job, p::error_code::worker_crashed, why + "; the worker restarts"};
+            reply = w::error_msg{job.job, p::error_code::worker_crashed, why + "; the worker restarts", nullptr};
             device_failed = true;
         } catch (const generate_error& e) {
-            reply = w::error_msg{job.job, e.code(), e.what()};
+            reply = w::error_msg{job.job, e.code(), e.what(), gen->upstream_stats()};
         } catch (const std::exception& e) {
-            reply = w::error_msg{job.job, p::error_code::internal, e.what()};
+            reply = w::error_msg{job.job, p::error_code::internal, e.what(), gen->upstream_stats()};
         }
         st.current = 0;
         if (!ch.send(reply)) break;

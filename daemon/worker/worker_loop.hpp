@@ -71,6 +71,8 @@ public:
     virtual result generate(const protocol::worker::run_msg& job, piece_sink& sink) = 0;
     /// Prompt-cache counters for the status op (null: the generator keeps no cache).
     virtual nlohmann::json cache_stats() const { return nullptr; }
+    /// The upstreams' state for health and status (null: the generator forwards nowhere).
+    virtual nlohmann::json upstream_stats() const { return nullptr; }
 };
 
 struct worker_options {

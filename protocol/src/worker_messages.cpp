@@ -72,10 +72,12 @@ std::string encode(const from_worker& msg) {
                           {"prefill_ms", m.prefill_ms},
                           {"decode_ms", m.decode_ms}};
                 if (!m.cache.is_null()) d["cache"] = m.cache;
+                if (!m.upstreams.is_null()) d["upstreams"] = m.upstreams;
                 return d;
             } else if constexpr (std::is_same_v<T, error_msg>) {
-                return {{"t", "error"}, {"job", m.job}, {"code", to_string(m.code)},
-                        {"message", m.message}};
+                json e = {{"t", "error"}, {"job", m.job}, {"code", to_string(m.code)}, {"message", m.message}};
+                if (!m.upstreams.is_null()) e["upstreams"] = m.upstreams;
+                return e;
             } else if constexpr (std::is_same_v<T, pong_msg>) {
                 return {{"t", "pong"}, {"n", m.n}};
             } else if constexpr (std::is_same_v<T, progress_msg>) {
@@ -133,6 +135,7 @@ from_worker decode_from_worker(std::string_view line) {
             d.prefill_ms = j.at("prefill_ms").get<double>();
             d.decode_ms = j.at("decode_ms").get<double>();
             if (auto it = j.find("cache"); it != j.end()) d.cache = *it;
+            if (auto it = j.find("upstreams"); it != j.end()) d.upstreams = *it;
             return d;
         }
         if (t == "pong") return pong_msg{whole_number(j, "n")};
@@ -140,8 +143,9 @@ from_worker decode_from_worker(std::string_view line) {
         if (t == "ready") return ready_msg{j.at("info")};
         if (t == "error") {
             const auto c = error_code_from_string(j.at("code").get<std::string>());
-            return error_msg{whole_number(j, "job"), c.value_or(error_code::internal),
-                             j.at("message").get<std::string>()};
+            error_msg e{whole_number(j, "job"), c.value_or(error_code::internal), j.at("message").get<std::string>(), {}};
+            if (auto it = j.find("upstreams"); it != j.end()) e.upstreams = *it;
+            return e;
         }
         if (t == "fatal") return fatal_msg{j.at("message").get<std::string>()};
         throw protocol_error(error_code::internal, "unknown worker message '" + t + "'");

@@ -126,6 +126,17 @@ TEST_CASE("remote: with two upstreams one of which is down, every request is ser
     client c(d.socket_path());
     for (int i = 0; i < 4; ++i) CHECK(run(c, i, {{"prompt", "x"}, {"max_tokens", 4}})["event"] == "done");
     CHECK(live.requests().size() == 4);
+    // status and health say which is down, and why
+    const json status = c.call({{"id", "s"}, {"op", "status"}});
+    REQUIRE(status["upstreams"].size() == 2);
+    CHECK(status["upstreams"][0]["state"] == "down");
+    CHECK(status["upstreams"][0]["connect_failures"].get<int>() >= 1);
+    CHECK(status["upstreams"][0]["last_error"].get<std::string>().find("refused") != std::string::npos);
+    CHECK(status["upstreams"][1]["state"] == "up");
+    CHECK(status["upstreams"][1]["requests"] == 4);
+    CHECK(status["upstreams"][1]["first_piece_ms"].get<double>() > 0);
+    const json health = c.call({{"id", "h"}, {"op", "health"}});
+    CHECK(health["upstreams"][1] == json{{"url", live.url()}, {"state", "up"}});
 
     // The dead one comes back: after its backoff it takes its share again.
     fake_upstream back({}, port);

@@ -3,6 +3,7 @@
 #include "colibri/protocol/worker_messages.hpp"
 
 namespace p = colibri::protocol;
+using nlohmann::json;
 namespace w = colibri::protocol::worker;
 
 TEST_CASE("supervisor-to-worker messages round-trip") {
@@ -28,9 +29,11 @@ TEST_CASE("worker-to-supervisor messages round-trip") {
     CHECK(piece.job == 4);
     CHECK(piece.text == "\xe4\xb8\xad\n");
 
-    w::done_msg d{5, p::finish_reason::stop, {10, 3, 2, 8, 5}, 1.25, 7.5, {{"slots", 4}, {"hits", 1}}};
+    w::done_msg d{5, p::finish_reason::stop, {10, 3, 2, 8, 5}, 1.25, 7.5, {{"slots", 4}, {"hits", 1}},
+                  json::array({{{"url", "http://a:8000"}, {"state", "up"}}})};
     auto done = std::get<w::done_msg>(w::decode_from_worker(w::encode(d)));
     CHECK(done.cache == d.cache);
+    CHECK(done.upstreams == d.upstreams);
     d.cache = nullptr;
     CHECK(std::get<w::done_msg>(w::decode_from_worker(w::encode(d))).cache.is_null());
     CHECK(done.job == 5);
@@ -40,9 +43,13 @@ TEST_CASE("worker-to-supervisor messages round-trip") {
     CHECK(done.decode_ms == 7.5);
 
     auto err = std::get<w::error_msg>(w::decode_from_worker(
-        w::encode(w::error_msg{6, p::error_code::invalid_request, "prompt too long"})));
+        w::encode(w::error_msg{6, p::error_code::invalid_request, "prompt too long", {}})));
     CHECK(err.code == p::error_code::invalid_request);
     CHECK(err.message == "prompt too long");
+    CHECK(err.upstreams.is_null());
+    err = std::get<w::error_msg>(w::decode_from_worker(
+        w::encode(w::error_msg{6, p::error_code::unavailable, "none", json::array({{{"state", "down"}}})})));
+    CHECK(err.upstreams[0]["state"] == "down");
 
     auto ready = std::get<w::ready_msg>(w::decode_from_worker(
         w::encode(w::ready_msg{{{"architecture", "mixtral"}, {"n_ctx", 4096}}})));

@@ -49,12 +49,14 @@ struct done_msg {
     double prefill_ms = 0;
     double decode_ms = 0;
     nlohmann::json cache; ///< the worker's KV-cache slot counters after the job (null: none)
+    nlohmann::json upstreams; ///< a forwarding worker's upstreams after the job (null: none)
 };
 /// The job failed without killing the worker (bad argument, context full, ...).
 struct error_msg {
     std::uint64_t job = 0;
     error_code code = error_code::internal;
     std::string message;
+    nlohmann::json upstreams; ///< as in done_msg
 };
 struct pong_msg {
     std::uint64_t n = 0;
