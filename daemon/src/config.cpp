@@ -108,9 +108,11 @@ command_line parse_command_line(int argc, const char* const* argv) {
     po::options_description remote("Remote backend (complete on OpenAI-compatible servers: vLLM, SGLang, llama-server)");
     remote.add_options()
         ("backend", po::value(&c.backend)->default_value(c.backend), "local (the engine on --model) or openai (forward to --upstream)")
-        ("upstream", po::value(&c.upstreams)->composing(), "with --backend openai: a server's URL, http://HOST:PORT[/PATH]; "
+        ("upstream", po::value(&c.upstreams)->composing(), "with --backend openai: a server's URL, http[s]://HOST:PORT[/PATH]; "
                                                            "repeat for several (load is spread, an unreachable one is skipped and retried later)")
-        ("upstream-key-file", po::value(&c.upstream_key_file), "with --backend openai: file holding the Bearer key the servers want");
+        ("upstream-key-file", po::value(&c.upstream_key_file), "with --backend openai: file holding the Bearer key the servers want")
+        ("upstream-ca-file", po::value(&c.upstream_ca_file), "with --backend openai: PEM certificates to trust for https upstreams "
+                                                             "(default: the system's)");
 
     po::options_description watchdog("Watchdog");
     watchdog.add_options()
@@ -157,7 +159,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
         throw config_error("--backend must be 'local' or 'openai' (got '" + c.backend + "')");
     if (c.backend == "local" && c.model.empty()) throw config_error("--model is required");
     if (c.backend == "openai" && c.upstreams.empty()) throw config_error("--backend openai needs --upstream URL");
-    if (c.backend == "local" && (!c.upstreams.empty() || !c.upstream_key_file.empty()))
+    if (c.backend == "local" && (!c.upstreams.empty() || !c.upstream_key_file.empty() || !c.upstream_ca_file.empty()))
         throw config_error("--upstream is for --backend openai");
     if (c.socket.empty()) c.socket = default_socket_path();
     require_range<std::size_t>("max-connections", c.max_connections, 1, 1u << 20);

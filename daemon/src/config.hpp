@@ -29,6 +29,7 @@ struct daemon_config {
     std::string backend = "local";       ///< local (the engine) or openai (forwarding to --upstream)
     std::vector<std::string> upstreams;  ///< openai: http://HOST:PORT of each server
     std::string upstream_key_file;       ///< openai: the Bearer key the servers want
+    std::string upstream_ca_file;        ///< openai: certificates to trust for https upstreams
     std::string socket;       ///< empty: default_socket_path()
     std::string socket_group; ///< name or numeric gid; empty: owner only
     std::string device = "cpu";

@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
         for (const auto& u : cfg.upstreams) launch.args.insert(launch.args.end(), {"--upstream", u});
         if (!cfg.upstream_key_file.empty())
             launch.args.insert(launch.args.end(), {"--upstream-key-file", cfg.upstream_key_file});
+        if (!cfg.upstream_ca_file.empty())
+            launch.args.insert(launch.args.end(), {"--upstream-ca-file", cfg.upstream_ca_file});
     }
 
     ::signal(SIGPIPE, SIG_IGN);

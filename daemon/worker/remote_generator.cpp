@@ -19,6 +19,8 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 namespace colibri::worker {
 
@@ -95,43 +97,88 @@ socket_fd connect_to(const upstream_url& u, piece_sink& sink) {
     throw connect_failure{last};
 }
 
-/// Sends all of `bytes`; false when the upstream went away.
-bool send_all(int fd, const std::string& bytes) {
-    std::size_t off = 0;
-    while (off < bytes.size()) {
-        const ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return false;
-        off += static_cast<std::size_t>(n);
+/// One connection to an upstream, over TLS for https: what the request is written to and
+/// its response read from.
+class upstream_link {
+public:
+    upstream_link(socket_fd fd, SSL_CTX* tls, const upstream_url& u) : fd_(std::move(fd)) {
+        if (!tls) return;
+        ssl_.reset(::SSL_new(tls));
+        if (!ssl_ || ::SSL_set_fd(ssl_.get(), fd_.get()) != 1) throw connect_failure{"cannot start TLS"};
+        ::SSL_set_tlsext_host_name(ssl_.get(), u.host.c_str()); // SNI
+        if (::SSL_set1_host(ssl_.get(), u.host.c_str()) != 1) throw connect_failure{"cannot check the host name"};
+        // The handshake blocks: bound it, as the connection was.
+        timeval tv{connect_timeout_ms / 1000, 0};
+        ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        if (::SSL_connect(ssl_.get()) != 1) {
+            const long verify = ::SSL_get_verify_result(ssl_.get());
+            throw connect_failure{verify != X509_V_OK ? std::string("TLS: ") + ::X509_verify_cert_error_string(verify)
+                                                      : "the TLS handshake failed"};
+        }
+        tv = {0, 0};
+        ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     }
-    return true;
-}
 
-/// Reads what is there, waiting in short slices so that a cancel is seen within poll_ms.
-/// Returns the bytes read ("" at the end of the stream), or nullopt when cancelled.
-std::optional<std::string> read_some(int fd, piece_sink& sink, int timeout_ms) {
-    const auto start = clock_type::now();
-    for (;;) {
-        pollfd pfd{fd, POLLIN, 0};
-        const int n = ::poll(&pfd, 1, poll_ms);
-        if (n > 0) break;
-        if (sink.poll()) return std::nullopt;
-        if (ms_since(start) > timeout_ms) throw p::protocol_error(p::error_code::unavailable, "the upstream stopped answering");
+    /// Sends all of `bytes`; false when the upstream went away.
+    bool send_all(const std::string& bytes) {
+        std::size_t off = 0;
+        while (off < bytes.size()) {
+            ssize_t n;
+            if (ssl_) {
+                n = ::SSL_write(ssl_.get(), bytes.data() + off, static_cast<int>(bytes.size() - off));
+            } else {
+                n = ::send(fd_.get(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR) continue;
+            }
+            if (n <= 0) return false;
+            off += static_cast<std::size_t>(n);
+        }
+        return true;
     }
-    char buf[16384];
-    for (;;) {
-        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return std::string();
-        return std::string(buf, static_cast<std::size_t>(n));
+
+    /// Reads what is there, waiting in short slices so that a cancel is seen within
+    /// poll_ms. Returns the bytes read ("" at the end of the stream), or nullopt when
+    /// cancelled.
+    std::optional<std::string> read_some(piece_sink& sink, int timeout_ms) {
+        const auto start = clock_type::now();
+        char buf[16384];
+        for (;;) {
+            if (!ssl_ || ::SSL_pending(ssl_.get()) == 0) {
+                pollfd pfd{fd_.get(), POLLIN, 0};
+                if (::poll(&pfd, 1, poll_ms) <= 0) {
+                    if (sink.poll()) return std::nullopt;
+                    if (ms_since(start) > timeout_ms)
+                        throw p::protocol_error(p::error_code::unavailable, "the upstream stopped answering");
+                    continue;
+                }
+            }
+            if (!ssl_) {
+                const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
+                if (n < 0 && errno == EINTR) continue;
+                return n <= 0 ? std::string() : std::string(buf, static_cast<std::size_t>(n));
+            }
+            const int n = ::SSL_read(ssl_.get(), buf, sizeof(buf));
+            if (n > 0) return std::string(buf, static_cast<std::size_t>(n));
+            const int err = ::SSL_get_error(ssl_.get(), n);
+            if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) continue; // a partial record
+            return std::string();
+        }
     }
-}
+
+private:
+    struct ssl_free {
+        void operator()(SSL* s) const { ::SSL_free(s); }
+    };
+    socket_fd fd_;
+    std::unique_ptr<SSL, ssl_free> ssl_;
+};
 
 /// An HTTP/1.1 response read incrementally: status and headers, then the body, with
 /// chunked transfer decoded.
 class response_reader {
 public:
-    response_reader(int fd, piece_sink& sink) : fd_(fd), sink_(sink) {}
+    response_reader(upstream_link& link, piece_sink& sink) : link_(link), sink_(sink) {}
 
     /// Reads the status line and headers; false when cancelled.
     bool read_head() {
@@ -142,7 +189,7 @@ public:
                 buf_.erase(0, end + 4);
                 return true;
             }
-            auto more = read_some(fd_, sink_, first_byte_timeout_ms);
+            auto more = link_.read_some(sink_, first_byte_timeout_ms);
             if (!more) return false;
             if (more->empty()) throw p::protocol_error(p::error_code::unavailable, "the upstream closed the connection");
             buf_ += *more;
@@ -158,7 +205,7 @@ public:
             if (!chunked_) {
                 if (!buf_.empty()) return std::exchange(buf_, {});
                 if (done_) return std::string();
-                auto more = read_some(fd_, sink_, first_byte_timeout_ms);
+                auto more = link_.read_some(sink_, first_byte_timeout_ms);
                 if (!more) return std::nullopt;
                 if (more->empty()) done_ = true;
                 buf_ += *more;
@@ -188,7 +235,7 @@ public:
                     continue;
                 }
             }
-            auto more = read_some(fd_, sink_, first_byte_timeout_ms);
+            auto more = link_.read_some(sink_, first_byte_timeout_ms);
             if (!more) return std::nullopt;
             if (more->empty()) throw p::protocol_error(p::error_code::unavailable, "the upstream closed the stream");
             buf_ += *more;
@@ -211,7 +258,7 @@ private:
         }
     }
 
-    int fd_;
+    upstream_link& link_;
     piece_sink& sink_;
     std::string buf_;
     int status_ = 0;
@@ -290,8 +337,18 @@ struct upstream_state {
 
 class remote_generator final : public generator {
 public:
-    remote_generator(std::vector<upstream_url> upstreams, std::string model, std::string key)
+    remote_generator(std::vector<upstream_url> upstreams, std::string model, std::string key, const std::string& ca_file)
         : model_(std::move(model)), key_(std::move(key)) {
+        if (std::any_of(upstreams.begin(), upstreams.end(), [](const auto& u) { return u.tls; })) {
+            tls_.reset(::SSL_CTX_new(::TLS_client_method()));
+            if (!tls_) throw std::runtime_error("cannot set up TLS");
+            ::SSL_CTX_set_min_proto_version(tls_.get(), TLS1_2_VERSION);
+            ::SSL_CTX_set_verify(tls_.get(), SSL_VERIFY_PEER, nullptr);
+            const bool trusted = ca_file.empty() ? ::SSL_CTX_set_default_verify_paths(tls_.get()) == 1
+                                                 : ::SSL_CTX_load_verify_locations(tls_.get(), ca_file.c_str(), nullptr) == 1;
+            if (!trusted) throw std::invalid_argument("cannot load the certificates to trust" +
+                                                      (ca_file.empty() ? std::string() : " from '" + ca_file + "'"));
+        }
         for (auto& u : upstreams) {
             upstream_state s;
             s.url = std::move(u);
@@ -336,9 +393,10 @@ public:
                 u.tried = true;
                 socket_fd fd = connect_to(u.url, sink);
                 if (fd.get() < 0) return cancelled();
+                upstream_link link(std::move(fd), u.url.tls ? tls_.get() : nullptr, u.url);
                 u.backoff_ms = 0;
                 ++u.requests;
-                return stream(u, fd.get(), body, job, sink);
+                return stream(u, link, body, job, sink);
             } catch (const connect_failure& f) {
                 u.backoff_ms = std::min(u.backoff_ms == 0 ? 250 : 2 * u.backoff_ms, 30000);
                 u.down_until = clock_type::now() + std::chrono::milliseconds(u.backoff_ms);
@@ -402,16 +460,17 @@ private:
         return b;
     }
 
-    result stream(upstream_state& u, int fd, const std::string& body, const p::worker::run_msg& job, piece_sink& sink) {
+    result stream(upstream_state& u, upstream_link& link, const std::string& body, const p::worker::run_msg& job,
+                  piece_sink& sink) {
         const auto t0 = clock_type::now();
         std::string head = "POST " + u.url.path + " HTTP/1.1\r\nHost: " + u.url.host + ":" + u.url.port +
                            "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
                            "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
         if (!key_.empty()) head += "Authorization: Bearer " + key_ + "\r\n";
-        if (!send_all(fd, head + "\r\n" + body))
+        if (!link.send_all(head + "\r\n" + body))
             throw generate_error(p::error_code::unavailable, u.url.text + " closed the connection");
         try {
-            response_reader in(fd, sink);
+            response_reader in(link, sink);
             if (!in.read_head()) return cancelled();
             if (in.status() != 200) throw generate_error(error_code_for(in.status()), error_message(u, in));
             result r = read_events(in, job, sink, t0);
@@ -511,6 +570,10 @@ private:
         return r;
     }
 
+    struct ssl_ctx_free {
+        void operator()(SSL_CTX* c) const { ::SSL_CTX_free(c); }
+    };
+    std::unique_ptr<SSL_CTX, ssl_ctx_free> tls_; ///< with any https upstream
     std::vector<upstream_state> upstreams_;
     std::size_t next_ = 0;
     std::string model_;
@@ -532,11 +595,10 @@ std::string read_key_file(const std::string& path) {
 upstream_url parse_upstream_url(const std::string& url) {
     upstream_url u;
     u.text = url;
-    if (url.rfind("https://", 0) == 0)
-        throw std::invalid_argument("--upstream " + url + ": https is not supported yet; reach it through a local "
-                                    "TLS proxy or over plain http on a trusted network");
-    if (url.rfind("http://", 0) != 0) throw std::invalid_argument("--upstream must start with http:// (got '" + url + "')");
-    std::string rest = url.substr(7);
+    u.tls = url.rfind("https://", 0) == 0;
+    if (!u.tls && url.rfind("http://", 0) != 0)
+        throw std::invalid_argument("--upstream must start with http:// or https:// (got '" + url + "')");
+    std::string rest = url.substr(u.tls ? 8 : 7);
     const auto slash = rest.find('/');
     std::string path = slash == std::string::npos ? "" : rest.substr(slash);
     rest = rest.substr(0, slash);
@@ -547,11 +609,11 @@ upstream_url parse_upstream_url(const std::string& url) {
         u.port = rest.substr(colon + 1);
     } else {
         u.host = rest;
-        u.port = "80";
+        u.port = u.tls ? "443" : "80";
     }
     if (u.host.size() >= 2 && u.host.front() == '[' && u.host.back() == ']') u.host = u.host.substr(1, u.host.size() - 2);
     if (u.host.empty() || u.port.empty() || u.port.find_first_not_of("0123456789") != std::string::npos)
-        throw std::invalid_argument("--upstream " + url + ": expected http://HOST[:PORT][/PATH]");
+        throw std::invalid_argument("--upstream " + url + ": expected http[s]://HOST[:PORT][/PATH]");
     while (!path.empty() && path.back() == '/') path.pop_back();
     const bool v1 = path.size() >= 3 && path.compare(path.size() - 3, 3, "/v1") == 0;
     u.path = path + (v1 ? "/completions" : "/v1/completions");
@@ -563,7 +625,8 @@ std::unique_ptr<generator> make_remote_generator(const worker_options& opts) {
     std::vector<upstream_url> urls;
     for (const auto& u : opts.upstreams) urls.push_back(parse_upstream_url(u));
     return std::make_unique<remote_generator>(std::move(urls), opts.model,
-                                              opts.upstream_key_file.empty() ? "" : read_key_file(opts.upstream_key_file));
+                                              opts.upstream_key_file.empty() ? "" : read_key_file(opts.upstream_key_file),
+                                              opts.upstream_ca_file);
 }
 
 } // namespace colibri::worker

@@ -13,14 +13,15 @@
 
 namespace colibri::worker {
 
-/// An upstream's address: http://HOST[:PORT][/PATH]; requests go to PATH/v1/completions
+/// An upstream's address: http[s]://HOST[:PORT][/PATH]; requests go to PATH/v1/completions
 /// (or PATH/completions when PATH ends with /v1).
 struct upstream_url {
     std::string host, port, path;
+    bool tls = false; ///< https: the certificate is checked against HOST
     std::string text; ///< as given, for messages
 };
 
-/// Parses one --upstream. Throws std::invalid_argument (https is not supported yet).
+/// Parses one --upstream. Throws std::invalid_argument.
 upstream_url parse_upstream_url(const std::string& url);
 
 /// Throws std::invalid_argument for bad options (no upstream, unreadable key file).

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <openssl/ssl.h>
 
 namespace colibri::test {
 
@@ -29,6 +30,7 @@ public:
         int delay_ms = 0;  ///< before each piece
         int status = 200;  ///< anything else: an error body with this status
         std::string error_message = "bad request";
+        std::string cert_file, key_file; ///< both set: https with this certificate
     };
 
     /// Listens on 127.0.0.1 (`port` 0: any free port).
@@ -45,18 +47,27 @@ public:
         socklen_t len = sizeof(addr);
         ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
         port_ = ntohs(addr.sin_port);
+        if (!script_.cert_file.empty()) {
+            tls_ = ::SSL_CTX_new(::TLS_server_method());
+            if (::SSL_CTX_use_certificate_file(tls_, script_.cert_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+                ::SSL_CTX_use_PrivateKey_file(tls_, script_.key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+                throw std::runtime_error("fake upstream: cannot load the certificate");
+        }
         thread_ = std::thread([this] { serve(); });
     }
     ~fake_upstream() {
         stop_ = true;
         thread_.join();
         ::close(fd_);
+        if (tls_) ::SSL_CTX_free(tls_);
     }
     fake_upstream(const fake_upstream&) = delete;
     fake_upstream& operator=(const fake_upstream&) = delete;
 
     int port() const { return port_; }
-    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+    std::string url() const {
+        return tls_ ? "https://localhost:" + std::to_string(port_) : "http://127.0.0.1:" + std::to_string(port_);
+    }
     /// The request bodies received, in order.
     std::vector<nlohmann::json> requests() const {
         std::lock_guard lock(mu_);
@@ -72,7 +83,15 @@ private:
             if (::poll(&pfd, 1, 20) <= 0) continue;
             const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
             if (c < 0) continue;
-            answer(c);
+            if (tls_) {
+                ssl_ = ::SSL_new(tls_);
+                ::SSL_set_fd(ssl_, c);
+                if (::SSL_accept(ssl_) == 1) answer(c);
+                ::SSL_free(ssl_);
+                ssl_ = nullptr;
+            } else {
+                answer(c);
+            }
             ::close(c);
         }
     }
@@ -83,8 +102,8 @@ private:
         std::size_t body_at = std::string::npos, length = 0;
         while (body_at == std::string::npos || in.size() < body_at + length) {
             pollfd pfd{c, POLLIN, 0};
-            if (::poll(&pfd, 1, 2000) <= 0) return;
-            const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+            if (!(ssl_ && ::SSL_pending(ssl_) > 0) && ::poll(&pfd, 1, 2000) <= 0) return;
+            const ssize_t n = ssl_ ? ::SSL_read(ssl_, buf, sizeof(buf)) : ::recv(c, buf, sizeof(buf), 0);
             if (n <= 0) return;
             in.append(buf, static_cast<std::size_t>(n));
             if (body_at == std::string::npos && (body_at = in.find("\r\n\r\n")) != std::string::npos) {
@@ -132,7 +151,8 @@ private:
     }
 
     /// false when the client has gone (its reset makes a later send fail).
-    static bool send_all(int c, const std::string& bytes) {
+    bool send_all(int c, const std::string& bytes) {
+        if (ssl_) return ::SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) > 0;
         std::size_t off = 0;
         while (off < bytes.size()) {
             const ssize_t n = ::send(c, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
@@ -149,6 +169,8 @@ private:
     }
 
     script script_;
+    SSL_CTX* tls_ = nullptr;
+    SSL* ssl_ = nullptr; ///< the connection being answered, over TLS
     int fd_ = -1;
     int port_ = 0;
     std::atomic<bool> stop_{false};

@@ -145,3 +145,33 @@ TEST_CASE("remote: with two upstreams one of which is down, every request is ser
     CHECK(back.requests().size() >= 1);
     CHECK(live.requests().size() + back.requests().size() == 8);
 }
+
+TEST_CASE("remote: an https upstream, its certificate checked against the trusted ones") {
+    temp_dir dir;
+    const std::string cert = dir.path() + "/cert.pem", key = dir.path() + "/key.pem";
+    const auto made = run_command({COLIBRI_OPENSSL_EXE, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                                   "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"},
+                                  30s);
+    REQUIRE_MESSAGE(made.status == 0, made.err);
+    fake_upstream::script s;
+    s.cert_file = cert;
+    s.key_file = key;
+    fake_upstream up(s);
+    REQUIRE(up.url().rfind("https://localhost:", 0) == 0);
+
+    auto trusted = remote_daemon(up.url());
+    trusted["--upstream-ca-file"] = cert;
+    daemon_process d(trusted, true, "");
+    client c(d.socket_path());
+    const json done = run(c, 1, {{"prompt", "def f"}, {"max_tokens", 8}});
+    CHECK(done["event"] == "done");
+    CHECK(done["text"] == "def f(x):\n    return x\n");
+
+    // Without the certificate among the trusted ones, nothing is sent.
+    daemon_process untrusting(remote_daemon(up.url()), true, "");
+    client u(untrusting.socket_path());
+    const json refused = run(u, 1, {{"prompt", "x"}});
+    CHECK(refused["code"] == "unavailable");
+    CHECK(refused["message"].get<std::string>().find("certificate") != std::string::npos);
+    CHECK(up.requests().size() == 1);
+}
