@@ -54,7 +54,7 @@ private:
     int fd_;
 };
 
-/// Why a connection could not be used: retried on another upstream (connect) or not.
+/// An upstream could not be reached (or failed its TLS check): the request may go to another.
 struct connect_failure {
     std::string reason;
 };
@@ -444,8 +444,9 @@ private:
 
     json request_body(const p::worker::run_msg& job) const {
         const p::complete_request& r = job.req;
+        // A warm-up (max_tokens 0) asks for one token, unseen: the server's prefix cache keeps the prompt.
         json b = {{"prompt", r.prompt},
-                  {"max_tokens", r.max_tokens},
+                  {"max_tokens", std::max(r.max_tokens, 1)},
                   {"temperature", r.temperature},
                   {"top_p", r.top_p},
                   {"top_k", r.top_k > 0 ? r.top_k : -1},
@@ -523,7 +524,8 @@ private:
                 if (data == "[DONE]") {
                     if (const std::string rest = limits.finish(); !rest.empty() && !sink.piece(rest))
                         return finish_cancelled(r);
-                    return finished(r, texts, t0);
+                    if (job.req.max_tokens == 0) r.tokens.completion_tokens = 0;
+                    return finished(r, job.req.max_tokens == 0 ? 0 : texts, t0);
                 }
                 const json event = json::parse(data, nullptr, false);
                 if (!event.is_object()) throw p::protocol_error(p::error_code::unavailable, "a malformed event");
@@ -549,6 +551,7 @@ private:
                 }
                 if (c.is_object() && c.contains("finish_reason") && c["finish_reason"].is_string())
                     r.reason = c["finish_reason"] == "length" ? p::finish_reason::length : p::finish_reason::stop;
+                if (job.req.max_tokens == 0) continue; // a warm-up shows nothing
                 const std::string shown = limits.push(text);
                 if (!shown.empty() && !sink.piece(shown)) return finish_cancelled(r);
                 if (limits.ended()) {

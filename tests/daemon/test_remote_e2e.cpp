@@ -59,6 +59,12 @@ TEST_CASE("remote: the upstream's stream arrives as pieces, with its usage; the 
     CHECK(reqs[0]["stream"] == true);
     CHECK(reqs[0]["stop"] == json::array({"\n\n"}));
     CHECK(reqs[0]["seed"] == 3);
+    // A warm-up asks the server for one token (its prefix cache keeps the prompt) and shows none.
+    const json warm = run(c, 2, {{"prompt", "def f"}, {"max_tokens", 0}});
+    CHECK(warm["event"] == "done");
+    CHECK(warm["text"] == "");
+    CHECK(warm["usage"]["completion_tokens"] == 0);
+    CHECK(up.requests().back()["max_tokens"] == 1);
     auto status = c.call({{"id", "s"}, {"op", "status"}});
     CHECK(status["model"]["backend"] == "openai");
     CHECK(status["model"]["upstreams"] == json::array({up.url()}));
