@@ -215,6 +215,20 @@ colibri_status colibri_prompt_match(const colibri_model* model, colibri_session*
                                     const char* prompt, size_t prompt_len, const colibri_generate_params* params,
                                     size_t* n_reusable, size_t* n_prompt_tokens);
 
+/** The spellings of a fill-in-the-middle family's tokens, for a prompt built as text that a
+ *  server tokenizes (parsing special tokens), as the remote backend sends it. */
+typedef struct colibri_fim_text {
+    const char* prefix;
+    const char* suffix;
+    const char* middle;    /**< "" for codestral, whose prompt is [SUFFIX] suffix [PREFIX] prefix */
+    const char* repo_name; /**< repository-level tokens ("" when the family has none) */
+    const char* file_sep;
+} colibri_fim_text;
+
+/** Fills *text for family ("starcoder", "qwen", "deepseek", "codellama", "codestral");
+ *  static strings. COLIBRI_ERR_INVALID_ARGUMENT for another name. */
+colibri_status colibri_fim_text_of(const char* family, colibri_fim_text* text);
+
 /** Forgets the session's cached tokens and gives their memory back. */
 colibri_status colibri_session_reset(colibri_session* session);
 

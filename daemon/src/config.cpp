@@ -112,7 +112,11 @@ command_line parse_command_line(int argc, const char* const* argv) {
                                                            "repeat for several (load is spread, an unreachable one is skipped and retried later)")
         ("upstream-key-file", po::value(&c.upstream_key_file), "with --backend openai: file holding the Bearer key the servers want")
         ("upstream-ca-file", po::value(&c.upstream_ca_file), "with --backend openai: PEM certificates to trust for https upstreams "
-                                                             "(default: the system's)");
+                                                             "(default: the system's)")
+        ("upstream-fim", po::value(&c.upstream_fim)->default_value(c.upstream_fim),
+         "with --backend openai: fill-in-the-middle by the servers' `suffix` field (suffix), or a prompt built here in the "
+         "model's template for servers without it: starcoder, qwen, deepseek, codellama, codestral (context files "
+         "then reach the model too)");
 
     po::options_description watchdog("Watchdog");
     watchdog.add_options()
@@ -159,7 +163,8 @@ command_line parse_command_line(int argc, const char* const* argv) {
         throw config_error("--backend must be 'local' or 'openai' (got '" + c.backend + "')");
     if (c.backend == "local" && c.model.empty()) throw config_error("--model is required");
     if (c.backend == "openai" && c.upstreams.empty()) throw config_error("--backend openai needs --upstream URL");
-    if (c.backend == "local" && (!c.upstreams.empty() || !c.upstream_key_file.empty() || !c.upstream_ca_file.empty()))
+    if (c.backend == "local" && (!c.upstreams.empty() || !c.upstream_key_file.empty() || !c.upstream_ca_file.empty() ||
+                                 c.upstream_fim != "suffix"))
         throw config_error("--upstream is for --backend openai");
     if (c.socket.empty()) c.socket = default_socket_path();
     require_range<std::size_t>("max-connections", c.max_connections, 1, 1u << 20);

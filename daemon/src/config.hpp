@@ -30,6 +30,7 @@ struct daemon_config {
     std::vector<std::string> upstreams;  ///< openai: http://HOST:PORT of each server
     std::string upstream_key_file;       ///< openai: the Bearer key the servers want
     std::string upstream_ca_file;        ///< openai: certificates to trust for https upstreams
+    std::string upstream_fim = "suffix"; ///< openai: send `suffix`, or build the FIM prompt in this family's template
     std::string socket;       ///< empty: default_socket_path()
     std::string socket_group; ///< name or numeric gid; empty: owner only
     std::string device = "cpu";

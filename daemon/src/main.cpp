@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
             launch.args.insert(launch.args.end(), {"--upstream-key-file", cfg.upstream_key_file});
         if (!cfg.upstream_ca_file.empty())
             launch.args.insert(launch.args.end(), {"--upstream-ca-file", cfg.upstream_ca_file});
+        launch.args.insert(launch.args.end(), {"--upstream-fim", cfg.upstream_fim});
     }
 
     ::signal(SIGPIPE, SIG_IGN);

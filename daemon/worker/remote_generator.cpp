@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 #include <openssl/ssl.h>
+
+#include "colibri.h"
 #include <openssl/x509v3.h>
 
 namespace colibri::worker {
@@ -337,8 +339,16 @@ struct upstream_state {
 
 class remote_generator final : public generator {
 public:
-    remote_generator(std::vector<upstream_url> upstreams, std::string model, std::string key, const std::string& ca_file)
+    remote_generator(std::vector<upstream_url> upstreams, std::string model, std::string key, const std::string& ca_file,
+                     const std::string& fim)
         : model_(std::move(model)), key_(std::move(key)) {
+        if (fim != "suffix") {
+            colibri_fim_text t;
+            if (colibri_fim_text_of(fim.c_str(), &t) != COLIBRI_OK)
+                throw std::invalid_argument("--upstream-fim must be suffix, starcoder, qwen, deepseek, codellama or "
+                                            "codestral (got '" + fim + "')");
+            fim_ = t;
+        }
         if (std::any_of(upstreams.begin(), upstreams.end(), [](const auto& u) { return u.tls; })) {
             tls_.reset(::SSL_CTX_new(::TLS_client_method()));
             if (!tls_) throw std::runtime_error("cannot set up TLS");
@@ -445,7 +455,7 @@ private:
     json request_body(const p::worker::run_msg& job) const {
         const p::complete_request& r = job.req;
         // A warm-up (max_tokens 0) asks for one token, unseen: the server's prefix cache keeps the prompt.
-        json b = {{"prompt", r.prompt},
+        json b = {{"prompt", fim_ ? fim_prompt(r) : r.prompt},
                   {"max_tokens", std::max(r.max_tokens, 1)},
                   {"temperature", r.temperature},
                   {"top_p", r.top_p},
@@ -455,10 +465,28 @@ private:
                   {"stream", true},
                   {"stream_options", {{"include_usage", true}}}};
         if (!model_.empty()) b["model"] = model_; // else the upstream's own (llama-server, vLLM's only model)
-        if (!r.suffix.empty()) b["suffix"] = r.suffix;
+        if (!fim_ && !r.suffix.empty()) b["suffix"] = r.suffix;
         if (!r.stop.empty()) b["stop"] = r.stop;
         if (r.repeat_penalty != 1.0f) b["repetition_penalty"] = r.repeat_penalty;
         return b;
+    }
+
+    /// The prompt as text in the model's own template, context files first (laid out as
+    /// the engine lays them out: fim.h, build_context_prompt).
+    std::string fim_prompt(const p::complete_request& r) const {
+        const colibri_fim_text& t = *fim_;
+        std::string text;
+        const bool repo = *t.repo_name != '\0' && *t.file_sep != '\0';
+        if (!r.context.empty() && repo) text = std::string(t.repo_name) + "myproject\n";
+        for (const auto& f : r.context) {
+            if (repo) text += std::string(t.file_sep) + (f.filename.empty() ? "tmp" : f.filename) + "\n";
+            else text += "\n\n--- snippet ---\n\n";
+            text += f.text;
+        }
+        if (!r.context.empty() && repo) text += std::string(t.file_sep) + "filename\n";
+        if (r.suffix.empty()) return text + r.prompt;
+        if (*t.middle == '\0') return text + t.suffix + r.suffix + t.prefix + r.prompt; // codestral
+        return text + t.prefix + r.prompt + t.suffix + r.suffix + t.middle;
     }
 
     result stream(upstream_state& u, upstream_link& link, const std::string& body, const p::worker::run_msg& job,
@@ -577,6 +605,7 @@ private:
         void operator()(SSL_CTX* c) const { ::SSL_CTX_free(c); }
     };
     std::unique_ptr<SSL_CTX, ssl_ctx_free> tls_; ///< with any https upstream
+    std::optional<colibri_fim_text> fim_;        ///< the prompt built here; nullopt: `suffix` sent
     std::vector<upstream_state> upstreams_;
     std::size_t next_ = 0;
     std::string model_;
@@ -629,7 +658,7 @@ std::unique_ptr<generator> make_remote_generator(const worker_options& opts) {
     for (const auto& u : opts.upstreams) urls.push_back(parse_upstream_url(u));
     return std::make_unique<remote_generator>(std::move(urls), opts.model,
                                               opts.upstream_key_file.empty() ? "" : read_key_file(opts.upstream_key_file),
-                                              opts.upstream_ca_file);
+                                              opts.upstream_ca_file, opts.upstream_fim);
 }
 
 } // namespace colibri::worker

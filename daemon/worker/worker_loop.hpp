@@ -90,11 +90,13 @@ struct worker_options {
     std::vector<std::string> upstreams;  ///< openai: the servers' URLs
     std::string upstream_key_file;       ///< openai: their Bearer key
     std::string upstream_ca_file;        ///< openai: certificates to trust for https (default: the system's)
+    std::string upstream_fim = "suffix"; ///< openai: send `suffix`, or build the prompt in this FIM family's template
 };
 
 /// Parses `--fd N --model FILE [--device D] [--gpu-memory MIB] [--threads N] [--slots N] [--cache-mb N]
 /// [--fim-order psm|spm] [--batch N] [--enable-fault-injection]
-/// [--backend local|openai] [--upstream URL ...] [--upstream-key-file F] [--upstream-ca-file F]`.
+/// [--backend local|openai] [--upstream URL ...] [--upstream-key-file F] [--upstream-ca-file F]
+/// [--upstream-fim suffix|FAMILY]`.
 /// Throws std::invalid_argument.
 worker_options parse_worker_args(int argc, const char* const* argv);
 

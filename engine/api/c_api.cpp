@@ -303,6 +303,21 @@ colibri_status colibri_prompt_match(const colibri_model* model, colibri_session*
     });
 }
 
+colibri_status colibri_fim_text_of(const char* family, colibri_fim_text* text) {
+    colibri::fim_kind kind;
+    colibri::fim_spellings s;
+    if (family == nullptr || text == nullptr || !colibri::parse_fim_kind(family, kind) ||
+        !colibri::fim_spellings_of(kind, s)) {
+        return fail(COLIBRI_ERR_INVALID_ARGUMENT, std::string("unknown fill-in-the-middle family '") +
+                                                      (family ? family : "") +
+                                                      "' (starcoder, qwen, deepseek, codellama, codestral)");
+    }
+    // string literals, so null-terminated
+    auto c_str = [](std::string_view v) { return v.empty() ? "" : v.data(); };
+    *text = {c_str(s.prefix), c_str(s.suffix), c_str(s.middle), c_str(s.repo_name), c_str(s.file_sep)};
+    return COLIBRI_OK;
+}
+
 colibri_status colibri_session_reset(colibri_session* session) {
     if (session == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "session must not be NULL");
     session->s->truncate(0);

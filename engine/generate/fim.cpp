@@ -84,6 +84,15 @@ bool parse_fim_kind(std::string_view name, fim_kind& out) {
     return false;
 }
 
+bool fim_spellings_of(fim_kind kind, fim_spellings& out) {
+    for (const auto& f : families) {
+        if (f.kind != kind) continue;
+        out = {f.prefix, f.suffix, f.middle, f.file_sep.empty() ? std::string_view() : f.repo_name[0], f.file_sep};
+        return true;
+    }
+    return false;
+}
+
 bool parse_fim_order(std::string_view name, fim_order& out) {
     if (name != "psm" && name != "spm") return false;
     out = name == "spm" ? fim_order::spm : fim_order::psm;

@@ -55,6 +55,13 @@ void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_v
                       fim_order order, std::vector<int32_t>& out,
                       special_tokens specials = special_tokens::as_text);
 
+/// The spellings of a family's tokens (null-terminated; "" where it has none).
+struct fim_spellings {
+    std::string_view prefix, suffix, middle, repo_name, file_sep;
+};
+/// false for fim_kind::none.
+bool fim_spellings_of(fim_kind kind, fim_spellings& out);
+
 /// Appends other files' text to out, for placing before a prompt. With the template's
 /// repository tokens it is the layout the model was trained on ([repo_name]myproject\n,
 /// then [file_sep]name\n text per file, then [file_sep]filename\n for the file being

@@ -181,3 +181,20 @@ TEST_CASE("remote: an https upstream, its certificate checked against the truste
     CHECK(refused["message"].get<std::string>().find("certificate") != std::string::npos);
     CHECK(up.requests().size() == 1);
 }
+
+TEST_CASE("remote: --upstream-fim builds the model's own FIM prompt, context files first, for servers without suffix") {
+    fake_upstream up({});
+    auto opts = remote_daemon(up.url());
+    opts["--upstream-fim"] = "qwen";
+    daemon_process d(opts, true, "");
+    client c(d.socket_path());
+    CHECK(run(c, 1, {{"prompt", "def f("}, {"suffix", "):\n"},
+                     {"context", {{{"filename", "a.py"}, {"text", "A = 1\n"}}, {{"text", "B = 2\n"}}}}})["event"] == "done");
+    CHECK(run(c, 2, {{"prompt", "import os\n"}})["event"] == "done");
+    const auto reqs = up.requests();
+    REQUIRE(reqs.size() == 2);
+    CHECK(reqs[0]["prompt"] == "<|repo_name|>myproject\n<|file_sep|>a.py\nA = 1\n<|file_sep|>tmp\nB = 2\n"
+                               "<|file_sep|>filename\n<|fim_prefix|>def f(<|fim_suffix|>):\n<|fim_middle|>");
+    CHECK_FALSE(reqs[0].contains("suffix"));
+    CHECK(reqs[1]["prompt"] == "import os\n"); // no suffix: a plain completion
+}

@@ -55,6 +55,16 @@ int main(int argc, char** argv) {
     EXPECT(strstr(colibri_last_error(), "/nonexistent/m.colibri") != NULL);
     EXPECT(strcmp(colibri_status_name(COLIBRI_ERR_FORMAT), "format") == 0);
 
+    /* fill-in-the-middle families' spellings, for prompts built as text */
+    colibri_fim_text fim;
+    EXPECT(colibri_fim_text_of("qwen", &fim) == COLIBRI_OK);
+    EXPECT(strcmp(fim.prefix, "<|fim_prefix|>") == 0 && strcmp(fim.middle, "<|fim_middle|>") == 0);
+    EXPECT(strcmp(fim.repo_name, "<|repo_name|>") == 0 && strcmp(fim.file_sep, "<|file_sep|>") == 0);
+    EXPECT(colibri_fim_text_of("codestral", &fim) == COLIBRI_OK);
+    EXPECT(strcmp(fim.suffix, "[SUFFIX]") == 0 && fim.middle[0] == '\0' && fim.repo_name[0] == '\0');
+    EXPECT(colibri_fim_text_of("gpt", &fim) == COLIBRI_ERR_INVALID_ARGUMENT);
+    EXPECT(strstr(colibri_last_error(), "gpt") != NULL);
+
     /* an unknown device */
     colibri_model_params mp;
     colibri_model_params_init(&mp);
