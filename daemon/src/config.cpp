@@ -115,8 +115,10 @@ command_line parse_command_line(int argc, const char* const* argv) {
                                                              "(default: the system's)")
         ("upstream-fim", po::value(&c.upstream_fim)->default_value(c.upstream_fim),
          "with --backend openai: fill-in-the-middle by the servers' `suffix` field (suffix), or a prompt built here in the "
-         "model's template for servers without it: starcoder, qwen, deepseek, codellama, codestral (context files "
-         "then reach the model too)");
+         "model's template for servers without it: starcoder, qwen, deepseek, codellama, codestral, or auto (the "
+         "template --upstream-tokenizer spells); context files then reach the model too")
+        ("upstream-tokenizer", po::value(&c.upstream_tokenizer),
+         "with --upstream-fim auto: the served model's Hugging Face tokenizer.json");
 
     po::options_description watchdog("Watchdog");
     watchdog.add_options()
@@ -163,8 +165,10 @@ command_line parse_command_line(int argc, const char* const* argv) {
         throw config_error("--backend must be 'local' or 'openai' (got '" + c.backend + "')");
     if (c.backend == "local" && c.model.empty()) throw config_error("--model is required");
     if (c.backend == "openai" && c.upstreams.empty()) throw config_error("--backend openai needs --upstream URL");
+    if ((c.upstream_fim == "auto") != !c.upstream_tokenizer.empty())
+        throw config_error("--upstream-fim auto and --upstream-tokenizer go together");
     if (c.backend == "local" && (!c.upstreams.empty() || !c.upstream_key_file.empty() || !c.upstream_ca_file.empty() ||
-                                 c.upstream_fim != "suffix"))
+                                 c.upstream_fim != "suffix" || !c.upstream_tokenizer.empty()))
         throw config_error("--upstream is for --backend openai");
     if (c.socket.empty()) c.socket = default_socket_path();
     require_range<std::size_t>("max-connections", c.max_connections, 1, 1u << 20);

@@ -90,6 +90,8 @@ int main(int argc, char** argv) {
         if (!cfg.upstream_ca_file.empty())
             launch.args.insert(launch.args.end(), {"--upstream-ca-file", cfg.upstream_ca_file});
         launch.args.insert(launch.args.end(), {"--upstream-fim", cfg.upstream_fim});
+        if (!cfg.upstream_tokenizer.empty())
+            launch.args.insert(launch.args.end(), {"--upstream-tokenizer", cfg.upstream_tokenizer});
     }
 
     ::signal(SIGPIPE, SIG_IGN);

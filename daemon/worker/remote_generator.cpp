@@ -612,6 +612,32 @@ private:
     std::string key_;
 };
 
+/// The FIM family whose tokens a Hugging Face tokenizer.json spells (its vocabulary and
+/// added tokens), in the order the engine detects them; "suffix" when it spells none.
+std::string fim_family_of(const std::string& tokenizer_json) {
+    std::ifstream in(tokenizer_json);
+    if (!in) throw std::invalid_argument("cannot read the tokenizer '" + tokenizer_json + "'");
+    const json tok = json::parse(in, nullptr, false);
+    if (!tok.is_object())
+        throw std::invalid_argument("'" + tokenizer_json + "' is not a Hugging Face tokenizer.json");
+    auto spelled = [&](const char* piece) {
+        if (*piece == '\0') return true;
+        if (const auto v = tok.find("model"); v != tok.end() && v->is_object() && v->contains("vocab") &&
+                                             (*v)["vocab"].is_object() && (*v)["vocab"].contains(piece))
+            return true;
+        if (const auto a = tok.find("added_tokens"); a != tok.end() && a->is_array())
+            for (const auto& t : *a)
+                if (t.is_object() && t.value("content", "") == piece) return true;
+        return false;
+    };
+    for (const char* family : {"starcoder", "qwen", "deepseek", "codellama", "codestral"}) {
+        colibri_fim_text t;
+        if (colibri_fim_text_of(family, &t) == COLIBRI_OK && spelled(t.prefix) && spelled(t.suffix) && spelled(t.middle))
+            return family;
+    }
+    return "suffix";
+}
+
 std::string read_key_file(const std::string& path) {
     std::ifstream in(path);
     if (!in) throw std::invalid_argument("cannot read the upstream key file '" + path + "'");
@@ -654,11 +680,15 @@ upstream_url parse_upstream_url(const std::string& url) {
 
 std::unique_ptr<generator> make_remote_generator(const worker_options& opts) {
     if (opts.upstreams.empty()) throw std::invalid_argument("--backend openai needs at least one --upstream");
+    if ((opts.upstream_fim == "auto") != !opts.upstream_tokenizer.empty())
+        throw std::invalid_argument("--upstream-fim auto and --upstream-tokenizer go together");
     std::vector<upstream_url> urls;
     for (const auto& u : opts.upstreams) urls.push_back(parse_upstream_url(u));
     return std::make_unique<remote_generator>(std::move(urls), opts.model,
                                               opts.upstream_key_file.empty() ? "" : read_key_file(opts.upstream_key_file),
-                                              opts.upstream_ca_file, opts.upstream_fim);
+                                              opts.upstream_ca_file,
+                                              opts.upstream_fim == "auto" ? fim_family_of(opts.upstream_tokenizer)
+                                                                          : opts.upstream_fim);
 }
 
 } // namespace colibri::worker

@@ -235,6 +235,7 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
         else if (a == "--upstream-key-file") o.upstream_key_file = value();
         else if (a == "--upstream-ca-file") o.upstream_ca_file = value();
         else if (a == "--upstream-fim") o.upstream_fim = value();
+        else if (a == "--upstream-tokenizer") o.upstream_tokenizer = value();
         else throw std::invalid_argument("unknown argument '" + a + "'");
     }
     if (o.fd < 0) throw std::invalid_argument("--fd is required (the worker is started by colibrid)");
