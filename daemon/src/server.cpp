@@ -88,9 +88,13 @@ std::string server::service_status() const {
         return "shutting down, " + std::to_string(scheduler_.in_flight()) + " requests in flight; " + counts;
     const json& info = supervisor_.model_info();
     switch (supervisor_.state()) {
-    case worker_state::starting: return "loading model " + cfg_.model + "; " + counts;
+    case worker_state::starting:
+        return (cfg_.backend == "openai" ? "starting the forwarding worker" : "loading model " + cfg_.model) + "; " + counts;
     case worker_state::ready:
     case worker_state::busy: {
+        if (cfg_.backend == "openai")
+            return "forwarding to " + std::to_string(cfg_.upstreams.size()) +
+                   (cfg_.upstreams.size() == 1 ? " upstream; " : " upstreams; ") + counts;
         std::string model = cfg_.model;
         if (info.contains("architecture") && info.contains("quant"))
             model += " (" + info["architecture"].get<std::string>() + " " + info["quant"].get<std::string>() + ", " +

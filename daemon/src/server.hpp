@@ -51,7 +51,8 @@ public:
     /// `notify` false: its client is gone, end it silently.
     void cancel_job(const std::shared_ptr<job>& j, bool notify) { scheduler_.cancel(j, notify); }
     nlohmann::json health_event(const nlohmann::json& id) const;
-    /// The model's name for clients: its file name without the extension.
+    /// The model's name for clients: its file name without the extension (remote: the
+    /// upstream model's name, or "upstream").
     std::string model_name() const;
     const nlohmann::json& model_info() const { return supervisor_.model_info(); }
     /// Unix time the daemon started.
