@@ -38,7 +38,8 @@ http_address parse_http_address(const std::string& spec) {
     const auto colon = spec.rfind(':');
     if (colon == std::string::npos) throw config_error("--http must be HOST:PORT or unix:PATH (got '" + spec + "')");
     a.host = spec.substr(0, colon);
-    if (a.host.size() >= 2 && a.host.front() == '[' && a.host.back() == ']') a.host = a.host.substr(1, a.host.size() - 2);
+    if (a.host.size() >= 2 && a.host.front() == '[' && a.host.back() == ']')
+        a.host = a.host.substr(1, a.host.size() - 2);
     if (a.host.empty()) throw config_error("--http needs a host, such as 127.0.0.1:8012 (got '" + spec + "')");
     const std::string port = spec.substr(colon + 1);
     try {
@@ -186,7 +187,8 @@ command_line parse_command_line(int argc, const char* const* argv) {
     require_range("shutdown-grace-ms", c.shutdown_grace_ms, 0, 3600000);
     require_range("http-timeout-ms", c.http_timeout_ms, 100, 3600000);
     if (!c.http.empty()) parse_http_address(c.http);
-    if (!c.api_key_file.empty() && c.http.empty()) throw config_error("--api-key-file is for --http, which is not given");
+    if (!c.api_key_file.empty() && c.http.empty())
+        throw config_error("--api-key-file is for --http, which is not given");
     require_range("ping-interval-ms", w.ping_interval_ms, 1, 3600000);
     require_range("liveness-timeout-ms", w.liveness_timeout_ms, 1, 3600000);
     require_range("progress-timeout-ms", w.progress_timeout_ms, 1, 86400000);

@@ -232,7 +232,8 @@ std::variant<http_completion, p::request_error> parse_http_completion(http_api a
     } catch (const json::exception&) {
         return p::request_error{nullptr, p::error_code::invalid_json, "the request body is not valid JSON"};
     }
-    if (!in.is_object()) return p::request_error{nullptr, p::error_code::invalid_request, "the body must be a JSON object"};
+    if (!in.is_object())
+        return p::request_error{nullptr, p::error_code::invalid_request, "the body must be a JSON object"};
     json out = {{"id", 0}, {"op", "complete"}, {"stream", true}};
     copy(in, "debug_fault", out, "debug_fault"); // refused by the codec unless fault injection is on
     copy(in, "speculative", out, "speculative"); // Colibri's own: false turns drafting off

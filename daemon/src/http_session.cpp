@@ -100,7 +100,8 @@ void http_session::on_read(boost::system::error_code ec) {
         version_ = 11;
         keep_alive_ = false;
         if (ec == http::error::header_limit)
-            respond_error(431, "too_large", "the request headers exceed " + std::to_string(max_header_bytes) + " bytes");
+            respond_error(431, "too_large",
+                          "the request headers exceed " + std::to_string(max_header_bytes) + " bytes");
         else if (ec == http::error::body_limit)
             respond_error(413, "too_large", "the request body exceeds " + std::to_string(front_.cfg().max_line_bytes) +
                                                 " bytes (--max-line-bytes)");
@@ -130,7 +131,8 @@ void http_session::serve(request_type req) {
         const json h = front_.srv().health_event(nullptr);
         const std::string status = h.value("status", "");
         if (status == "ok") return respond(200, {{"status", "ok"}});
-        const std::string message = status == "starting" ? "Loading model" : h.value("message", "the daemon is " + status);
+        const std::string message =
+            status == "starting" ? "Loading model" : h.value("message", "the daemon is " + status);
         return respond_error(503, "unavailable", message);
     }
     const bool known = path == "/v1/models" || path == "/models" || path == "/infill" || path == "/completion" ||

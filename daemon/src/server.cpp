@@ -89,7 +89,8 @@ std::string server::service_status() const {
     const json& info = supervisor_.model_info();
     switch (supervisor_.state()) {
     case worker_state::starting:
-        return (cfg_.backend == "openai" ? "starting the forwarding worker" : "loading model " + cfg_.model) + "; " + counts;
+        return (cfg_.backend == "openai" ? "starting the forwarding worker" : "loading model " + cfg_.model) + "; " +
+               counts;
     case worker_state::ready:
     case worker_state::busy: {
         if (cfg_.backend == "openai")

@@ -193,9 +193,11 @@ public:
             }
             auto more = link_.read_some(sink_, first_byte_timeout_ms);
             if (!more) return false;
-            if (more->empty()) throw p::protocol_error(p::error_code::unavailable, "the upstream closed the connection");
+            if (more->empty())
+                throw p::protocol_error(p::error_code::unavailable, "the upstream closed the connection");
             buf_ += *more;
-            if (buf_.size() > 65536) throw p::protocol_error(p::error_code::unavailable, "the upstream sent no HTTP response");
+            if (buf_.size() > 65536)
+                throw p::protocol_error(p::error_code::unavailable, "the upstream sent no HTTP response");
         }
     }
 
@@ -256,7 +258,8 @@ private:
         while (std::getline(in, line)) {
             std::string lower = line;
             std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-            if (lower.rfind("transfer-encoding:", 0) == 0 && lower.find("chunked") != std::string::npos) chunked_ = true;
+            if (lower.rfind("transfer-encoding:", 0) == 0 && lower.find("chunked") != std::string::npos)
+                chunked_ = true;
         }
     }
 
@@ -339,8 +342,8 @@ struct upstream_state {
 
 class remote_generator final : public generator {
 public:
-    remote_generator(std::vector<upstream_url> upstreams, std::string model, std::string key, const std::string& ca_file,
-                     const std::string& fim)
+    remote_generator(std::vector<upstream_url> upstreams, std::string model, std::string key,
+                     const std::string& ca_file, const std::string& fim)
         : model_(std::move(model)), key_(std::move(key)) {
         if (fim != "suffix") {
             colibri_fim_text t;
@@ -354,8 +357,9 @@ public:
             if (!tls_) throw std::runtime_error("cannot set up TLS");
             ::SSL_CTX_set_min_proto_version(tls_.get(), TLS1_2_VERSION);
             ::SSL_CTX_set_verify(tls_.get(), SSL_VERIFY_PEER, nullptr);
-            const bool trusted = ca_file.empty() ? ::SSL_CTX_set_default_verify_paths(tls_.get()) == 1
-                                                 : ::SSL_CTX_load_verify_locations(tls_.get(), ca_file.c_str(), nullptr) == 1;
+            const bool trusted =
+                ca_file.empty() ? ::SSL_CTX_set_default_verify_paths(tls_.get()) == 1
+                                : ::SSL_CTX_load_verify_locations(tls_.get(), ca_file.c_str(), nullptr) == 1;
             if (!trusted) throw std::invalid_argument("cannot load the certificates to trust" +
                                                       (ca_file.empty() ? std::string() : " from '" + ca_file + "'"));
         }
@@ -531,7 +535,8 @@ private:
         return u.url.text + " answered " + std::to_string(in.status()) + ": " + message.substr(0, 500);
     }
 
-    result read_events(response_reader& in, const p::worker::run_msg& job, piece_sink& sink, clock_type::time_point t0) {
+    result read_events(response_reader& in, const p::worker::run_msg& job, piece_sink& sink,
+                       clock_type::time_point t0) {
         result r;
         r.reason = p::finish_reason::length;
         line_limits limits(job.req);
@@ -632,7 +637,8 @@ std::string fim_family_of(const std::string& tokenizer_json) {
     };
     for (const char* family : {"starcoder", "qwen", "deepseek", "codellama", "codestral"}) {
         colibri_fim_text t;
-        if (colibri_fim_text_of(family, &t) == COLIBRI_OK && spelled(t.prefix) && spelled(t.suffix) && spelled(t.middle))
+        if (colibri_fim_text_of(family, &t) == COLIBRI_OK && spelled(t.prefix) && spelled(t.suffix) &&
+            spelled(t.middle))
             return family;
     }
     return "suffix";
@@ -669,7 +675,8 @@ upstream_url parse_upstream_url(const std::string& url) {
         u.host = rest;
         u.port = u.tls ? "443" : "80";
     }
-    if (u.host.size() >= 2 && u.host.front() == '[' && u.host.back() == ']') u.host = u.host.substr(1, u.host.size() - 2);
+    if (u.host.size() >= 2 && u.host.front() == '[' && u.host.back() == ']')
+        u.host = u.host.substr(1, u.host.size() - 2);
     if (u.host.empty() || u.port.empty() || u.port.find_first_not_of("0123456789") != std::string::npos)
         throw std::invalid_argument("--upstream " + url + ": expected http[s]://HOST[:PORT][/PATH]");
     while (!path.empty() && path.back() == '/') path.pop_back();
@@ -684,9 +691,8 @@ std::unique_ptr<generator> make_remote_generator(const worker_options& opts) {
         throw std::invalid_argument("--upstream-fim auto and --upstream-tokenizer go together");
     std::vector<upstream_url> urls;
     for (const auto& u : opts.upstreams) urls.push_back(parse_upstream_url(u));
-    return std::make_unique<remote_generator>(std::move(urls), opts.model,
-                                              opts.upstream_key_file.empty() ? "" : read_key_file(opts.upstream_key_file),
-                                              opts.upstream_ca_file,
+    const std::string key = opts.upstream_key_file.empty() ? "" : read_key_file(opts.upstream_key_file);
+    return std::make_unique<remote_generator>(std::move(urls), opts.model, key, opts.upstream_ca_file,
                                               opts.upstream_fim == "auto" ? fim_family_of(opts.upstream_tokenizer)
                                                                           : opts.upstream_fim);
 }
