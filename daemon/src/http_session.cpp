@@ -203,7 +203,7 @@ void http_session::on_piece(std::string_view text) {
         outcome_.text.find('\n') != std::string::npos &&
         std::chrono::duration<double, std::milli>(clock::now() - first_piece_).count() >= completion_.max_predict_ms) {
         outcome_.time_limited = true;
-        front_.srv().cancel_job(job_, true); // its done event follows at once
+        front_.srv().end_job(job_); // its done event follows at once
     }
 }
 
@@ -212,8 +212,8 @@ void http_session::on_done(const json& event) {
     outcome_.reason = d.reason;
     outcome_.timings = d.timings;
     if (d.reason != p::finish_reason::cancelled) outcome_.usage = d.usage;
-    if (d.reason == p::finish_reason::cancelled && !outcome_.time_limited) {
-        // Only the daemon cancels an HTTP completion otherwise: it is shutting down.
+    if (d.reason == p::finish_reason::cancelled) {
+        // Only the daemon cancels an HTTP completion its client still waits for: it is shutting down.
         if (!headers_sent_) return respond_error(503, "unavailable", "the daemon is shutting down");
         stream_chunk(sse_event(http_error_body(503, "unavailable", "the daemon is shutting down")));
         return end_stream();

@@ -165,6 +165,16 @@ void scheduler::cancel(const std::shared_ptr<job>& j, bool notify) {
     pump();
 }
 
+void scheduler::end_early(const std::shared_ptr<job>& j) {
+    if (j->st == job::state::finished) return;
+    if (j->st == job::state::running) sup_->cancel(j->seq);
+    ++stats_.served;
+    stats_.tokens_generated += static_cast<std::uint64_t>(std::max(0, j->pieces));
+    logger()->debug("job {} ended early by its client's limit", j->seq);
+    finish(j, done_event_for(*j, p::finish_reason::length, nullptr));
+    pump();
+}
+
 void scheduler::cancel_all() {
     std::vector<std::shared_ptr<job>> all;
     if (running_) all.push_back(running_);

@@ -52,6 +52,10 @@ public:
     /// gone, end it silently.
     void cancel(const std::shared_ptr<job>& j, bool notify);
 
+    /// The client has what it asked for (an HTTP time limit): the job ends now with
+    /// finish_reason length, counted as served.
+    void end_early(const std::shared_ptr<job>& j);
+
     /// Shutdown: refuse new work (unavailable).
     void stop_accepting() { accepting_ = false; }
     /// Shutdown after the grace period: every remaining job ends cancelled.

@@ -50,6 +50,8 @@ public:
     std::optional<protocol::request_error> submit_job(const std::shared_ptr<job>& j);
     /// `notify` false: its client is gone, end it silently.
     void cancel_job(const std::shared_ptr<job>& j, bool notify) { scheduler_.cancel(j, notify); }
+    /// Ends a job that has given its client enough (finish_reason length).
+    void end_job(const std::shared_ptr<job>& j) { scheduler_.end_early(j); }
     nlohmann::json health_event(const nlohmann::json& id) const;
     /// The model's name for clients: its file name without the extension (remote: the
     /// upstream model's name, or "upstream").

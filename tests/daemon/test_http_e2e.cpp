@@ -237,6 +237,9 @@ TEST_CASE("HTTP t_max_predict_ms: past the time the completion ends once it hold
     CHECK(text.size() < full.size());
     CHECK(full.compare(0, text.size(), text) == 0); // what came is the completion's start
     CHECK(text.find('\n') != std::string::npos);
+    const json status = status_of(f.d()); // served, not cancelled
+    CHECK(status["requests"]["served"] == 1);
+    CHECK(status["requests"]["cancelled"] == 0);
 }
 
 TEST_CASE("HTTP with an API key: 401 without it or with a wrong one; /health stays public") {
