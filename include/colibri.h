@@ -229,6 +229,12 @@ typedef struct colibri_fim_text {
  *  static strings. COLIBRI_ERR_INVALID_ARGUMENT for another name. */
 colibri_status colibri_fim_text_of(const char* family, colibri_fim_text* text);
 
+/** The fill-in-the-middle family whose tokens the tokenizer in `path` has, as the engine
+ *  detects it for a model: "starcoder", "qwen", "deepseek", "codellama", "codestral", or
+ *  "none". `path` is a GGUF file, a Hugging Face tokenizer.json or a .colibri file;
+ *  *family gets a static string. */
+colibri_status colibri_fim_family_of_tokenizer(const char* path, const char** family);
+
 /** Forgets the session's cached tokens and gives their memory back. */
 colibri_status colibri_session_reset(colibri_session* session);
 

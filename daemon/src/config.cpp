@@ -119,7 +119,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
          "model's template for servers without it: starcoder, qwen, deepseek, codellama, codestral, or auto (the "
          "template --upstream-tokenizer spells); context files then reach the model too")
         ("upstream-tokenizer", po::value(&c.upstream_tokenizer),
-         "with --upstream-fim auto: the served model's Hugging Face tokenizer.json");
+         "with --upstream-fim auto: the served model's tokenizer: its Hugging Face tokenizer.json, or its GGUF file");
 
     po::options_description watchdog("Watchdog");
     watchdog.add_options()

@@ -31,7 +31,7 @@ struct daemon_config {
     std::string upstream_key_file;       ///< openai: the Bearer key the servers want
     std::string upstream_ca_file;        ///< openai: certificates to trust for https upstreams
     std::string upstream_fim = "suffix"; ///< openai: send `suffix`, or build the FIM prompt in this family's template
-    std::string upstream_tokenizer;      ///< openai, upstream_fim auto: the served model's tokenizer.json
+    std::string upstream_tokenizer;      ///< openai, upstream_fim auto: the served model's tokenizer.json or GGUF
     std::string socket;       ///< empty: default_socket_path()
     std::string socket_group; ///< name or numeric gid; empty: owner only
     std::string device = "cpu";

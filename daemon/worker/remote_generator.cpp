@@ -617,31 +617,13 @@ private:
     std::string key_;
 };
 
-/// The FIM family whose tokens a Hugging Face tokenizer.json spells (its vocabulary and
-/// added tokens), in the order the engine detects them; "suffix" when it spells none.
-std::string fim_family_of(const std::string& tokenizer_json) {
-    std::ifstream in(tokenizer_json);
-    if (!in) throw std::invalid_argument("cannot read the tokenizer '" + tokenizer_json + "'");
-    const json tok = json::parse(in, nullptr, false);
-    if (!tok.is_object())
-        throw std::invalid_argument("'" + tokenizer_json + "' is not a Hugging Face tokenizer.json");
-    auto spelled = [&](const char* piece) {
-        if (*piece == '\0') return true;
-        if (const auto v = tok.find("model"); v != tok.end() && v->is_object() && v->contains("vocab") &&
-                                             (*v)["vocab"].is_object() && (*v)["vocab"].contains(piece))
-            return true;
-        if (const auto a = tok.find("added_tokens"); a != tok.end() && a->is_array())
-            for (const auto& t : *a)
-                if (t.is_object() && t.value("content", "") == piece) return true;
-        return false;
-    };
-    for (const char* family : {"starcoder", "qwen", "deepseek", "codellama", "codestral"}) {
-        colibri_fim_text t;
-        if (colibri_fim_text_of(family, &t) == COLIBRI_OK && spelled(t.prefix) && spelled(t.suffix) &&
-            spelled(t.middle))
-            return family;
-    }
-    return "suffix";
+/// The FIM family whose tokens the served model's tokenizer (tokenizer.json, GGUF or
+/// .colibri) has; "suffix" when it has none.
+std::string fim_family_of(const std::string& tokenizer_file) {
+    const char* family = nullptr;
+    if (colibri_fim_family_of_tokenizer(tokenizer_file.c_str(), &family) != COLIBRI_OK)
+        throw std::invalid_argument("--upstream-tokenizer " + tokenizer_file + ": " + colibri_last_error());
+    return std::string(family) == "none" ? "suffix" : family;
 }
 
 std::string read_key_file(const std::string& path) {

@@ -91,13 +91,13 @@ struct worker_options {
     std::string upstream_key_file;       ///< openai: their Bearer key
     std::string upstream_ca_file;        ///< openai: certificates to trust for https (default: the system's)
     std::string upstream_fim = "suffix"; ///< openai: send `suffix`, or build the prompt in this FIM family's template
-    std::string upstream_tokenizer;      ///< openai, upstream_fim auto: the served model's tokenizer.json
+    std::string upstream_tokenizer;      ///< openai, upstream_fim auto: the served model's tokenizer.json or GGUF
 };
 
 /// Parses `--fd N --model FILE [--device D] [--gpu-memory MIB] [--threads N] [--slots N] [--cache-mb N]
 /// [--fim-order psm|spm] [--batch N] [--enable-fault-injection]
 /// [--backend local|openai] [--upstream URL ...] [--upstream-key-file F] [--upstream-ca-file F]
-/// [--upstream-fim suffix|auto|FAMILY] [--upstream-tokenizer tokenizer.json]`.
+/// [--upstream-fim suffix|auto|FAMILY] [--upstream-tokenizer tokenizer.json|GGUF]`.
 /// Throws std::invalid_argument.
 worker_options parse_worker_args(int argc, const char* const* argv);
 

@@ -3,6 +3,7 @@
 #include "colibri.h"
 
 #include "api/runtime.h"
+#include "convert/tokenizer_file.h"
 #include "cuda/cuda_backend.h"
 #include "core/error.h"
 #include "generate/generate.h"
@@ -316,6 +317,14 @@ colibri_status colibri_fim_text_of(const char* family, colibri_fim_text* text) {
     auto c_str = [](std::string_view v) { return v.empty() ? "" : v.data(); };
     *text = {c_str(s.prefix), c_str(s.suffix), c_str(s.middle), c_str(s.repo_name), c_str(s.file_sep)};
     return COLIBRI_OK;
+}
+
+colibri_status colibri_fim_family_of_tokenizer(const char* path, const char** family) {
+    if (path == nullptr || family == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "path and family must not be NULL");
+    return guarded([&] {
+        *family = colibri::fim_kind_name(colibri::detect_fim(*colibri::load_tokenizer_file(path)).kind).data();
+        return COLIBRI_OK;
+    });
 }
 
 colibri_status colibri_session_reset(colibri_session* session) {

@@ -3,11 +3,8 @@
 
 #include "tools/tokenize_cmd.h"
 
-#include "convert/bpe_import.h"
-#include "convert/gguf_file.h"
-#include "convert/gguf_tokenizer.h"
+#include "convert/tokenizer_file.h"
 #include "core/error.h"
-#include "format/model_file.h"
 #include "tokenizer/tokenizer.h"
 
 #include <boost/program_options.hpp>
@@ -21,20 +18,6 @@ namespace po = boost::program_options;
 namespace colibri {
 
 namespace {
-
-std::unique_ptr<tokenizer> load_tokenizer(const std::string& path) {
-    if (is_gguf_file(path)) {
-        const gguf_file f(path);
-        const tokenizer_section sec = import_gguf_tokenizer(f);
-        return make_tokenizer(sec.header, sec.payload, sec.n_tokens, path);
-    }
-    if (path.ends_with(".json")) {
-        const tokenizer_section sec = import_tokenizer_json(path);
-        return make_tokenizer(sec.header, sec.payload, sec.n_tokens, path);
-    }
-    const model_file mf(path);
-    return make_tokenizer(mf);
-}
 
 std::vector<int32_t> parse_id_list(const std::string& s) {
     std::vector<int32_t> ids;
@@ -93,7 +76,7 @@ int tokenize_main(int argc, char** argv) {
         return 2;
     }
     try {
-        const auto tok = load_tokenizer(path);
+        const auto tok = load_tokenizer_file(path);
         if (vm.count("decode")) {
             const std::string out = tok->decode(parse_id_list(decode));
             std::fwrite(out.data(), 1, out.size(), stdout);

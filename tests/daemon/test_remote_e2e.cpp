@@ -199,13 +199,23 @@ TEST_CASE("remote: --upstream-fim builds the model's own FIM prompt, context fil
     CHECK(reqs[1]["prompt"] == "import os\n"); // no suffix: a plain completion
 }
 
-TEST_CASE("remote: --upstream-fim auto takes the template the served model's tokenizer.json spells") {
+TEST_CASE("remote: --upstream-fim auto takes the template the served model's tokenizer has") {
     fake_upstream up({});
     auto opts = remote_daemon(up.url());
     opts["--upstream-fim"] = "auto";
-    opts["--upstream-tokenizer"] = COLIBRI_FIXTURES_DIR "/tokenizers/qwen3/tokenizer.json";
-    daemon_process d(opts, true, "");
-    client c(d.socket_path());
-    CHECK(run(c, 1, {{"prompt", "a"}, {"suffix", "b"}})["event"] == "done");
-    CHECK(up.requests().at(0)["prompt"] == "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>");
+    SUBCASE("a tokenizer.json with Qwen's FIM tokens") {
+        opts["--upstream-tokenizer"] = COLIBRI_FIXTURES_DIR "/tokenizers/qwen3/tokenizer.json";
+        daemon_process d(opts, true, "");
+        client c(d.socket_path());
+        CHECK(run(c, 1, {{"prompt", "a"}, {"suffix", "b"}})["event"] == "done");
+        CHECK(up.requests().at(0)["prompt"] == "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>");
+    }
+    SUBCASE("a GGUF file whose vocabulary has none: the servers get `suffix`") {
+        opts["--upstream-tokenizer"] = COLIBRI_FIXTURES_DIR "/gguf/starcoder2.gguf";
+        daemon_process d(opts, true, "");
+        client c(d.socket_path());
+        CHECK(run(c, 1, {{"prompt", "a"}, {"suffix", "b"}})["event"] == "done");
+        CHECK(up.requests().at(0)["prompt"] == "a");
+        CHECK(up.requests().at(0)["suffix"] == "b");
+    }
 }

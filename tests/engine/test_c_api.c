@@ -65,6 +65,15 @@ int main(int argc, char** argv) {
     EXPECT(colibri_fim_text_of("gpt", &fim) == COLIBRI_ERR_INVALID_ARGUMENT);
     EXPECT(strstr(colibri_last_error(), "gpt") != NULL);
 
+    /* the FIM family of a tokenizer file: the test model's vocabulary has none */
+    const char* family = NULL;
+    EXPECT(colibri_fim_family_of_tokenizer(argv[1], &family) == COLIBRI_OK && strcmp(family, "none") == 0);
+    EXPECT(colibri_fim_family_of_tokenizer("/nonexistent/tokenizer.json", &family) == COLIBRI_ERR_IO);
+    EXPECT(strstr(colibri_last_error(), "/nonexistent/tokenizer.json") != NULL);
+    EXPECT(colibri_fim_family_of_tokenizer(NULL, &family) == COLIBRI_ERR_INVALID_ARGUMENT);
+    EXPECT(colibri_fim_family_of_tokenizer(__FILE__, &family) == COLIBRI_ERR_FORMAT);
+    EXPECT(strstr(colibri_last_error(), "neither a GGUF file") != NULL);
+
     /* an unknown device */
     colibri_model_params mp;
     colibri_model_params_init(&mp);

@@ -4,6 +4,8 @@
 
 #include "convert/gguf_file.h"
 #include "convert/gguf_tokenizer.h"
+#include "convert/tokenizer_file.h"
+#include "generate/fim.h"
 #include "tokenizer/tokenizer.h"
 
 #include <doctest/doctest.h>
@@ -93,4 +95,23 @@ TEST_CASE("llama.cpp's tokenizer suites: every BPE and sentencepiece vocabulary 
         ++n_vocabs;
     }
     CHECK(n_vocabs >= 14); // every one with a suite in llama-cpp-python 0.3.36 but the WordPiece bert-bge
+}
+
+TEST_CASE("the code models' GGUF vocabularies give their fill-in-the-middle family") {
+    const std::filesystem::path dir = llama_vocab_dir();
+    if (!std::filesystem::exists(dir / "VERSION")) {
+        MESSAGE("no llama.cpp vocabularies in " << dir.string() << " (scripts/fetch-llama-vocab fetches them): skipped");
+        return;
+    }
+    const std::pair<const char*, fim_kind> cases[] = {
+        {"ggml-vocab-qwen2.gguf", fim_kind::none}, // Qwen1.5's vocabulary, from before the FIM tokens
+        {"ggml-vocab-starcoder.gguf", fim_kind::starcoder},
+        {"ggml-vocab-deepseek-coder.gguf", fim_kind::deepseek},
+        {"ggml-vocab-llama-bpe.gguf", fim_kind::none},
+        {"ggml-vocab-llama-spm.gguf", fim_kind::none},
+    };
+    for (const auto& [name, kind] : cases) {
+        CAPTURE(std::string(name));
+        CHECK(fim_kind_name(detect_fim(*load_tokenizer_file((dir / name).string())).kind) == fim_kind_name(kind));
+    }
 }
