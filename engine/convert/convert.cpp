@@ -4,7 +4,7 @@
 #include "convert/bpe_import.h"
 #include "convert/safetensors.h"
 #include "core/error.h"
-#include "cpu/kernels.h"
+#include "format/row_codec.h"
 
 #include <chrono>
 #include <cstring>
@@ -149,7 +149,7 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
             w.add_tensor(tp.name, tp.type, tp.shape, [values = tp.values, type = tp.type, cols](uint8_t* dst) {
                 const uint64_t rb = row_bytes(type, cols);
                 for (uint64_t r = 0; r < values.size() / cols; ++r) {
-                    kernels::from_f32_row(type, values.data() + r * cols, dst + r * rb, static_cast<int64_t>(cols));
+                    format::row_from_f32(type, values.data() + r * cols, dst + r * rb, static_cast<int64_t>(cols));
                 }
             });
             if (tp.name != names::rope_freqs) sizes.emplace_back(tp.name, tp.values.size()); // a norm stored as 1 + w
@@ -172,7 +172,7 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
                     for (uint64_t c = 0; c < cols; ++c) row[c] = st_element(*src, base + c);
                 }
                 check_finite(row, src->file, slice.name, r);
-                kernels::from_f32_row(type, row.data(), dst + r * rb, static_cast<int64_t>(cols));
+                format::row_from_f32(type, row.data(), dst + r * rb, static_cast<int64_t>(cols));
             }
         });
         sizes.emplace_back(tp.name, rows * cols);

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
-#include "cpu/kernels.h"
+#include "format/row_codec.h"
 
 #include <cstring>
 
@@ -100,16 +100,16 @@ void dequantize_row(uint32_t id, const uint8_t* row, float* out, int64_t n) {
             }
         }
         return;
-    case q4_1: kernels::to_f32_row(format::dtype::q4_1, row, out, n); return; // docs/model-format.md
-    case q5_0: kernels::to_f32_row(format::dtype::q5_0, row, out, n); return;
-    case q5_1: kernels::to_f32_row(format::dtype::q5_1, row, out, n); return;
-    case iq4_nl: kernels::to_f32_row(format::dtype::iq4_nl, row, out, n); return;
-    case iq4_xs: kernels::to_f32_row(format::dtype::iq4_xs, row, out, n); return;
-    case q2_k: kernels::to_f32_row(format::dtype::q2_k, row, out, n); return;
-    case q3_k: kernels::to_f32_row(format::dtype::q3_k, row, out, n); return;
-    case q4_k: kernels::to_f32_row(format::dtype::q4_k, row, out, n); return; // docs/model-format.md
-    case q5_k: kernels::to_f32_row(format::dtype::q5_k, row, out, n); return;
-    case q6_k: kernels::to_f32_row(format::dtype::q6_k, row, out, n); return;
+    case q4_1: format::row_to_f32(format::dtype::q4_1, row, out, n); return; // docs/model-format.md
+    case q5_0: format::row_to_f32(format::dtype::q5_0, row, out, n); return;
+    case q5_1: format::row_to_f32(format::dtype::q5_1, row, out, n); return;
+    case iq4_nl: format::row_to_f32(format::dtype::iq4_nl, row, out, n); return;
+    case iq4_xs: format::row_to_f32(format::dtype::iq4_xs, row, out, n); return;
+    case q2_k: format::row_to_f32(format::dtype::q2_k, row, out, n); return;
+    case q3_k: format::row_to_f32(format::dtype::q3_k, row, out, n); return;
+    case q4_k: format::row_to_f32(format::dtype::q4_k, row, out, n); return; // docs/model-format.md
+    case q5_k: format::row_to_f32(format::dtype::q5_k, row, out, n); return;
+    case q6_k: format::row_to_f32(format::dtype::q6_k, row, out, n); return;
     default: break;
     }
     COLIBRI_ASSERT(false);

@@ -10,7 +10,7 @@
 #include "convert/gguf_file.h"
 #include "convert/gguf_tokenizer.h"
 #include "core/error.h"
-#include "cpu/kernels.h"
+#include "format/row_codec.h"
 #include "model/family_registry.h"
 #include "model/tensor_names.h"
 #include "tokenizer/tokenizer.h"
@@ -508,7 +508,7 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
             w.add_tensor(t.name, t.type, t.shape, [values = t.values, type = t.type, cols](uint8_t* dst) {
                 const uint64_t rb = row_bytes(type, cols);
                 for (uint64_t r = 0; r < values.size() / cols; ++r) {
-                    kernels::from_f32_row(type, values.data() + r * cols, dst + r * rb, static_cast<int64_t>(cols));
+                    format::row_from_f32(type, values.data() + r * cols, dst + r * rb, static_cast<int64_t>(cols));
                 }
             });
             if (t.name != names::rope_freqs) sizes.emplace_back(t.name, t.values.size());
@@ -536,8 +536,8 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
                     std::memcpy(drow, srow, rb);
                     continue;
                 }
-                kernels::from_f32_row(t.type, x.data(), drow, static_cast<int64_t>(cols));
-                kernels::to_f32_row(t.type, drow, back.data(), static_cast<int64_t>(cols));
+                format::row_from_f32(t.type, x.data(), drow, static_cast<int64_t>(cols));
+                format::row_to_f32(t.type, drow, back.data(), static_cast<int64_t>(cols));
                 for (uint64_t k = 0; k < cols; ++k) {
                     const double e = double(back[k]) - double(x[k]);
                     c.err2 += e * e;

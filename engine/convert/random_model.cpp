@@ -4,7 +4,7 @@
 
 #include "convert/bpe_import.h"
 #include "core/error.h"
-#include "cpu/kernels.h"
+#include "format/row_codec.h"
 #include "model/tensor_names.h"
 #include "sampling/sampler.h"
 
@@ -91,7 +91,7 @@ convert_summary write_random_model(const random_model_options& o, const std::str
             const uint64_t rb = row_bytes(type, cols);
             for (uint64_t r = 0; r < rows; ++r) {
                 for (auto& v : row) v = ones ? 1.0f : a * (2.0f * rng.uniform() - 1.0f);
-                kernels::from_f32_row(type, row.data(), dst + r * rb, static_cast<int64_t>(cols));
+                format::row_from_f32(type, row.data(), dst + r * rb, static_cast<int64_t>(cols));
             }
         });
         sum.n_params += rows * cols;

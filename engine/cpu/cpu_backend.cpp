@@ -4,6 +4,7 @@
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
 #include "cpu/vec.h"
+#include "format/row_codec.h"
 #include "ops/backend.h"
 
 #include <algorithm>
@@ -81,7 +82,7 @@ public:
     std::unique_ptr<device_buffer> alloc(size_t n) override { return std::make_unique<host_buffer>(n); }
 
     void embed(const tensor_view& table, const int32_t* ids, int n, float scale, float* out) override {
-        kernels::embed_rows(table, ids, n, scale, out);
+        format::rows_to_f32(table, ids, n, scale, out);
     }
 
     void matmul(const tensor_view& w, const float* x, int n, float* y) override {

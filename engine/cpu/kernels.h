@@ -7,10 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace colibri {
-struct tensor_view;
-}
-
 namespace colibri::kernels {
 
 /// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], for one row of n.  (out may alias x)
@@ -19,20 +15,9 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps);
 /// out[i] = (x[i] - mean(x)) / sqrt(var(x) + eps) * w[i] + b[i], for one row of n.  (out may alias x)
 void layernorm(float* out, const float* x, const float* w, const float* b, int n, float eps);
 
-// The row functions take a q4_0x8 or q8_0x8 row in its q4_0 or q8_0 form (format::x8_row):
-// the layouts interleave whole groups of rows, not the elements of one.
-
-/// Dequantises/converts one row of n elements of type t into f32.
-void to_f32_row(format::dtype t, const void* row, float* out, int64_t n);
-
-/// out[t] = row ids[t] of `table` in f32, times scale; out [n, table.cols()].
-void embed_rows(const tensor_view& table, const int32_t* ids, int n, float scale, float* out);
-
-/// Dot product of one stored row (type t, n elements) with an f32 vector.
+/// Dot product of one stored row (type t, n elements) with an f32 vector; a q4_0x8 or
+/// q8_0x8 row in its q4_0 or q8_0 form (format::x8_row).
 float dot_row(format::dtype t, const void* row, const float* x, int64_t n);
-
-/// Quantises/converts n f32 values into one row of type t (n a multiple of 32 for q types).
-void from_f32_row(format::dtype t, const float* x, void* out, int64_t n);
 
 /// Rotary embedding, "rotate half" (NeoX / Hugging Face) layout, on one head of head_dim.
 /// Rotates pairs (i, i + head_dim/2) of one head by pos * theta^(-2i/head_dim) / freq_factors[i]

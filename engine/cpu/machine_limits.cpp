@@ -3,6 +3,7 @@
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
 #include "cpu/vec.h"
+#include "format/row_codec.h"
 
 #include <algorithm>
 #include <atomic>
@@ -95,7 +96,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
     std::vector<uint8_t> w(size_t(rows) * rb);
     for (int64_t r = 0; r < rows; ++r) {
         if (format::is_read_only(row_type)) std::memset(w.data() + size_t(r) * rb, 0x11, rb); // no quantiser: any blocks
-        else kernels::from_f32_row(row_type, x.data(), w.data() + size_t(r) * rb, n);
+        else format::row_from_f32(row_type, x.data(), w.data() + size_t(r) * rb, n);
     }
     std::vector<uint8_t> groups(x8 ? w.size() : 0);
     if (x8) format::interleave_x8(weights, w.data(), uint64_t(rows), uint64_t(n), groups.data());

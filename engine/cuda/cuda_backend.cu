@@ -16,9 +16,9 @@
 #include "cuda/cuda_backend.h"
 
 #include "core/error.h"
-#include "cpu/kernels.h"
 #include "cuda/device_weights.h"
 #include "format/format.h"
+#include "format/row_codec.h"
 
 #if defined(COLIBRI_CUDA_EMULATED) // the tests' CPU emulation (tests/engine/cuda_emulation.h)
 #include "cuda_emulation.h"
@@ -760,7 +760,7 @@ public:
         const op_timer timer(*this, "embed");
         // the rows on the host, from the mapped table, then one copy
         embed_rows_.resize(size_t(n) * table.cols());
-        kernels::embed_rows(table, ids, n, scale, embed_rows_.data());
+        format::rows_to_f32(table, ids, n, scale, embed_rows_.data());
         COLIBRI_CUDA(cudaMemcpyAsync(out, embed_rows_.data(), embed_rows_.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
         COLIBRI_CUDA(cudaStreamSynchronize(stream_)); // embed_rows_ is reused by the next call
     }

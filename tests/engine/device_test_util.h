@@ -2,9 +2,9 @@
 // Weight matrices of every type for the device tests.
 
 #include "core/half.h"
-#include "cpu/kernels.h"
 #include "format/format.h"
 #include "format/model_file.h"
+#include "format/row_codec.h"
 #include "sampling/sampler.h"
 
 #include <cstddef>
@@ -65,7 +65,7 @@ inline test_matrix make_matrix(format::dtype type, int64_t rows, int64_t cols, u
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
         for (float& v : row) v = normal(rng);
-        if (!format::is_read_only(plain)) kernels::from_f32_row(plain, row.data(), plain_rows.data() + uint64_t(r) * rb, cols);
+        if (!format::is_read_only(plain)) format::row_from_f32(plain, row.data(), plain_rows.data() + uint64_t(r) * rb, cols);
     }
     if (format::is_read_only(plain)) plain_rows = random_k_rows(plain, rows, cols, seed);
     test_matrix m;

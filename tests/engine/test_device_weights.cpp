@@ -1,8 +1,8 @@
 // The device layout of the weights (cuda/device_weights.h), on any machine: every type
 // repacks to exactly the values the CPU reads from the file.
 
-#include "cpu/kernels.h"
 #include "cuda/device_weights.h"
+#include "format/row_codec.h"
 #include "device_test_util.h"
 
 #include <doctest/doctest.h>
@@ -28,7 +28,7 @@ TEST_CASE("GGUF's types repack for the device to the values the CPU reads") {
         for (int64_t r = 0; r < rows; ++r) {
             if (format::is_interleaved(type)) format::x8_row(type, m.view.data, uint64_t(cols), uint64_t(r), row.data());
             else std::memcpy(row.data(), m.view.data + r * int64_t(row.size()), row.size());
-            kernels::to_f32_row(plain, row.data(), want.data(), cols);
+            format::row_to_f32(plain, row.data(), want.data(), cols);
             packed_row_to_f32(p, r, got.data());
             CAPTURE(r);
             int differ = 0; // equal values (a zero's sign aside: the layouts add a min of 0)
@@ -56,7 +56,7 @@ TEST_CASE("every weight type repacks for the device to the values the CPU reads"
         for (int64_t r = 0; r < 16; ++r) {
             if (format::is_interleaved(type)) format::x8_row(type, m.view.data, 96, uint64_t(r), row.data());
             else std::memcpy(row.data(), m.view.data + r * row.size(), row.size());
-            kernels::to_f32_row(plain, row.data(), want.data(), 96);
+            format::row_to_f32(plain, row.data(), want.data(), 96);
             packed_row_to_f32(p, r, got.data());
             CAPTURE(r);
             CHECK(std::memcmp(want.data(), got.data(), sizeof(float) * 96) == 0);

@@ -8,7 +8,7 @@
 #include "convert/gguf_tokenizer.h"
 #include "convert/rope_scaling.h"
 #include "core/error.h"
-#include "cpu/kernels.h"
+#include "format/row_codec.h"
 #include "gguf_writer.h"
 #include "model/tensor_names.h"
 #include "test_util.h"
@@ -677,8 +677,8 @@ TEST_CASE("requantising every readable ggml type adds a small measured error") {
             std::vector<uint8_t> q(format::row_bytes(to, cols));
             for (uint64_t r = 0; r < rows; ++r) {
                 ggml::dequantize_row(t.type, t.data + r * ggml::row_bytes(t.type, cols), x.data(), int64_t(cols));
-                kernels::from_f32_row(to, x.data(), q.data(), int64_t(cols));
-                kernels::to_f32_row(to, q.data(), back.data(), int64_t(cols));
+                format::row_from_f32(to, x.data(), q.data(), int64_t(cols));
+                format::row_to_f32(to, q.data(), back.data(), int64_t(cols));
                 for (uint64_t i = 0; i < cols; ++i) {
                     err2 += (double(back[i]) - x[i]) * (double(back[i]) - x[i]);
                     ref2 += double(x[i]) * x[i];

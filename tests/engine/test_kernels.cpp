@@ -7,6 +7,7 @@
 #include "cpu/machine_limits.h"
 #include "cpu/thread_pool.h"
 #include "cpu/vec.h"
+#include "format/row_codec.h"
 #include "model/moe_routing.h"
 #include "ops/backend.h"
 #include "sampling/sampler.h"
@@ -75,7 +76,7 @@ double dot_tolerance(const float* a, const float* b, int64_t n, double rel) {
 std::vector<uint8_t> quantize(dtype t, const std::vector<float>& x, int64_t rows, int64_t cols) {
     std::vector<uint8_t> q(format::row_bytes(t, cols) * rows);
     for (int64_t r = 0; r < rows; ++r) {
-        kernels::from_f32_row(t, x.data() + r * cols, q.data() + r * format::row_bytes(t, cols), cols);
+        format::row_from_f32(t, x.data() + r * cols, q.data() + r * format::row_bytes(t, cols), cols);
     }
     return q;
 }
@@ -212,7 +213,7 @@ TEST_CASE("dot_row of every dtype matches double precision of its stored values"
             auto w = random_vec(n, 11 + n), x = random_vec(n, 12 + n);
             auto q = stored_matrix(t, w, 1, n);
             std::vector<float> stored(n);
-            kernels::to_f32_row(t, q.data(), stored.data(), n);
+            format::row_to_f32(t, q.data(), stored.data(), n);
             double ref = 0;
             for (int64_t i = 0; i < n; ++i) ref += double(stored[i]) * x[i];
             const float got = kernels::dot_row(t, q.data(), x.data(), n);
@@ -231,7 +232,7 @@ TEST_CASE("quantisation error stays within its bound") {
     for (auto c : cases) {
         auto q = quantize(c.t, w, 1, n);
         std::vector<float> back(n);
-        kernels::to_f32_row(c.t, q.data(), back.data(), n);
+        format::row_to_f32(c.t, q.data(), back.data(), n);
         for (int64_t b = 0; b < n / 32; ++b) {
             double amax = 0;
             for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(double(w[b * 32 + i])));
@@ -252,7 +253,7 @@ TEST_CASE("quantisation error stays within its bound") {
     std::vector<float> zeros(32, 0.0f);
     auto q = quantize(dtype::q4_0, zeros, 1, 32);
     std::vector<float> back(32, 1.0f);
-    kernels::to_f32_row(dtype::q4_0, q.data(), back.data(), 32);
+    format::row_to_f32(dtype::q4_0, q.data(), back.data(), 32);
     for (float v : back) CHECK(v == 0.0f);
 }
 
@@ -273,9 +274,9 @@ TEST_CASE("the K-quant quantiser loses no more than llama.cpp's on the same rows
         double sse_ours = 0, sse_theirs = 0, worst_row = 0;
         for (int64_t r = 0; r < rows; ++r) {
             const float* xr = x.data() + r * cols;
-            kernels::from_f32_row(t, xr, ours.data() + r * rb, cols);
-            kernels::to_f32_row(t, ours.data() + r * rb, a.data(), cols);
-            kernels::to_f32_row(t, theirs.data() + r * rb, b.data(), cols);
+            format::row_from_f32(t, xr, ours.data() + r * rb, cols);
+            format::row_to_f32(t, ours.data() + r * rb, a.data(), cols);
+            format::row_to_f32(t, theirs.data() + r * rb, b.data(), cols);
             double ea = 0, eb = 0;
             for (int64_t i = 0; i < cols; ++i) {
                 ea += double(a[i] - xr[i]) * (a[i] - xr[i]);
@@ -293,8 +294,8 @@ TEST_CASE("the K-quant quantiser loses no more than llama.cpp's on the same rows
     for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
         std::vector<float> zeros(256, 0.0f), back(256, 1.0f);
         std::vector<uint8_t> q(format::row_bytes(t, 256));
-        kernels::from_f32_row(t, zeros.data(), q.data(), 256);
-        kernels::to_f32_row(t, q.data(), back.data(), 256);
+        format::row_from_f32(t, zeros.data(), q.data(), 256);
+        format::row_to_f32(t, q.data(), back.data(), 256);
         for (float v : back) CHECK(v == 0.0f);
     }
 }
@@ -360,7 +361,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             CAPTURE(format::dtype_name(t));
             auto q = quantize(t, w, 1, n);
             std::vector<float> stored(static_cast<size_t>(n));
-            kernels::to_f32_row(t, q.data(), stored.data(), n);
+            format::row_to_f32(t, q.data(), stored.data(), n);
             auto f_dot = t == dtype::q8_0 ? ref.dot_q8_0_f32 : ref.dot_q4_0_f32;
             auto f_simd = t == dtype::q8_0 ? simd->dot_q8_0_f32 : simd->dot_q4_0_f32;
             const double tol = dot_tolerance(stored.data(), x.data(), n, 1e-5);
@@ -372,7 +373,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             auto q4 = quantize(t, w4, 4, n);
             const size_t rb = format::row_bytes(t, n);
             std::vector<float> stored4(size_t(4 * n));
-            for (int r = 0; r < 4; ++r) kernels::to_f32_row(t, q4.data() + r * rb, stored4.data() + r * n, n);
+            for (int r = 0; r < 4; ++r) format::row_to_f32(t, q4.data() + r * rb, stored4.data() + r * n, n);
             auto tile_ref = t == dtype::q8_0 ? ref.tile_q8_0 : ref.tile_q4_0;
             auto tile_simd = t == dtype::q8_0 ? simd->tile_q8_0 : simd->tile_q4_0;
             for (size_t stride : {rb, size_t(0)}) {
@@ -417,7 +418,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             const auto q4 = test::random_k_rows(t, 4, n, 46 + uint64_t(n));
             const size_t rb = format::row_bytes(t, n);
             std::vector<float> stored4(size_t(4 * n));
-            for (int r = 0; r < 4; ++r) kernels::to_f32_row(t, q4.data() + r * rb, stored4.data() + r * n, n);
+            for (int r = 0; r < 4; ++r) format::row_to_f32(t, q4.data() + r * rb, stored4.data() + r * n, n);
             const auto pick = [&](const vec_kernels& k) { return int8_tile(k, t); };
             for (size_t stride : {rb, size_t(0)}) {
                 for (int n_tok = 1; n_tok <= 4; ++n_tok) {
@@ -458,7 +459,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             for (int r = 0; r < 32; ++r) {
                 format::x8_row(t, x8.data(), uint64_t(n), uint64_t(r), row.data());
                 CHECK(std::memcmp(row.data(), q32.data() + r * rb, rb) == 0);
-                kernels::to_f32_row(t, row.data(), stored32.data() + r * n, n);
+                format::row_to_f32(t, row.data(), stored32.data() + r * n, n);
             }
             const auto tile_ref = int8_x8_kernels(ref, t).tile, tile_simd = int8_x8_kernels(*simd, t).tile;
             // decode's four streams: groups anywhere (the fifth is the first), each with its
@@ -788,9 +789,9 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                         if (format::is_interleaved(t)) {
                             std::vector<uint8_t> plain(rb);
                             format::x8_row(t, q.data(), uint64_t(s.cols), uint64_t(r), plain.data());
-                            kernels::to_f32_row(t, plain.data(), row.data(), s.cols);
+                            format::row_to_f32(t, plain.data(), row.data(), s.cols);
                         } else {
-                            kernels::to_f32_row(t, q.data() + r * rb, row.data(), s.cols);
+                            format::row_to_f32(t, q.data() + r * rb, row.data(), s.cols);
                         }
                         double ref = 0;
                         for (int64_t c = 0; c < s.cols; ++c) ref += double(row[c]) * xs[tok * s.cols + c];
@@ -1018,7 +1019,7 @@ TEST_CASE("per-head products and row copies match a direct computation") {
             be->head_matmul(w.view, n_head, x.data(), x_stride, n, got.data(), y_stride);
             for (int i = 0; i < n * n_head; ++i) {
                 for (int r = 0; r < rows; ++r) {
-                    kernels::to_f32_row(type, w.view.data + size_t((i % n_head) * rows + r) * format::row_bytes(type, cols), row.data(), cols);
+                    format::row_to_f32(type, w.view.data + size_t((i % n_head) * rows + r) * format::row_bytes(type, cols), row.data(), cols);
                     double dot = 0;
                     for (int c = 0; c < cols; ++c) dot += double(row[size_t(c)]) * x[size_t(i * x_stride + c)];
                     want[size_t(i * y_stride + r)] = float(dot);

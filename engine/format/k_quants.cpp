@@ -1,4 +1,4 @@
-#include "cpu/k_quants.h"
+#include "format/k_quants.h"
 
 #include "core/half.h"
 
@@ -6,10 +6,8 @@
 #include <cmath>
 #include <limits>
 
-namespace colibri::kernels {
+namespace colibri::format {
 
-using format::dtype;
-using format::qk_k;
 
 namespace {
 
@@ -255,4 +253,4 @@ void k_block_from_f32(dtype t, const float* x, uint8_t* block) {
     }
 }
 
-} // namespace colibri::kernels
+} // namespace colibri::format
