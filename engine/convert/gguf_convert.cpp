@@ -264,7 +264,7 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         f.fail("inconsistent attention shape (" + key("attention.head_count_kv") + " must divide " + key("attention.head_count") + ")");
     }
     hp.head_dim = u32("attention.key_length", hp.n_embd / hp.n_head);
-    if (desc->mla) {
+    if (desc->blocks.latent_attention()) {
         // newer files state the latent's sizes as key_length (kv_lora_rank + rope) and
         // value_length (kv_lora_rank), the heads' own as key_length_mla and value_length_mla
         hp.n_head_kv = 1;
@@ -293,7 +293,7 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         if (!(scaling_factor > 0)) f.fail(key("rope.scaling.factor") + " must be positive");
         rope.type = rope_scaling::kind::linear;
         rope.factor = scaling_factor;
-    } else if (scaling_type == "yarn" && desc->mla) {
+    } else if (scaling_type == "yarn" && desc->blocks.latent_attention()) {
         // DeepSeek's YaRN as llama.cpp runs it: cos and sin unscaled, the scores by
         // (1 + yarn_log_multiplier * ln factor)^2 (the multiplier stored as 0.1 * mscale_all_dim)
         if (!(scaling_factor > 1)) f.fail(key("rope.scaling.factor") + " must exceed 1");
@@ -310,15 +310,15 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     } else if (scaling_type != "none") {
         unsupported("RoPE scaling '" + scaling_type + "' (" + key("rope.scaling.type") + ")");
     }
-    const std::string eps_key = key(desc->layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon");
+    const std::string eps_key = key(desc->blocks.layer_norm() ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon");
     const auto eps = f.get_float(eps_key);
     if (!eps) {
         if (f.find(key("attention.layer_norm_epsilon"))) unsupported("LayerNorm (" + key("attention.layer_norm_epsilon") + ")");
         f.fail("metadata '" + eps_key + "' is missing");
     }
     hp.norm_eps = static_cast<float>(*eps);
-    if (desc->layer_norm) hp.flags |= flag_layer_norm;
-    if (desc->ffn == ffn_kind::gelu_mlp) hp.flags |= flag_gelu_mlp;
+    if (desc->blocks.layer_norm()) hp.flags |= flag_layer_norm;
+    if (desc->blocks.ffn == ffn_kind::gelu_mlp) hp.flags |= flag_gelu_mlp;
     // llama.cpp's files do not record StarCoder2's window: the family's own then
     if (desc->sliding_window > 0) {
         hp.sliding_window = u32("attention.sliding_window", desc->sliding_window);
@@ -332,8 +332,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     } else if (f.find(key("attention.sliding_window"))) {
         unsupported("sliding-window attention");
     }
-    if (desc->ffn == ffn_kind::geglu) hp.flags |= flag_geglu;
-    if (desc->sandwich_norm) hp.flags |= flag_sandwich_norm;
+    if (desc->blocks.ffn == ffn_kind::geglu) hp.flags |= flag_geglu;
+    if (desc->blocks.sandwich_norm) hp.flags |= flag_sandwich_norm;
     hp.attn_softcap = static_cast<float>(f.get_float(key("attn_logit_softcapping")).value_or(0.0));
     if (!(hp.attn_softcap >= 0)) f.fail(key("attn_logit_softcapping") + " must be positive");
     hp.final_softcap = static_cast<float>(f.get_float(key("final_logit_softcapping")).value_or(0.0));
@@ -363,9 +363,9 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     }
     hp.arch = static_cast<uint32_t>(desc->arch);
     p.family = std::string(desc->name());
-    hp.qk_norm = static_cast<uint32_t>(desc->qk);
+    hp.qk_norm = static_cast<uint32_t>(desc->blocks.qk);
     if (hp.n_expert > 0 && f.get_bool(key("expert_weights_norm")).value_or(desc->norm_topk_default)) hp.flags |= flag_norm_topk_prob;
-    if (desc->ungated_shared_experts && hp.n_expert > 0) { // DeepSeek's routing (model_file checks the groups)
+    if (desc->blocks.shared_experts == shared_experts_kind::ungated && hp.n_expert > 0) { // DeepSeek's routing (model_file checks the groups)
         hp.expert_weights_scale = static_cast<float>(f.get_float(key("expert_weights_scale")).value_or(1.0));
         if (!(hp.expert_weights_scale > 0)) f.fail(key("expert_weights_scale") + " must be positive");
         hp.n_expert_group = u32("expert_group_count", 1);
@@ -382,7 +382,7 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     pl.shape = {hp.n_layer, hp.n_expert, tied};
     if (pl.has("blk.0.attn_q.bias")) hp.flags |= flag_attn_bias;
     if (pl.has("blk.0.attn_output.bias")) {
-        if (desc->ffn != ffn_kind::gelu_mlp) unsupported("an output-projection bias (attn_output.bias)");
+        if (desc->blocks.ffn != ffn_kind::gelu_mlp) unsupported("an output-projection bias (attn_output.bias)");
         hp.flags |= flag_out_bias; // StarCoder2: the MLP's too
     }
     if (pl.has("blk.0.ffn_gate_inp_shexp.weight")) hp.flags |= flag_shared_expert_gate;
@@ -397,8 +397,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         const int l = static_cast<int>(il);
         auto n = [l](std::string_view s) { return names::layer(l, s); };
         pl.vector(n(names::blk::attn_norm), n(names::blk::attn_norm), hp.n_embd);
-        if (desc->layer_norm) pl.vector(n(names::blk::attn_norm_bias), n(names::blk::attn_norm_bias), hp.n_embd);
-        if (desc->mla) {
+        if (desc->blocks.layer_norm()) pl.vector(n(names::blk::attn_norm_bias), n(names::blk::attn_norm_bias), hp.n_embd);
+        if (desc->blocks.latent_attention()) {
             plan_latent_attention(pl, hp, l);
         } else {
             const uint32_t qp = desc->gguf_permuted_qk ? hp.n_head : 0, kp = desc->gguf_permuted_qk ? hp.n_head_kv : 0;
@@ -414,14 +414,14 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
             pl.vector(n(names::blk::attn_k_bias), n(names::blk::attn_k_bias), kv_dim);
             pl.vector(n(names::blk::attn_v_bias), n(names::blk::attn_v_bias), kv_dim);
         }
-        if (desc->qk != qk_norm::none) {
-            const bool per_head = desc->qk == qk_norm::per_head;
+        if (desc->blocks.qk != qk_norm::none) {
+            const bool per_head = desc->blocks.qk == qk_norm::per_head;
             pl.vector(n(names::blk::attn_q_norm), n(names::blk::attn_q_norm), per_head ? hp.head_dim : q_dim);
             pl.vector(n(names::blk::attn_k_norm), n(names::blk::attn_k_norm), per_head ? hp.head_dim : kv_dim);
         }
         pl.vector(n(names::blk::ffn_norm), n(names::blk::ffn_norm), hp.n_embd);
-        if (desc->layer_norm) pl.vector(n(names::blk::ffn_norm_bias), n(names::blk::ffn_norm_bias), hp.n_embd);
-        if (desc->sandwich_norm) { // llama.cpp's converter stored Gemma's 1 + w already
+        if (desc->blocks.layer_norm()) pl.vector(n(names::blk::ffn_norm_bias), n(names::blk::ffn_norm_bias), hp.n_embd);
+        if (desc->blocks.sandwich_norm) { // llama.cpp's converter stored Gemma's 1 + w already
             pl.vector(n(names::blk::attn_post_norm), n(names::blk::attn_post_norm), hp.n_embd);
             pl.vector(n(names::blk::ffn_post_norm), n(names::blk::ffn_post_norm), hp.n_embd);
         }
@@ -445,14 +445,14 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
                 pl.matrix(n(names::blk::ffn_gate_shexp), n(names::blk::ffn_gate_shexp), hp.n_ff_shexp, hp.n_embd);
                 pl.matrix(n(names::blk::ffn_up_shexp), n(names::blk::ffn_up_shexp), hp.n_ff_shexp, hp.n_embd);
                 pl.matrix(n(names::blk::ffn_down_shexp), n(names::blk::ffn_down_shexp), hp.n_embd, hp.n_ff_shexp);
-                if (!desc->ungated_shared_experts) {
+                if (desc->blocks.shared_experts != shared_experts_kind::ungated) {
                     if (!(hp.flags & flag_shared_expert_gate)) unsupported("a shared expert without its gate (ffn_gate_inp_shexp)");
                     pl.matrix(n(names::blk::ffn_gate_inp_shexp), n(names::blk::ffn_gate_inp_shexp), 1, hp.n_embd, true);
                 }
             }
         } else {
             // a dense layer (dense Llama, or an MoE family's dense layers)
-            const bool gelu = desc->ffn == ffn_kind::gelu_mlp;
+            const bool gelu = desc->blocks.ffn == ffn_kind::gelu_mlp;
             if (hp.n_ff == 0) hp.n_ff = static_cast<uint32_t>(rows_of(n(gelu ? names::blk::ffn_up : names::blk::ffn_gate)));
             if (!gelu) pl.matrix(n(names::blk::ffn_gate), n(names::blk::ffn_gate), hp.n_ff, hp.n_embd);
             pl.matrix(n(names::blk::ffn_up), n(names::blk::ffn_up), hp.n_ff, hp.n_embd);
@@ -464,9 +464,9 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         }
     }
     pl.vector(std::string(names::output_norm), std::string(names::output_norm), hp.n_embd);
-    if (desc->layer_norm) pl.vector(std::string(names::output_norm_bias), std::string(names::output_norm_bias), hp.n_embd);
+    if (desc->blocks.layer_norm()) pl.vector(std::string(names::output_norm_bias), std::string(names::output_norm_bias), hp.n_embd);
     if (!tied) pl.matrix(std::string(names::output), std::string(names::output), hp.n_vocab, hp.n_embd);
-    const uint32_t roped = desc->mla ? hp.rope_dim : hp.head_dim;
+    const uint32_t roped = desc->blocks.latent_attention() ? hp.rope_dim : hp.head_dim;
     if (pl.has(std::string(names::rope_freqs))) {
         if (rope.type != rope_scaling::kind::none) unsupported("RoPE scaling and a rope_freqs tensor together");
         pl.vector(std::string(names::rope_freqs), std::string(names::rope_freqs), roped / 2);

@@ -326,7 +326,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         cfg.fail("num_key_value_heads", "must divide num_attention_heads");
     }
     hp.head_dim = cfg.u32("head_dim", hp.n_embd / hp.n_head);
-    if (fam->mla) { // one cached latent row per position, in the place of n_head_kv heads
+    if (fam->blocks.latent_attention()) { // one cached latent row per position, in the place of n_head_kv heads
         hp.n_head_kv = 1;
         hp.kv_lora_rank = cfg.u32("kv_lora_rank");
         hp.q_lora_rank = cfg.u32("q_lora_rank", 0);
@@ -340,19 +340,19 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     }
     hp.n_vocab = cfg.u32("vocab_size");
     hp.n_ctx = cfg.u32("max_position_embeddings", 4096);
-    hp.norm_eps = fam->layer_norm ? cfg.f32("norm_epsilon", 1e-5f) : cfg.f32("rms_norm_eps", 1e-6f);
-    if (fam->layer_norm) hp.flags |= flag_layer_norm;
+    hp.norm_eps = fam->blocks.layer_norm() ? cfg.f32("norm_epsilon", 1e-5f) : cfg.f32("rms_norm_eps", 1e-6f);
+    if (fam->blocks.layer_norm()) hp.flags |= flag_layer_norm;
     // rope_theta moved into rope_parameters in newer configs
     hp.rope_theta = cfg.f32("rope_theta", 10000.0f);
     const rope_scaling rope = read_rope_scaling(cfg, hp);
     // Gemma names it hidden_activation
     const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string("silu")));
-    const bool gelu = fam->ffn == ffn_kind::gelu_mlp, uses_gelu = fam->ffn != ffn_kind::swiglu;
+    const bool gelu = fam->blocks.ffn == ffn_kind::gelu_mlp, uses_gelu = fam->blocks.ffn != ffn_kind::swiglu;
     if (uses_gelu && act != "gelu_pytorch_tanh") cfg.unsupported("hidden_act '" + act + "' is not supported (gelu_pytorch_tanh)");
     if (!uses_gelu && act != "silu") cfg.unsupported("hidden_act '" + act + "' is not supported (silu)");
     if (gelu) hp.flags |= flag_gelu_mlp;
-    if (fam->ffn == ffn_kind::geglu) hp.flags |= flag_geglu;
-    if (fam->sandwich_norm) hp.flags |= flag_sandwich_norm;
+    if (fam->blocks.ffn == ffn_kind::geglu) hp.flags |= flag_geglu;
+    if (fam->blocks.sandwich_norm) hp.flags |= flag_sandwich_norm;
     if (cfg.has("attn_logit_softcapping")) { // Gemma 2
         hp.attn_softcap = cfg.f32("attn_logit_softcapping", 0.0f);
         if (!(hp.attn_softcap > 0)) cfg.fail("attn_logit_softcapping", "must be positive");
@@ -369,7 +369,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     } else if (cfg.boolean("use_sliding_window", false)) {
         cfg.unsupported("sliding-window attention is not supported");
     }
-    hp.qk_norm = static_cast<uint32_t>(fam->qk);
+    hp.qk_norm = static_cast<uint32_t>(fam->blocks.qk);
     hp.embedding_scale = 1.0f;
     hp.residual_scale = 1.0f;
     hp.logit_scale = 1.0f;
@@ -409,11 +409,11 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         bool norm = fam->norm_topk_default;
         if (fam->norm_topk_configurable) norm = cfg.boolean("norm_topk_prob", norm);
         if (norm) hp.flags |= flag_norm_topk_prob;
-        if (fam->shared_expert) {
+        if (fam->blocks.shared_experts == shared_experts_kind::gated) {
             hp.n_ff_shexp = cfg.u32("shared_expert_intermediate_size", 0);
             if (hp.n_ff_shexp > 0) hp.flags |= flag_shared_expert_gate;
         }
-        if (fam->ungated_shared_experts) read_deepseek_moe(cfg, hp);
+        if (fam->blocks.shared_experts == shared_experts_kind::ungated) read_deepseek_moe(cfg, hp);
     }
 
     const bool tied = cfg.boolean("tie_word_embeddings", false) || ckpt.find("lm_head.weight") == nullptr;
@@ -435,10 +435,10 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         const int l = static_cast<int>(il);
         const std::string pre = "model.layers." + std::to_string(il) + ".";
         auto name = [l](std::string_view s) { return names::layer(l, s); };
-        const bool plus_one = fam->norm_plus_one;
+        const bool plus_one = fam->blocks.norm_plus_one();
         p.norm(name(names::blk::attn_norm), pre + "input_layernorm.weight", hp.n_embd, plus_one);
-        if (fam->layer_norm) p.vector(name(names::blk::attn_norm_bias), pre + "input_layernorm.bias", hp.n_embd);
-        if (fam->mla) {
+        if (fam->blocks.layer_norm()) p.vector(name(names::blk::attn_norm_bias), pre + "input_layernorm.bias", hp.n_embd);
+        if (fam->blocks.latent_attention()) {
             plan_latent_attention(p, hp, l, pre + "self_attn.");
         } else {
             p.matrix(name(names::blk::attn_q), pre + "self_attn.q_proj.weight", q_dim, hp.n_embd);
@@ -452,21 +452,21 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
             p.vector(name(names::blk::attn_k_bias), pre + "self_attn.k_proj.bias", kv_dim);
             p.vector(name(names::blk::attn_v_bias), pre + "self_attn.v_proj.bias", kv_dim);
         }
-        if (fam->qk == qk_norm::per_head) {
+        if (fam->blocks.qk == qk_norm::per_head) {
             p.norm(name(names::blk::attn_q_norm), pre + "self_attn.q_norm.weight", hp.head_dim, plus_one);
             p.norm(name(names::blk::attn_k_norm), pre + "self_attn.k_norm.weight", hp.head_dim, plus_one);
-        } else if (fam->qk == qk_norm::full) {
+        } else if (fam->blocks.qk == qk_norm::full) {
             p.vector(name(names::blk::attn_q_norm), pre + "self_attn.q_norm.weight", q_dim);
             p.vector(name(names::blk::attn_k_norm), pre + "self_attn.k_norm.weight", kv_dim);
         }
-        if (fam->sandwich_norm) { // Gemma: post_attention_layernorm normalises the attention's output
+        if (fam->blocks.sandwich_norm) { // Gemma: post_attention_layernorm normalises the attention's output
             p.norm(name(names::blk::attn_post_norm), pre + "post_attention_layernorm.weight", hp.n_embd, plus_one);
             p.norm(name(names::blk::ffn_norm), pre + "pre_feedforward_layernorm.weight", hp.n_embd, plus_one);
             p.norm(name(names::blk::ffn_post_norm), pre + "post_feedforward_layernorm.weight", hp.n_embd, plus_one);
         } else {
             p.vector(name(names::blk::ffn_norm), pre + "post_attention_layernorm.weight", hp.n_embd);
         }
-        if (fam->layer_norm) p.vector(name(names::blk::ffn_norm_bias), pre + "post_attention_layernorm.bias", hp.n_embd);
+        if (fam->blocks.layer_norm()) p.vector(name(names::blk::ffn_norm_bias), pre + "post_attention_layernorm.bias", hp.n_embd);
 
         const std::string moe = pre + std::string(moe_names.prefix) + ".";
         const std::string router = moe + std::string(moe_names.router);
@@ -484,7 +484,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
                 }
             }
             if (hp.n_ff_shexp > 0) { // Qwen2-MoE's gated shared_expert, or DeepSeek's shared_experts
-                const std::string shared = moe + (fam->ungated_shared_experts ? "shared_experts." : "shared_expert.");
+                const std::string shared = moe + (fam->blocks.shared_experts == shared_experts_kind::ungated ? "shared_experts." : "shared_expert.");
                 p.matrix(name(names::blk::ffn_gate_shexp), shared + "gate_proj.weight", hp.n_ff_shexp, hp.n_embd);
                 p.matrix(name(names::blk::ffn_up_shexp), shared + "up_proj.weight", hp.n_ff_shexp, hp.n_embd);
                 p.matrix(name(names::blk::ffn_down_shexp), shared + "down_proj.weight", hp.n_embd, hp.n_ff_shexp);
@@ -505,18 +505,18 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
             }
         }
     }
-    p.norm(std::string(names::output_norm), "model.norm.weight", hp.n_embd, fam->norm_plus_one);
-    if (fam->layer_norm) p.vector(std::string(names::output_norm_bias), "model.norm.bias", hp.n_embd);
+    p.norm(std::string(names::output_norm), "model.norm.weight", hp.n_embd, fam->blocks.norm_plus_one());
+    if (fam->blocks.layer_norm()) p.vector(std::string(names::output_norm_bias), "model.norm.bias", hp.n_embd);
     if (!tied) p.matrix(std::string(names::output), "lm_head.weight", hp.n_vocab, hp.n_embd);
     if (rope.type != rope_scaling::kind::none) {
-        const uint32_t roped = fam->mla ? hp.rope_dim : hp.head_dim;
+        const uint32_t roped = fam->blocks.latent_attention() ? hp.rope_dim : hp.head_dim;
         hp.rope_attn_factor = rope_attn_factor(rope);
         tensor_plan freqs{std::string(names::rope_freqs), dtype::f32, {roped / 2}, {}, {}};
         freqs.values = rope_freq_factors(rope, hp.rope_theta, static_cast<int>(roped));
         plan.tensors.push_back(std::move(freqs));
         // DeepSeek's YaRN also scales the scores by mscale(mscale_all_dim)^2, as its own code and
         // llama.cpp do (transformers' DeepseekV2 leaves it out)
-        if (fam->mla && rope.type == rope_scaling::kind::yarn && rope.mscale_all_dim > 0) {
+        if (fam->blocks.latent_attention() && rope.type == rope_scaling::kind::yarn && rope.mscale_all_dim > 0) {
             const double m = 0.1 * rope.mscale_all_dim * std::log(rope.factor) + 1.0;
             hp.attention_scale = static_cast<float>(m * m / std::sqrt(double(hp.head_dim)));
         }
