@@ -1,10 +1,10 @@
 #include "convert/convert.h"
-#include "model/tensor_names.h"
 
 #include "convert/bpe_import.h"
 #include "convert/safetensors.h"
 #include "core/error.h"
 #include "format/row_codec.h"
+#include "format/tensor_names.h"
 
 #include <chrono>
 #include <cstring>

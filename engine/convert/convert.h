@@ -28,7 +28,7 @@ struct source_slice {
 
 /// What the converter writes for one tensor.
 struct tensor_plan {
-    std::string name;          // .colibri name (model/tensor_names.h)
+    std::string name;          // .colibri name (format/tensor_names.h)
     format::dtype type;
     std::vector<uint64_t> shape; // [rows, cols] or [n]
     source_slice src;

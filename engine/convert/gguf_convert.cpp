@@ -11,8 +11,8 @@
 #include "convert/gguf_tokenizer.h"
 #include "core/error.h"
 #include "format/row_codec.h"
+#include "format/tensor_names.h"
 #include "model/family_registry.h"
-#include "model/tensor_names.h"
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>

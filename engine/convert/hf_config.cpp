@@ -7,8 +7,8 @@
 #include "convert/safetensors.h"
 #include "core/half.h"
 #include "core/error.h"
+#include "format/tensor_names.h"
 #include "model/family_registry.h"
-#include "model/tensor_names.h"
 
 #include <algorithm>
 #include <cmath>

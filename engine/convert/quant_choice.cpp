@@ -1,7 +1,7 @@
 #include "convert/quant_choice.h"
 
 #include "core/error.h"
-#include "model/tensor_names.h"
+#include "format/tensor_names.h"
 
 #include <charconv>
 

@@ -5,7 +5,7 @@
 #include "convert/bpe_import.h"
 #include "core/error.h"
 #include "format/row_codec.h"
-#include "model/tensor_names.h"
+#include "format/tensor_names.h"
 #include "sampling/sampler.h"
 
 #include <chrono>

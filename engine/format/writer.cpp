@@ -2,7 +2,7 @@
 
 #include "core/crc32.h"
 #include "core/error.h"
-#include "model/tensor_names.h"
+#include "format/tensor_names.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,7 +1,7 @@
 #include "model/model.h"
 
 #include "core/error.h"
-#include "model/tensor_names.h"
+#include "format/tensor_names.h"
 
 #include <cmath>
 #include <unordered_set>

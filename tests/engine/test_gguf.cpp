@@ -9,8 +9,8 @@
 #include "convert/rope_scaling.h"
 #include "core/error.h"
 #include "format/row_codec.h"
+#include "format/tensor_names.h"
 #include "gguf_writer.h"
-#include "model/tensor_names.h"
 #include "test_util.h"
 
 #include <doctest/doctest.h>
