@@ -605,9 +605,12 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
     const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
     const __m512 d = scales16(a.d, b.d), dmin = scales16(a.dmin, b.dmin);
     __m512 pair[4][T]; // p2c + p2c+1
+    COLIBRI_UNROLL
     for (int c = 0; c < 4; ++c) { // sub-blocks 2c (low nibbles) and 2c + 1 (high)
         __m512i s[T][2];
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) s[t][0] = s[t][1] = _mm512_setzero_si512();
+        COLIBRI_UNROLL
         for (int i = 0; i < 8; ++i) {
             const __m512i v = two_rows(a.qs[c][i], b.qs[c][i]);
             __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
@@ -616,7 +619,9 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
                 lo = _mm512_or_si512(lo, _mm512_and_si512(shift16(h, 4 - 2 * c), bit4));
                 hi = _mm512_or_si512(hi, _mm512_and_si512(shift16(h, 3 - 2 * c), bit4));
             }
+            COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) {
+                COLIBRI_UNROLL
                 for (int e = 0; e < 2; ++e) {
                     const int8_t* q = xs[t][2 * c + e].qs + 4 * i;
                     const __m512i x = OwnX ? x4_halves(q, xb[t][2 * c + e].qs + 4 * i) : x4_all_lanes512(q);
@@ -627,12 +632,14 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
         __m512i sc[2], m[2];
         kx8_pair_scale_min(a, b, 2 * c, sc[0], m[0]);
         kx8_pair_scale_min(a, b, 2 * c + 1, sc[1], m[1]);
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             const block_q8_x* other = OwnX ? xb[t] : xs[t];
             pair[c][t] = _mm512_add_ps(k_scaled<OwnX>(d, dmin, s[t][0], sc[0], m[0], xs[t][2 * c], other[2 * c]),
                                        k_scaled<OwnX>(d, dmin, s[t][1], sc[1], m[1], xs[t][2 * c + 1], other[2 * c + 1]));
         }
     }
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(_mm512_add_ps(pair[0][t], pair[1][t]), _mm512_add_ps(pair[2][t], pair[3][t])));
     }
@@ -645,29 +652,39 @@ inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx
     const __m512i low = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     const __m512 d = scales16(a.d, b.d);
     __m512 p[2][2][2][T]; // h, c, e: sub-block 4h + c + 2e
+    COLIBRI_UNROLL
     for (int h = 0; h < 2; ++h) {
+        COLIBRI_UNROLL
         for (int c = 0; c < 2; ++c) { // sub-blocks 4h + c (low nibbles) and 4h + c + 2 (high)
             __m512i s[T][2][2]; // token, sub-block, half (elements 0-15, 16-31)
+            COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) {
+                COLIBRI_UNROLL
                 for (int e = 0; e < 2; ++e) {
+                    COLIBRI_UNROLL
                     for (int half = 0; half < 2; ++half) s[t][e][half] = _mm512_set1_epi32(q6_bias(xs[t][4 * h + c + 2 * e], half));
                 }
             }
+            COLIBRI_UNROLL
             for (int i = 0; i < 8; ++i) {
                 const __m512i v = two_rows(a.ql[h][c][i], b.ql[h][c][i]);
                 const __m512i vh = two_rows(a.qh[h][i], b.qh[h][i]);
                 const __m512i q[2] = {
                     _mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(shift16(vh, 4 - 2 * c), bits45)),
                     _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_and_si512(shift16(vh, -2 * c), bits45))};
+                COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
+                    COLIBRI_UNROLL
                     for (int e = 0; e < 2; ++e) {
                         s[t][e][i / 4] = dot4<Vnni>(s[t][e][i / 4], q[e], x4_all_lanes512(xs[t][4 * h + c + 2 * e].qs + 4 * i));
                     }
                 }
             }
+            COLIBRI_UNROLL
             for (int e = 0; e < 2; ++e) {
                 const int j = 4 * h + c + 2 * e;
                 const __m512i sc0 = q6_kx8_pair_scale(a, b, 2 * j), sc1 = q6_kx8_pair_scale(a, b, 2 * j + 1);
+                COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
                     const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(s[t][e][0], sc0), _mm512_mullo_epi32(s[t][e][1], sc1));
                     p[h][c][e][t] = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs[t][j].d)), to_ps(sum));
@@ -675,8 +692,10 @@ inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx
             }
         }
     }
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m512 half[2]; // (p4h + p4h+1) + (p4h+2 + p4h+3)
+        COLIBRI_UNROLL
         for (int h = 0; h < 2; ++h) {
             half[h] = _mm512_add_ps(_mm512_add_ps(p[h][0][0][t], p[h][1][0][t]), _mm512_add_ps(p[h][0][1][t], p[h][1][1][t]));
         }
@@ -690,15 +709,18 @@ template <class Block, int T, bool Vnni>
 void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n, float* out,
                    size_t out_stride) {
     __m512 acc[T];
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
         prefetch_x8_block<false>(a[s]);
         if (both) prefetch_x8_block<false>(b[s]);
         const block_q8_x* xs[T];
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
         if constexpr (std::is_same_v<Block, format::block_q6_kx8>) q6_kx8_pair<T, Vnni>(a[s], b[s], xs, acc);
         else q45_kx8_pair<Block, T, Vnni>(a[s], b[s], xs, acc);
     }
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         if (both) _mm512_storeu_ps(out + size_t(t) * out_stride, acc[t]);
         else _mm256_storeu_ps(out + size_t(t) * out_stride, _mm512_castps512_ps256(acc[t]));
@@ -734,6 +756,7 @@ template <class Block, bool Vnni, bool OwnX>
 void kx8_pair_streams_walk(const Block* const w[4], const block_q8_x* const x[4], int64_t n, float* out) {
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
+        COLIBRI_UNROLL
         for (int p = 0; p < 2; ++p) {
             prefetch_x8_block<true>(w[2 * p][s]);
             prefetch_x8_block<true>(w[2 * p + 1][s]);
@@ -749,6 +772,7 @@ void kx8_pair_streams_walk(const Block* const w[4], const block_q8_x* const x[4]
 template <class Block, bool Vnni>
 void streams_kx8_pairs(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
     const Block* w[4];
+    COLIBRI_UNROLL
     for (int g = 0; g < 4; ++g) w[g] = static_cast<const Block*>(groups[g]);
     if (x[1] == x[0] && x[2] == x[0] && x[3] == x[0]) kx8_pair_streams_walk<Block, Vnni, false>(w, x, n, out);
     else kx8_pair_streams_walk<Block, Vnni, true>(w, x, n, out);

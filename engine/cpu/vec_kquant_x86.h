@@ -52,6 +52,7 @@ inline void k_scales_mins(const uint8_t* packed, __m256i& sc, __m256i& m) {
 inline void k_x_scales_sums(const block_q8_x* x, __m256& d, __m256i& sum) {
     static_assert(offsetof(block_q8_x, sum) == 4);
     __m128 ds[4]; // [d sum d sum] of blocks 2i, 2i + 1
+    COLIBRI_UNROLL
     for (int i = 0; i < 4; ++i) {
         ds[i] = _mm_castsi128_ps(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x[2 * i])),
                                                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x[2 * i + 1]))));
@@ -75,6 +76,7 @@ inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m
     k_scales_mins(b.scales, sc, m);
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256i q[8]; // sub-block j's values, 0..15 (0..31 for q5_k)
+    COLIBRI_UNROLL
     for (int c = 0; c < 4; ++c) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
         q[2 * c] = _mm256_and_si256(v, low);
@@ -82,11 +84,14 @@ inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m
     }
     if constexpr (five) { // bit j of qh[l] into bit 4 of sub-block j's element l
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+        COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j) q[j] = _mm256_or_si256(q[j], _mm256_and_si256(shift16(h, 4 - j), _mm256_set1_epi8(0x10)));
     }
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8];
+        COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j) s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
         const __m256i a = _mm256_mullo_epi32(join_halves(half_sums4(s), half_sums4(s + 4)), sc);
         const __m256i mins = _mm256_mullo_epi32(xsum[t], m);
@@ -105,10 +110,12 @@ inline void q6_k_block(const format::block_q6_k& b, const block_q8_x* const xs[T
     const __m256i sc0 = _mm256_cvtepi8_epi32(s8), sc1 = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(s8, s8));
     const __m256i low = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30), offset = _mm256_set1_epi8(32);
     __m256i w[8], u[8]; // sub-block j = 4h + k: its values less 32, and their magnitudes
+    COLIBRI_UNROLL
     for (int h = 0; h < 2; ++h) {
         const __m256i ql[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h)),
                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32))};
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+        COLIBRI_UNROLL
         for (int k = 0; k < 4; ++k) {
             const __m256i lo = _mm256_and_si256(k < 2 ? ql[k] : _mm256_srli_epi16(ql[k - 2], 4), low);
             const __m256i hi = _mm256_and_si256(shift16(qh, 4 - 2 * k), bits45);
@@ -117,8 +124,10 @@ inline void q6_k_block(const format::block_q6_k& b, const block_q8_x* const xs[T
         }
     }
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8];
+        COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j) {
             const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs));
             s[j] = dot_u8s8<Vnni>(u[j], _mm256_sign_epi8(x, w[j]));
@@ -132,8 +141,11 @@ inline void q6_k_block(const format::block_q6_k& b, const block_q8_x* const xs[T
 template <int T>
 inline void store_row_lanes(const __m128 acc[4], float* out) {
     alignas(16) float a[4][4];
+    COLIBRI_UNROLL
     for (int r = 0; r < 4; ++r) _mm_store_ps(a[r], acc[r]);
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
+        COLIBRI_UNROLL
         for (int r = 0; r < 4; ++r) out[t * 4 + r] = a[r][t];
     }
 }
@@ -184,6 +196,7 @@ constexpr bool block32_has_min = std::is_same_v<Block, format::block_q4_1> || st
 template <class Block, int T, bool Vnni>
 inline void b32_group(const Block* w, const block_q8_x* const xs[T], const __m256 xd[T], const __m256i xsum[T], __m256 p[T]) {
     __m256i q[8];
+    COLIBRI_UNROLL
     for (int j = 0; j < 8; ++j) q[j] = block32_values(w[j]);
     const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(w[0].d), static_cast<short>(w[1].d), static_cast<short>(w[2].d),
                                                     static_cast<short>(w[3].d), static_cast<short>(w[4].d), static_cast<short>(w[5].d),
@@ -194,8 +207,10 @@ inline void b32_group(const Block* w, const block_q8_x* const xs[T], const __m25
                                            static_cast<short>(w[3].m), static_cast<short>(w[4].m), static_cast<short>(w[5].m),
                                            static_cast<short>(w[6].m), static_cast<short>(w[7].m)));
     }
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8];
+        COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j) {
             const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs));
             if constexpr (std::is_same_v<Block, format::block_iq4_nl>) s[j] = dot_s8s8<Vnni>(q[j], x);
@@ -213,8 +228,10 @@ inline void b32_group(const Block* w, const block_q8_x* const xs[T], const __m25
 template <class Block, int T, bool Vnni>
 void tile_b32_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
     const Block* w[4];
+    COLIBRI_UNROLL
     for (int r = 0; r < 4; ++r) w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
     __m128 acc[4]; // row r, lane t: token t
+    COLIBRI_UNROLL
     for (int r = 0; r < 4; ++r) acc[r] = _mm_setzero_ps();
     const int64_t nb = n / format::qk;
     for (int64_t g = 0; g < nb; g += 8) {
@@ -224,6 +241,7 @@ void tile_b32_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_s
         const block_q8_x* xs[T];
         __m256 xd[T];
         __m256i xsum[T];
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             xs[t] = x + size_t(t) * x_stride + size_t(g);
             if (left < 8) {
@@ -233,6 +251,7 @@ void tile_b32_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_s
             }
             k_x_scales_sums(xs[t], xd[t], xsum[t]);
         }
+        COLIBRI_UNROLL
         for (int r = 0; r < 4; ++r) {
             const Block* wg = w[r] + g;
             for (int line = 0; line * 64 < int(8 * sizeof(Block)); ++line) {
@@ -265,13 +284,17 @@ void tile_b32(const void* rows, size_t stride, const block_q8_x* x, size_t x_str
 template <int T, bool Vnni>
 inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const xs[T], const __m256 xd[T], __m256 p[T]) {
     __m256i q[8];
+    COLIBRI_UNROLL
     for (int j = 0; j < 8; ++j) q[j] = iq4_lookup(nibbles32(b.qs + 16 * j));
     int ls[8];
+    COLIBRI_UNROLL
     for (int j = 0; j < 8; ++j) ls[j] = format::iq4_xs_scale(b, j);
     const __m256i sc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ls));
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8];
+        COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j) s[j] = dot_s8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
         const __m256i a = _mm256_mullo_epi32(join_halves(half_sums4(s), half_sums4(s + 4)), sc);
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
@@ -281,6 +304,7 @@ inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const 
 // Per token, the activation blocks' half sums in the order of half_sums4 over blocks 0-3 and
 // 4-7: [sum of elements 0-15 of blocks 0-3 | of elements 16-31], the same of blocks 4-7.
 inline void x_half_sums(const block_q8_x* xs, __m256i hx[2]) {
+    COLIBRI_UNROLL
     for (int i = 0; i < 2; ++i) {
         const block_q8_x* x = xs + 4 * i;
         hx[i] = _mm256_setr_epi32(x[0].sum_lo, x[1].sum_lo, x[2].sum_lo, x[3].sum_lo, x[0].sum - x[0].sum_lo,
@@ -301,6 +325,7 @@ template <class Block, int T, bool Vnni>
 inline void q23_k_block(const Block& b, const block_q8_x* const xs[T], const __m256 xd[T], __m256 p[T]) {
     constexpr bool three = std::is_same_v<Block, format::block_q3_k>;
     int sc[16], mn[16];
+    COLIBRI_UNROLL
     for (int k = 0; k < 16; ++k) {
         if constexpr (three) {
             sc[k] = format::q3_k_scale(b, k);
@@ -314,17 +339,22 @@ inline void q23_k_block(const Block& b, const block_q8_x* const xs[T], const __m
     if constexpr (!three) sixteen_in_half_order(mn, mnv);
     const __m256i three_bits = _mm256_set1_epi8(3);
     __m256i q[8]; // activation block j = 4h + s: bits 2s, 2s + 1 of qs[32h ..], q3_k's hmask bit j above them
+    COLIBRI_UNROLL
     for (int h = 0; h < 2; ++h) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+        COLIBRI_UNROLL
         for (int s = 0; s < 4; ++s) q[4 * h + s] = _mm256_and_si256(shift16(v, -2 * s), three_bits);
     }
     if constexpr (three) {
         const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+        COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j) q[j] = _mm256_or_si256(q[j], _mm256_and_si256(shift16(hm, 2 - j), _mm256_set1_epi8(4)));
     }
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8], hx[2];
+        COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j) s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
         __m256i h0 = half_sums4(s), h1 = half_sums4(s + 4);
         x_half_sums(xs[t], hx);
@@ -345,17 +375,21 @@ inline void q23_k_block(const Block& b, const block_q8_x* const xs[T], const __m
 template <class Block, int T, bool Vnni>
 void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
     const Block* w[4];
+    COLIBRI_UNROLL
     for (int r = 0; r < 4; ++r) w[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
     __m128 acc[4]; // row r, lane t: token t
+    COLIBRI_UNROLL
     for (int r = 0; r < 4; ++r) acc[r] = _mm_setzero_ps();
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
         const block_q8_x* xs[T];
         __m256 xd[T];
         __m256i xsum[T];
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
             k_x_scales_sums(xs[t], xd[t], xsum[t]);
         }
+        COLIBRI_UNROLL
         for (int r = 0; r < 4; ++r) {
             prefetch_k_block(w[r][s]);
             __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -419,9 +453,12 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
     __m256 pair[4][T]; // p2c + p2c+1
+    COLIBRI_UNROLL
     for (int c = 0; c < 4; ++c) { // sub-blocks 2c (low nibbles) and 2c + 1 (high)
         __m256i s[T][2];
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+        COLIBRI_UNROLL
         for (int i = 0; i < 8; ++i) {
             const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[c][i]));
             __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
@@ -430,6 +467,7 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
                 lo = _mm256_or_si256(lo, _mm256_and_si256(shift16(h, 4 - 2 * c), bit4));
                 hi = _mm256_or_si256(hi, _mm256_and_si256(shift16(h, 3 - 2 * c), bit4));
             }
+            COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) {
                 s[t][0] = dot_add<Vnni>(s[t][0], lo, x4_all_lanes(xs[t][2 * c].qs + 4 * i));
                 s[t][1] = dot_add<Vnni>(s[t][1], hi, x4_all_lanes(xs[t][2 * c + 1].qs + 4 * i));
@@ -438,8 +476,10 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
         __m256i sc[2], m[2];
         kx8_scale_min(b.scales, 2 * c, sc[0], m[0]);
         kx8_scale_min(b.scales, 2 * c + 1, sc[1], m[1]);
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             __m256 p[2];
+            COLIBRI_UNROLL
             for (int e = 0; e < 2; ++e) {
                 const block_q8_x& xb = xs[t][2 * c + e];
                 const __m256 xd = _mm256_set1_ps(xb.d);
@@ -450,6 +490,7 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
             pair[c][t] = _mm256_add_ps(p[0], p[1]);
         }
     }
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         const __m256 sum8 = _mm256_add_ps(_mm256_add_ps(pair[0][t], pair[1][t]), _mm256_add_ps(pair[2][t], pair[3][t]));
         acc[t] = _mm256_add_ps(acc[t], sum8);
@@ -468,29 +509,39 @@ inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const 
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     const auto scale = [&](int k) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))); };
     __m256 p[2][2][2][T]; // h, c, e: sub-block 4h + c + 2e
+    COLIBRI_UNROLL
     for (int h = 0; h < 2; ++h) {
+        COLIBRI_UNROLL
         for (int c = 0; c < 2; ++c) { // sub-blocks 4h + c (low nibbles) and 4h + c + 2 (high)
             __m256i s[T][2][2]; // token, sub-block, half (elements 0-15, 16-31)
+            COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) {
+                COLIBRI_UNROLL
                 for (int e = 0; e < 2; ++e) {
+                    COLIBRI_UNROLL
                     for (int half = 0; half < 2; ++half) s[t][e][half] = _mm256_set1_epi32(q6_bias(xs[t][4 * h + c + 2 * e], half));
                 }
             }
+            COLIBRI_UNROLL
             for (int i = 0; i < 8; ++i) {
                 const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql[h][c][i]));
                 const __m256i vh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh[h][i]));
                 const __m256i q[2] = {
                     _mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(shift16(vh, 4 - 2 * c), bits45)),
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), _mm256_and_si256(shift16(vh, -2 * c), bits45))};
+                COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
+                    COLIBRI_UNROLL
                     for (int e = 0; e < 2; ++e) {
                         s[t][e][i / 4] = dot_add<Vnni>(s[t][e][i / 4], q[e], x4_all_lanes(xs[t][4 * h + c + 2 * e].qs + 4 * i));
                     }
                 }
             }
+            COLIBRI_UNROLL
             for (int e = 0; e < 2; ++e) {
                 const int j = 4 * h + c + 2 * e;
                 const __m256i sc0 = scale(2 * j), sc1 = scale(2 * j + 1);
+                COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
                     const __m256i a = _mm256_add_epi32(_mm256_mullo_epi32(s[t][e][0], sc0), _mm256_mullo_epi32(s[t][e][1], sc1));
                     p[h][c][e][t] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(xs[t][j].d)), _mm256_cvtepi32_ps(a));
@@ -498,8 +549,10 @@ inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const 
             }
         }
     }
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256 half[2]; // (p4h + p4h+1) + (p4h+2 + p4h+3)
+        COLIBRI_UNROLL
         for (int h = 0; h < 2; ++h) {
             half[h] = _mm256_add_ps(_mm256_add_ps(p[h][0][0][t], p[h][1][0][t]), _mm256_add_ps(p[h][0][1][t], p[h][1][1][t]));
         }
@@ -520,14 +573,19 @@ inline void iq4_xsx8_block(const format::block_iq4_xsx8& b, const block_q8_x* co
     const __m256i sl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales_l));
     const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales_h)));
     __m256 p[8][T];
+    COLIBRI_UNROLL
     for (int j = 0; j < 8; ++j) {
         __m256i s[T];
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) s[t] = Vnni ? _mm256_set1_epi32(-128 * xs[t][j].sum) : _mm256_setzero_si256();
+        COLIBRI_UNROLL
         for (int k = 0; k < 4; ++k) {
             const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[j][k]));
             const __m256i w[2] = {_mm256_shuffle_epi8(table, _mm256_and_si256(v, low)),
                                   _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low))};
+            COLIBRI_UNROLL
             for (int e = 0; e < 2; ++e) { // elements 4k.. (low nibbles) and 16 + 4k.. (high)
+                COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
                     const __m256i x = x4_all_lanes(xs[t][j].qs + 16 * e + 4 * k);
                     if constexpr (Vnni) s[t] = _mm256_dpbusd_epi32(s[t], w[e], x);
@@ -538,10 +596,12 @@ inline void iq4_xsx8_block(const format::block_iq4_xsx8& b, const block_q8_x* co
         const __m256i ls = _mm256_sub_epi32(
             _mm256_or_si256(_mm256_and_si256(shr32(sl, 4 * j), _mm256_set1_epi32(15)), _mm256_slli_epi32(_mm256_and_si256(shr32(sh, 2 * j), _mm256_set1_epi32(3)), 4)),
             _mm256_set1_epi32(32));
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             p[j][t] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(xs[t][j].d)), _mm256_cvtepi32_ps(_mm256_mullo_epi32(s[t], ls)));
         }
     }
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         const __m256 lo = _mm256_add_ps(_mm256_add_ps(p[0][t], p[1][t]), _mm256_add_ps(p[2][t], p[3][t]));
         const __m256 hi = _mm256_add_ps(_mm256_add_ps(p[4][t], p[5][t]), _mm256_add_ps(p[6][t], p[7][t]));
@@ -560,13 +620,16 @@ inline void kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 acc[
 template <class Block, int T, bool Vnni>
 void kx8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, float* out, size_t out_stride) {
     __m256 acc[T];
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
         prefetch_x8_block<false>(w[s]);
         const block_q8_x* xs[T];
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
         kx8_block<Block, T, Vnni>(w[s], xs, acc);
     }
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + size_t(t) * out_stride, acc[t]);
 }
 
@@ -575,8 +638,10 @@ void kx8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, f
 template <class Block, bool Vnni>
 void streams_kx8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
     __m256 acc[4];
+    COLIBRI_UNROLL
     for (int g = 0; g < 4; ++g) acc[g] = _mm256_setzero_ps();
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
+        COLIBRI_UNROLL
         for (int g = 0; g < 4; ++g) {
             const Block& b = static_cast<const Block*>(groups[g])[s];
             prefetch_x8_block<true>(b);
@@ -584,6 +649,7 @@ void streams_kx8(const void* const groups[4], const block_q8_x* const x[4], int6
             kx8_block<Block, 1, Vnni>(b, xs, &acc[g]);
         }
     }
+    COLIBRI_UNROLL
     for (int g = 0; g < 4; ++g) _mm256_storeu_ps(out + 8 * g, acc[g]);
 }
 
@@ -615,7 +681,9 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
     if (Vnni) t16 = _mm_xor_si128(t16, _mm_set1_epi8(-128)); // iq4 + 128, unsigned
     const __m256i table = _mm256_set_m128i(t16, t16);
     __m256i s[T];
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) s[t] = iq4 && Vnni ? _mm256_set1_epi32(-128 * xb[t]->sum) : _mm256_setzero_si256();
+    COLIBRI_UNROLL
     for (int k = 0; k < 4; ++k) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k]));
         __m256i w[2] = {_mm256_and_si256(v, low), _mm256_and_si256(_mm256_srli_epi16(v, 4), low)}; // elements 4k.., 16 + 4k..
@@ -627,7 +695,9 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
         if constexpr (iq4) {
             for (__m256i& e : w) e = _mm256_shuffle_epi8(table, e);
         }
+        COLIBRI_UNROLL
         for (int e = 0; e < 2; ++e) {
+            COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) {
                 const __m256i x = x4_all_lanes(xb[t]->qs + 16 * e + 4 * k);
                 if constexpr (iq4 && !Vnni) s[t] = _mm256_add_epi32(s[t], dot_u8s8<false>(_mm256_sign_epi8(w[e], w[e]), _mm256_sign_epi8(x, w[e])));
@@ -636,6 +706,7 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
         }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i a = s[t];
         if constexpr (std::is_same_v<Block, format::block_q5_0x8>) a = _mm256_sub_epi32(a, _mm256_set1_epi32(16 * xb[t]->sum)); // q - 16
@@ -653,26 +724,32 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
 template <class Block, int T, bool Vnni, bool Once>
 void b32x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, float* out, size_t out_stride) {
     __m256 acc[T];
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     const int64_t nb = n / format::qk;
     for (int64_t g = 0; g < nb; g += 8) {
         __m256 p[8][T];
+        COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j) {
             if (g + j >= nb) {
+                COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) p[j][t] = _mm256_setzero_ps();
                 continue;
             }
             prefetch_x8_block<Once>(w[g + j]);
             const block_q8_x* xb[T];
+            COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) xb[t] = x + size_t(t) * x_stride + size_t(g + j);
             b32x8_column<Block, T, Vnni>(w[g + j], xb, p[j]);
         }
+        COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             const __m256 lo = _mm256_add_ps(_mm256_add_ps(p[0][t], p[1][t]), _mm256_add_ps(p[2][t], p[3][t]));
             const __m256 hi = _mm256_add_ps(_mm256_add_ps(p[4][t], p[5][t]), _mm256_add_ps(p[6][t], p[7][t]));
             acc[t] = _mm256_add_ps(acc[t], _mm256_add_ps(lo, hi));
         }
     }
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + size_t(t) * out_stride, acc[t]);
 }
 
@@ -707,6 +784,7 @@ void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x*
 // Decode's four streams: each group walked with its own activations, read once.
 template <class Block, bool Vnni>
 void streams_b32x8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
+    COLIBRI_UNROLL
     for (int g = 0; g < 4; ++g) b32x8_walk<Block, 1, Vnni, true>(static_cast<const Block*>(groups[g]), x[g], 0, n, out + 8 * g, 0);
 }
 

@@ -10,6 +10,11 @@
 #include <immintrin.h>
 #include <type_traits>
 
+// Unrolls the small fixed loop that follows completely. A block kernel's accumulator
+// arrays stay in registers only when every loop over them is unrolled; GCC's own limits
+// leave the larger ones as loops over memory.
+#define COLIBRI_UNROLL _Pragma("GCC unroll 16")
+
 namespace colibri {
 namespace {
 
