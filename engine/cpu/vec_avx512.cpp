@@ -703,6 +703,50 @@ inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx
     }
 }
 
+// iq4_xsx8 (VNNI only: the values enter vpdpbusd as iq4 + 128, less 128 * sum(x); without
+// VNNI maddubs would saturate on them, and the 256-bit tiles serve).
+template <int T>
+inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_iq4_xsx8& b, const block_q8_x* const xs[T],
+                          __m512 acc[T]) {
+    const __m128i t16 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(format::iq4_values)), _mm_set1_epi8(-128));
+    const __m512i table = _mm512_broadcast_i32x4(t16), low = _mm512_set1_epi8(0x0F);
+    const __m512 d = scales16(a.d, b.d);
+    const __m512i sl = two_rows(a.scales_l, b.scales_l);
+    const __m512i sh = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales_h)))),
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales_h))), 1);
+    __m512 first[T], pair[2][T], lo[T]; // sum8's tree: ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+    COLIBRI_UNROLL
+    for (int j = 0; j < 8; ++j) {
+        __m512i s[T];
+        COLIBRI_UNROLL
+        for (int t = 0; t < T; ++t) s[t] = _mm512_set1_epi32(-128 * xs[t][j].sum);
+        COLIBRI_UNROLL
+        for (int k = 0; k < 4; ++k) {
+            const __m512i v = two_rows(a.qs[j][k], b.qs[j][k]);
+            const __m512i w[2] = {_mm512_shuffle_epi8(table, _mm512_and_si512(v, low)),
+                                  _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low))};
+            COLIBRI_UNROLL
+            for (int e = 0; e < 2; ++e) { // elements 4k.. (low nibbles) and 16 + 4k.. (high)
+                COLIBRI_UNROLL
+                for (int t = 0; t < T; ++t) s[t] = dot4<true>(s[t], w[e], x4_all_lanes512(xs[t][j].qs + 16 * e + 4 * k));
+            }
+        }
+        const __m512i ls = _mm512_sub_epi32(
+            _mm512_or_si512(_mm512_and_si512(shr32(sl, 4 * j), _mm512_set1_epi32(15)),
+                            _mm512_slli_epi32(_mm512_and_si512(shr32(sh, 2 * j), _mm512_set1_epi32(3)), 4)),
+            _mm512_set1_epi32(32));
+        COLIBRI_UNROLL
+        for (int t = 0; t < T; ++t) {
+            const __m512 p = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs[t][j].d)), to_ps(_mm512_mullo_epi32(s[t], ls)));
+            if (j % 2 == 0) first[t] = p;
+            else pair[j / 2 % 2][t] = _mm512_add_ps(first[t], p);
+            if (j == 3) lo[t] = _mm512_add_ps(pair[0][t], pair[1][t]);
+            if (j == 7) acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(lo[t], _mm512_add_ps(pair[0][t], pair[1][t])));
+        }
+    }
+}
+
 // Groups a and b (b may be a) by T tokens: out[t * out_stride + 8 g + r], g 0 for a and 1
 // for b (only a's when `both` is false).
 template <class Block, int T, bool Vnni>
@@ -718,6 +762,7 @@ void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* 
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
         if constexpr (std::is_same_v<Block, format::block_q6_kx8>) q6_kx8_pair<T, Vnni>(a[s], b[s], xs, acc);
+        else if constexpr (std::is_same_v<Block, format::block_iq4_xsx8>) iq4_xsx8_pair<T>(a[s], b[s], xs, acc);
         else q45_kx8_pair<Block, T, Vnni>(a[s], b[s], xs, acc);
     }
     COLIBRI_UNROLL
@@ -805,7 +850,7 @@ vec_kernels make_table(const vec_kernels& avx2) {
         k.streams_q4_kx8 = streams_kx8_pairs<format::block_q4_kx8, true>;
         k.streams_q5_kx8 = streams_kx8_pairs<format::block_q5_kx8, true>;
         k.streams_q6_kx8 = streams_kx8<format::block_q6_kx8, true>; // as pairs no faster
-        k.tile_iq4_xsx8 = tile_kx8<format::block_iq4_xsx8, true>;
+        k.tile_iq4_xsx8 = tile_kx8_pairs<format::block_iq4_xsx8, true>;
         k.streams_iq4_xsx8 = streams_kx8<format::block_iq4_xsx8, true>;
         k.tile_q4_1x8 = tile_kx8<format::block_q4_1x8, true>;
         k.tile_q5_0x8 = tile_kx8<format::block_q5_0x8, true>;
