@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_support.hpp"
+#include "command_line.hpp"
 
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
@@ -157,17 +158,7 @@ int main(int argc, char** argv) {
         "typing: ask colibrid for plain decoding (\"speculative\": false; llama-server ignores it)")(
         "json", po::bool_switch(&as_json), "one JSON object per measurement");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error& e) {
-        std::cerr << "colibri-http-bench: " << e.what() << "\n";
-        return 2;
-    }
-    if (vm.count("help")) {
-        std::cout << opts;
-        return 0;
-    }
+    if (const int status = colibri::cli::parse(argc, argv, "colibri-http-bench", opts, vm); status >= 0) return status;
     const std::string prefix = "http://";
     const auto colon = url.rfind(':');
     if (url.rfind(prefix, 0) != 0 || colon == std::string::npos || colon < prefix.size()) {

@@ -38,6 +38,7 @@
 
 #include "bench_support.hpp"
 #include "colibri/protocol/transport.hpp"
+#include "command_line.hpp"
 
 namespace po = boost::program_options;
 using json = nlohmann::json;
@@ -180,18 +181,8 @@ int main(int argc, char** argv) {
         "json", po::bool_switch(&as_json), "one JSON object per measurement")(
         "no-speculative", "requests without drafts from the context (the daemon's speculative decoding off)");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error& e) {
-        std::cerr << "colibri-typing-bench: " << e.what() << "\n";
-        return 2;
-    }
+    if (const int status = colibri::cli::parse(argc, argv, "colibri-typing-bench", opts, vm); status >= 0) return status;
     speculative = vm.count("no-speculative") == 0;
-    if (vm.count("help")) {
-        std::cout << opts;
-        return 0;
-    }
     try {
         std::string text = default_text();
         if (!text_file.empty()) {

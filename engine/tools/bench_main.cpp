@@ -13,6 +13,7 @@
 #include "model/profiled_backend.h"
 #include "sampling/sampler.h"
 #include "tools/bench_speculative.h"
+#include "command_line.hpp"
 
 #include <algorithm>
 #include <array>
@@ -363,21 +364,8 @@ int main(int argc, char** argv) {
         ("json", "print one JSON object instead of text")
         ("json-file", po::value(&json_file), "also append the JSON object as one line to this file");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error& e) {
-        std::cerr << "colibri-bench: " << e.what() << "\n";
-        return 2;
-    }
-    if (vm.count("help")) {
-        std::cout << opts << "\n";
-        return 0;
-    }
-    if (model_path.empty() == shape.empty()) {
-        std::cerr << "colibri-bench: give one of --model or --shape (see --help)\n";
-        return 2;
-    }
+    if (const int status = cli::parse(argc, argv, "colibri-bench", opts, vm); status >= 0) return status;
+    if (model_path.empty() == shape.empty()) return cli::usage_error("colibri-bench", "give one of --model or --shape");
     if (prompt_tokens < 1 || gen_tokens < 1 || reps < 1 || batch < 1 || batch > 4096) {
         std::cerr << "colibri-bench: --prompt-tokens, --gen-tokens and --reps must be at least 1, --batch 1..4096\n";
         return 2;

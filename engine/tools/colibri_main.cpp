@@ -6,6 +6,7 @@
 #include "generate/generate.h"
 #include "generate/perplexity.h"
 #include "tools/tokenize_cmd.h"
+#include "command_line.hpp"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -116,31 +117,15 @@ int main(int argc, char** argv) {
     both("repeat_penalty", po::value(&req.sampling.repeat_penalty), po::value(&req.sampling.repeat_penalty), "1: off (default 1.0)");
     both("ctx_size", po::value(&n_ctx), po::value(&n_ctx), "context length (default: the model's, at most 4096)");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error& e) {
-        std::cerr << "colibri: " << e.what() << "\n(see --help)\n";
-        return 2;
-    }
-    if (vm.count("help")) {
-        std::cout << opts << "\n";
-        return 0;
-    }
-    if (model_path.empty()) {
-        std::cerr << "colibri: --model is required (see --help)\n";
-        return 2;
-    }
+    if (const int status = cli::parse(argc, argv, "colibri", opts, vm); status >= 0) return status;
+    if (model_path.empty()) return cli::usage_error("colibri", "--model is required");
     const bool dumping = !dump_path.empty() || !tokens.empty();
     const bool scoring = !ppl_path.empty();
     if (dumping && (dump_path.empty() || tokens.empty())) {
         std::cerr << "colibri: --dump-logits and --tokens go together\n";
         return 2;
     }
-    if (!dumping && !scoring && !vm.count("prompt")) {
-        std::cerr << "colibri: --prompt is required (see --help)\n";
-        return 2;
-    }
+    if (!dumping && !scoring && !vm.count("prompt")) return cli::usage_error("colibri", "--prompt is required");
     try {
         if (gpu_memory_mib < 0) throw error(errc::invalid_argument, "--gpu-memory must not be negative");
         auto rt = load_runtime(model_path, device, threads, false, size_t(gpu_memory_mib) << 20);

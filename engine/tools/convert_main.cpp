@@ -3,6 +3,7 @@
 #include "convert/convert.h"
 #include "convert/gguf_file.h"
 #include "core/error.h"
+#include "command_line.hpp"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -70,22 +71,10 @@ int main(int argc, char** argv) {
         ("n-ctx", po::value(&ro.n_ctx), "with --random: context length")
         ("seed", po::value(&ro.seed), "with --random: weight seed");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error& e) {
-        std::cerr << "colibri-convert: " << e.what() << "\n(see --help)\n";
-        return 2;
-    }
-    if (vm.count("help")) {
-        std::cout << opts << "\n";
-        return 0;
-    }
+    if (const int status = cli::parse(argc, argv, "colibri-convert", opts, vm); status >= 0) return status;
     const bool random = vm.count("random") > 0;
-    if (output.empty() || (input.empty() && !random)) {
-        std::cerr << "colibri-convert: --output and one of --input or --random are required (see --help)\n";
-        return 2;
-    }
+    if (output.empty() || (input.empty() && !random))
+        return cli::usage_error("colibri-convert", "--output and one of --input or --random are required");
     const bool quiet = vm.count("quiet") > 0;
     const bool tty = isatty(STDERR_FILENO) != 0;
     size_t last_decile = 0;

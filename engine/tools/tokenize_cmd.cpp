@@ -6,6 +6,7 @@
 #include "convert/tokenizer_file.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
+#include "command_line.hpp"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -60,21 +61,8 @@ int tokenize_main(int argc, char** argv) {
         ("parse-special", "text that spells a special token (<|endoftext|>) becomes that token, as Hugging Face "
                           "tokenizers and llama.cpp's tokenizer tests read it; by default it is encoded as text");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, opts), vm);
-        po::notify(vm);
-    } catch (const po::error& e) {
-        std::cerr << "colibri tokenize: " << e.what() << "\n(see --help)\n";
-        return 2;
-    }
-    if (vm.count("help")) {
-        std::cout << opts << "\n";
-        return 0;
-    }
-    if (path.empty()) {
-        std::cerr << "colibri tokenize: --model is required (see --help)\n";
-        return 2;
-    }
+    if (const int status = cli::parse(argc, argv, "colibri tokenize", opts, vm); status >= 0) return status;
+    if (path.empty()) return cli::usage_error("colibri tokenize", "--model is required");
     try {
         const auto tok = load_tokenizer_file(path);
         if (vm.count("decode")) {
