@@ -59,7 +59,7 @@ public:
     }
 
     ~engine_generator() override {
-        for (auto& slot : slots_) colibri_session_free(slot.s);
+        for (auto& entry : slots_) colibri_session_free(entry.s);
         colibri_model_free(model_);
     }
 
@@ -153,8 +153,8 @@ public:
     nlohmann::json cache_stats() const override {
         std::size_t used = 0, tokens = 0;
         nlohmann::json per_slot = nlohmann::json::array();
-        for (const auto& slot : slots_) {
-            const auto n = static_cast<std::size_t>(colibri_session_n_cached(slot.s));
+        for (const auto& entry : slots_) {
+            const auto n = static_cast<std::size_t>(colibri_session_n_cached(entry.s));
             used += n > 0 ? 1 : 0;
             tokens += n;
             per_slot.push_back(n);

@@ -176,15 +176,15 @@ private:
         }
     }
     enum class kind { matrix, router, small };
-    void add(const std::string& name, const gguf_tensor& t, std::vector<uint64_t> shape, uint64_t index,
+    void add(const std::string& name, const gguf_tensor& t, std::vector<uint64_t> dims, uint64_t index,
              std::vector<uint64_t> rows, kind k) {
         check_readable(t);
         dtype type = k == kind::router ? dtype::f32
                      : k == kind::small ? (t.type == ggml::f32 ? dtype::f32 : dtype::f16)
-                     : quant_          ? quant_->matrix_type(name, shape[1], this->shape)
+                     : quant_          ? quant_->matrix_type(name, dims[1], shape)
                                        : kept_type(t.type);
-        if (row_bytes(type, shape[1]) == 0) type = dtype::f16; // rows that do not fill whole blocks
-        plan.push_back({name, type, std::move(shape), &t, index, std::move(rows), conversion(t.type, type, same_layout(t.type, type)), {}});
+        if (row_bytes(type, dims[1]) == 0) type = dtype::f16; // rows that do not fill whole blocks
+        plan.push_back({name, type, std::move(dims), &t, index, std::move(rows), conversion(t.type, type, same_layout(t.type, type)), {}});
     }
     size_t conversion(uint32_t from, dtype to, bool copied) {
         const std::string name = ggml::type_name(from);
@@ -523,7 +523,7 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
             const uint64_t src_rb = ggml::row_bytes(src.type, cols);
             const uint64_t rb = row_bytes(t.type, cols);
             const uint8_t* base = src.data + t.index * rows * src_rb;
-            type_conversion& c = (*conv)[t.conversion];
+            type_conversion& stats = (*conv)[t.conversion];
             std::vector<float> x(cols), back(cols);
             for (uint64_t r = 0; r < rows; ++r) {
                 const uint64_t sr = t.rows.empty() ? r : t.rows[r];
@@ -532,7 +532,7 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
                 // every value read, copied blocks too: a NaN or an infinity is refused by name
                 ggml::dequantize_row(src.type, srow, x.data(), static_cast<int64_t>(cols));
                 check_finite(x, input, t.src->name, r);
-                if (c.copied) {
+                if (stats.copied) {
                     std::memcpy(drow, srow, rb);
                     continue;
                 }
@@ -540,8 +540,8 @@ convert_summary convert_gguf(const std::string& input, const std::string& output
                 format::row_to_f32(t.type, drow, back.data(), static_cast<int64_t>(cols));
                 for (uint64_t k = 0; k < cols; ++k) {
                     const double e = double(back[k]) - double(x[k]);
-                    c.err2 += e * e;
-                    c.ref2 += double(x[k]) * double(x[k]);
+                    stats.err2 += e * e;
+                    stats.ref2 += double(x[k]) * double(x[k]);
                 }
             }
         });

@@ -81,10 +81,10 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     sum.family = std::string(arch_name(o.arch));
     uint64_t tensor_seed = o.seed;
     // uniform in +-1/sqrt(cols): activations keep their scale through the layers
-    auto add = [&](const std::string& name, std::vector<uint64_t> shape, dtype type, bool ones, bool active) {
-        const uint64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+    auto add = [&](const std::string& name, std::vector<uint64_t> dims, dtype type, bool ones, bool active) {
+        const uint64_t rows = dims.size() == 2 ? dims[0] : 1, cols = dims.back();
         const uint64_t seed = ++tensor_seed;
-        w.add_tensor(name, type, shape, [=](uint8_t* dst) {
+        w.add_tensor(name, type, dims, [=](uint8_t* dst) {
             xorshift64s rng(seed);
             std::vector<float> row(cols);
             const float a = 1.0f / std::sqrt(static_cast<float>(cols));

@@ -426,7 +426,7 @@ int main(int argc, char** argv) {
                 const auto exe_dir = std::filesystem::canonical("/proc/self/exe").parent_path();
                 o.tokenizer_model = (exe_dir / "../../tests/fixtures/tokenizer/tokenizer.model").string();
                 if (!std::filesystem::exists(o.tokenizer_model)) o.tokenizer_model = COLIBRI_SOURCE_DIR "/tests/fixtures/tokenizer/tokenizer.model";
-                if (const char* dir = std::getenv("COLIBRI_FIXTURES_DIR")) o.tokenizer_model = std::string(dir) + "/tokenizer/tokenizer.model";
+                if (const char* fixtures = std::getenv("COLIBRI_FIXTURES_DIR")) o.tokenizer_model = std::string(fixtures) + "/tokenizer/tokenizer.model";
                 if (!json) std::fprintf(stderr, "writing %s ...\n", model_path.c_str());
                 write_random_model(o, model_path, q, {});
                 process_start = clock_type::now(); // start-up is measured without the writing

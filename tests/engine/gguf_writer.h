@@ -78,7 +78,7 @@ public:
             else if (auto* u = std::get_if<uint32_t>(&v)) { u32(4); u32(*u); }
             else if (auto* f = std::get_if<float>(&v)) { u32(6); raw(f, 4); }
             else if (auto* bo = std::get_if<bool>(&v)) { u32(7); b.push_back(*bo ? 1 : 0); }
-            else if (auto* vs = std::get_if<std::vector<std::string>>(&v)) { u32(9); u32(8); u64(vs->size()); for (const auto& s : *vs) str(s); }
+            else if (auto* vs = std::get_if<std::vector<std::string>>(&v)) { u32(9); u32(8); u64(vs->size()); for (const auto& e : *vs) str(e); }
             else if (auto* vf = std::get_if<std::vector<float>>(&v)) { u32(9); u32(6); u64(vf->size()); raw(vf->data(), 4 * vf->size()); }
             else if (auto* vi = std::get_if<std::vector<int32_t>>(&v)) { u32(9); u32(5); u64(vi->size()); raw(vi->data(), 4 * vi->size()); }
         }

@@ -210,10 +210,10 @@ TEST_CASE("GGUF Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 blocks are copied byte for byte"
             // and q8_0 matrices are stored interleaved: their rows are compared taken back)
             const gguf_file g(gguf_fixture(e.file));
             const model_file mf(out);
-            const auto row_of = [](const tensor_view& t, uint64_t r) {
+            const auto row_of = [](const tensor_view& t, uint64_t row_index) {
                 const uint64_t rb = format::row_bytes(t.type, t.cols());
-                std::vector<uint8_t> row(t.data + r * rb, t.data + (r + 1) * rb);
-                if (format::is_interleaved(t.type)) format::x8_row(t.type, t.data, t.cols(), r, row.data());
+                std::vector<uint8_t> row(t.data + row_index * rb, t.data + (row_index + 1) * rb);
+                if (format::is_interleaved(t.type)) format::x8_row(t.type, t.data, t.cols(), row_index, row.data());
                 return row;
             };
             const tensor_view* v = mf.find("blk.0.attn_v.weight");

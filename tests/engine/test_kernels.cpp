@@ -90,8 +90,8 @@ std::vector<uint8_t> stored_matrix(dtype t, const std::vector<float>& w, int64_t
     }
     auto q = format::is_read_only(plain) ? test::random_k_rows(plain, rows, cols, w.size() + uint64_t(t)) : quantize(plain, w, rows, cols);
     if (format::is_interleaved(t)) {
-        const std::vector<uint8_t> plain = q;
-        format::interleave_x8(t, plain.data(), uint64_t(rows), uint64_t(cols), q.data());
+        const std::vector<uint8_t> rows_plain = q;
+        format::interleave_x8(t, rows_plain.data(), uint64_t(rows), uint64_t(cols), q.data());
     }
     return q;
 }
@@ -469,16 +469,16 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                 CAPTURE(own_x);
                 const int order[4] = {3, 0, 4, 1}; // groups
                 const void* groups[4];
-                const block_q8_x* xs[4];
+                const block_q8_x* stream_x[4];
                 for (int s = 0; s < 4; ++s) {
                     groups[s] = x8.data() + size_t(order[s]) * gb;
-                    xs[s] = xqa.data() + size_t(own_x ? 7 - 2 * s : 5) * size_t(n / 32);
+                    stream_x[s] = xqa.data() + size_t(own_x ? 7 - 2 * s : 5) * size_t(n / 32);
                 }
                 float want[32], got[32], alone[8];
-                streams_ref(groups, xs, n, want);
-                streams_simd(groups, xs, n, got);
+                streams_ref(groups, stream_x, n, want);
+                streams_simd(groups, stream_x, n, got);
                 for (int s = 0; s < 4; ++s) {
-                    tile_ref(groups[s], 0, 1, xs[s], 0, 1, n, alone);
+                    tile_ref(groups[s], 0, 1, stream_x[s], 0, 1, n, alone);
                     for (int r = 0; r < 8; ++r) {
                         CHECK(want[s * 8 + r] == alone[r]);
                         CHECK(got[s * 8 + r] == alone[r]);
