@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
-#include "cpu/vec.h"
+#include "cpu/kernel_table.h"
 #include "format/row_codec.h"
 #include "ops/backend.h"
 
@@ -59,14 +59,14 @@ class cpu_backend final : public backend {
         const block_q8_x* x;           // its quantised activations
         float* y;                      // its outputs
         int64_t groups, cols;
-        decltype(vec_kernels::streams_q4_0x8) streams;
-        decltype(vec_kernels::tile_q4_0x8) tile;
+        decltype(kernel_table::streams_q4_0x8) streams;
+        decltype(kernel_table::tile_q4_0x8) tile;
     };
 
 public:
     cpu_backend(const cpu_options& o, int64_t max_cols)
         : pool_(o.n_threads), max_cols_(max_cols),
-          vk_(o.kernels != nullptr ? *o.kernels : best_vec_kernels()), int8_activations_(o.int8_activations) {
+          kt_(o.kernels != nullptr ? *o.kernels : best_kernel_table()), int8_activations_(o.int8_activations) {
         row_begin_.reserve(512);
         xq_begin_.reserve(512);
         segments_.reserve(512);
@@ -76,7 +76,7 @@ public:
         ffn_xq_at_.reserve(512);
     }
 
-    std::string name() const override { return std::string("cpu/") + vk_.name; }
+    std::string name() const override { return std::string("cpu/") + kt_.name; }
     int n_threads() const override { return pool_.size(); }
 
     std::unique_ptr<device_buffer> alloc(size_t n) override { return std::make_unique<host_buffer>(n); }
@@ -187,7 +187,7 @@ public:
                 while (r >= quant_rows_[q + 1]) ++q;
                 const quant_source& src = quant_src_[q];
                 const int64_t t = r - quant_rows_[q];
-                vk_.quantize_x(src.x + t * src.cols, xq_.data() + src.xq_at + size_t(t) * size_t(src.cols / format::qk), src.cols);
+                kt_.quantize_x(src.x + t * src.cols, xq_.data() + src.xq_at + size_t(t) * size_t(src.cols / format::qk), src.cols);
             }
         });
         // then each indexed job's rows copied from its source, across the threads too (a
@@ -291,7 +291,7 @@ public:
     // A streamed job's groups after the `groups` before it.
     void add_segment(std::vector<segment>& segs, int64_t& groups, const tensor_view& w, const block_q8_x* x, float* y) const {
         const int64_t g = static_cast<int64_t>(w.rows()) / 8;
-        const x8_kernels k = int8_x8_kernels(vk_, w.type);
+        const x8_kernels k = int8_x8_kernels(kt_, w.type);
         segs.push_back({groups, w.data, format::x8_rows * format::row_bytes(w.type, w.cols()), x, y, g,
                         static_cast<int64_t>(w.cols()), k.streams, k.tile});
         groups += g;
@@ -376,7 +376,7 @@ public:
             blocks += jobs[j].down->cols() / format::qk;
         }
         if (xq_.size() < blocks) xq_.resize(blocks); // grows, then stays
-        vk_.quantize_x(jobs[0].x, xq_.data(), cols);
+        kt_.quantize_x(jobs[0].x, xq_.data(), cols);
         ffn_gate_up_.clear();
         ffn_down_.clear();
         int64_t gu = 0, dn = 0;
@@ -401,8 +401,8 @@ public:
                 const ffn_job& f = jobs[j];
                 const int64_t n_ff = static_cast<int64_t>(f.gate->rows());
                 if (f.gelu) kernels::geglu(f.g, f.u, n_ff);
-                else vk_.swiglu(f.g, f.u, n_ff);
-                vk_.quantize_x(f.g, xq_.data() + ffn_xq_at_[size_t(j)], n_ff);
+                else kt_.swiglu(f.g, f.u, n_ff);
+                kt_.quantize_x(f.g, xq_.data() + ffn_xq_at_[size_t(j)], n_ff);
             }
         };
         const auto down_steps = [&](int p) { return (down_begin(p + 1) - down_begin(p) + 3) / 4; };
@@ -492,7 +492,7 @@ public:
         if (format::is_interleaved(w.type)) {
             matmul_groups(jb, xq, r0, r1);
         } else if (uses_int8(w)) {
-            const auto tile = int8_tile(vk_, w.type);
+            const auto tile = int8_tile(kt_, w.type);
             const size_t nb = size_t(cols / format::qk);
             float out[16];
             // one row at a time (stride 0 repeats it in the tile), for the rows left over
@@ -541,14 +541,14 @@ public:
                 for (int t = 0; t < n; ++t) y[t * rows + r] = kernels::dot_row(w.type, w.data + r * rb, x + t * cols, cols);
             }
         } else if (format::is_quantized(w.type) && n == 1) {
-            auto dot4 = q8 ? vk_.dot4_q8_0_f32 : vk_.dot4_q4_0_f32;
-            auto dot1 = q8 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
+            auto dot4 = q8 ? kt_.dot4_q8_0_f32 : kt_.dot4_q4_0_f32;
+            auto dot1 = q8 ? kt_.dot_q8_0_f32 : kt_.dot_q4_0_f32;
             four_streams(r0, r1, y, [&](int64_t r, int64_t q, float* out) { dot4(w.data + r * rb, size_t(q) * rb, x, cols, out); },
                          [&](int64_t r) { return dot1(w.data + r * rb, x, cols); });
         } else if (w.type == format::dtype::f32 && n == 1) { // decode's router
             const auto* wf = reinterpret_cast<const float*>(w.data);
-            four_streams(r0, r1, y, [&](int64_t r, int64_t q, float* out) { vk_.dot4_f32(wf + r * cols, size_t(q * cols), x, cols, out); },
-                         [&](int64_t r) { return vk_.dot_f32(wf + r * cols, x, cols); });
+            four_streams(r0, r1, y, [&](int64_t r, int64_t q, float* out) { kt_.dot4_f32(wf + r * cols, size_t(q * cols), x, cols, out); },
+                         [&](int64_t r) { return kt_.dot_f32(wf + r * cols, x, cols); });
         } else if (format::is_quantized(w.type)) {
             // prefill: each row is converted once per block for four tokens at a time
             for (int64_t r = r0; r < r1; ++r) f32_row_tokens(w.type, w.data + r * rb, jb, r);
@@ -558,7 +558,7 @@ public:
             if (w.type == format::dtype::f32) {
                 for (float out[4]; t0 + 4 <= n; t0 += 4) {
                     for (int64_t r = r0; r < r1; ++r) {
-                        vk_.dotx4_f32(reinterpret_cast<const float*>(w.data + r * rb), x + t0 * cols, size_t(cols), cols, out);
+                        kt_.dotx4_f32(reinterpret_cast<const float*>(w.data + r * rb), x + t0 * cols, size_t(cols), cols, out);
                         for (int k = 0; k < 4; ++k) y[(t0 + k) * rows + r] = out[k];
                     }
                 }
@@ -569,9 +569,9 @@ public:
                     const float* xt = x + t * cols;
                     float v;
                     switch (w.type) {
-                    case format::dtype::f16: v = vk_.dot_f16(row, xt, cols); break;
-                    case format::dtype::bf16: v = vk_.dot_bf16(row, xt, cols); break;
-                    default: v = vk_.dot_f32(reinterpret_cast<const float*>(row), xt, cols); break;
+                    case format::dtype::f16: v = kt_.dot_f16(row, xt, cols); break;
+                    case format::dtype::bf16: v = kt_.dot_bf16(row, xt, cols); break;
+                    default: v = kt_.dot_f32(reinterpret_cast<const float*>(row), xt, cols); break;
                     }
                     y[t * rows + r] = v;
                 }
@@ -602,8 +602,8 @@ public:
             return;
         }
         const bool q8 = row_type == format::dtype::q8_0;
-        const auto dotx4 = q8 ? vk_.dotx4_q8_0_f32 : vk_.dotx4_q4_0_f32;
-        const auto dot1 = q8 ? vk_.dot_q8_0_f32 : vk_.dot_q4_0_f32;
+        const auto dotx4 = q8 ? kt_.dotx4_q8_0_f32 : kt_.dotx4_q4_0_f32;
+        const auto dot1 = q8 ? kt_.dot_q8_0_f32 : kt_.dot_q4_0_f32;
         int t = 0;
         for (float out[4]; t + 4 <= jb.n; t += 4) {
             dotx4(row, jb.x + t * cols, size_t(cols), cols, out);
@@ -632,7 +632,7 @@ public:
             return;
         }
         const size_t nb = size_t(cols / format::qk);
-        const auto tile = int8_x8_kernels(vk_, w.type).tile;
+        const auto tile = int8_x8_kernels(kt_, w.type).tile;
         float out[8 * 4 * 8]; // the most a tile call returns: 8 tokens by 4 groups
         if (n <= 4) {
             // short batches (decode walks its groups in decode()): 4 / n groups a share of
@@ -689,7 +689,7 @@ public:
                 float* yi = y + i * y_stride;
                 for (int64_t r = 0; r < rows; ++r) {
                     const uint8_t* row = w.data + (h * rows + r) * rb;
-                    yi[r] = f16 ? vk_.dot_f16(row, xi, cols) : vk_.dot_f32(reinterpret_cast<const float*>(row), xi, cols);
+                    yi[r] = f16 ? kt_.dot_f16(row, xi, cols) : kt_.dot_f32(reinterpret_cast<const float*>(row), xi, cols);
                 }
             }
         });
@@ -791,8 +791,8 @@ public:
                 const int64_t from = t * kv_dim + static_cast<int64_t>(h) * a.head_dim;
                 const int64_t to = (static_cast<int64_t>(h) * a.n_ctx + a.pos[t]) * a.head_dim;
                 if (a.kv_f16) {
-                    vk_.to_f16(a.k_new + from, static_cast<uint16_t*>(a.k_cache) + to, a.head_dim);
-                    vk_.to_f16(a.v_new + from, static_cast<uint16_t*>(a.v_cache) + to, a.head_dim);
+                    kt_.to_f16(a.k_new + from, static_cast<uint16_t*>(a.k_cache) + to, a.head_dim);
+                    kt_.to_f16(a.v_new + from, static_cast<uint16_t*>(a.v_cache) + to, a.head_dim);
                 } else {
                     std::memcpy(static_cast<float*>(a.k_cache) + to, a.k_new + from, sizeof(float) * size_t(a.head_dim));
                     std::memcpy(static_cast<float*>(a.v_cache) + to, a.v_new + from, sizeof(float) * size_t(a.head_dim));
@@ -838,12 +838,12 @@ public:
                 const int64_t next = item + nth < items ? (item + nth) / parts : -1;
                 if (a.kv_f16) {
                     const auto* k = static_cast<const uint16_t*>(a.k_cache);
-                    vk_.attend_f16(a.q + head0, h1 - h0, k + kv_off(job), static_cast<const uint16_t*>(a.v_cache) + kv_off(job),
+                    kt_.attend_f16(a.q + head0, h1 - h0, k + kv_off(job), static_cast<const uint16_t*>(a.v_cache) + kv_off(job),
                                    keys(job), a.head_dim, a.scale, scores, a.out + head0,
                                    next >= 0 ? k + kv_off(next) : nullptr, next >= 0 ? keys(next) : 0);
                 } else {
                     const auto* k = static_cast<const float*>(a.k_cache);
-                    vk_.attend(a.q + head0, h1 - h0, k + kv_off(job), static_cast<const float*>(a.v_cache) + kv_off(job),
+                    kt_.attend(a.q + head0, h1 - h0, k + kv_off(job), static_cast<const float*>(a.v_cache) + kv_off(job),
                                keys(job), a.head_dim, a.scale, scores, a.out + head0, next >= 0 ? k + kv_off(next) : nullptr,
                                next >= 0 ? keys(next) : 0);
                 }
@@ -857,7 +857,7 @@ public:
         // an exponential each, counted as four multiply-adds for the split threshold: worth
         // the threads for a prefill batch, not for one token's experts (a few thousand
         // elements take under a microsecond, less than a dispatch)
-        split(n, 4 * n, 1024, [&](int64_t b, int64_t e) { vk_.swiglu(gate + b, up + b, e - b); });
+        split(n, 4 * n, 1024, [&](int64_t b, int64_t e) { kt_.swiglu(gate + b, up + b, e - b); });
     }
 
     void add_scaled(float* x, const float* y, int64_t n, float s) override {
@@ -913,7 +913,7 @@ private:
 
     thread_pool pool_;
     int64_t max_cols_;
-    const vec_kernels& vk_;
+    const kernel_table& kt_;
     bool int8_activations_;
     std::vector<block_q8_x> xq_;      // quantised activations of every job
     struct quant_source {             // rows quantised into xq_

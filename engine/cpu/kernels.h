@@ -1,6 +1,7 @@
 #pragma once
-// Scalar reference kernels. They read like the maths; every faster kernel is tested
-// against them. All accumulate in f32 unless noted.
+// The maths of each operation in plain C++, one row at a time: what the kernel tables and
+// the CUDA kernels are tested against, and the CPU backend's kernels where no table has
+// one. All accumulate in f32 unless noted.
 
 #include "format/format.h"
 

@@ -209,12 +209,12 @@ public:
                                    int dim) = 0;
 };
 
-struct vec_kernels;
+struct kernel_table;
 
 struct cpu_options {
     int n_threads = 1;
     /// Row kernels; nullptr: the fastest this CPU supports.
-    const vec_kernels* kernels = nullptr;
+    const kernel_table* kernels = nullptr;
     /// Quantise activations to int8 for q8_0/q4_0 weights (integer dot products: 1.4-3x
     /// faster; the activations add about as much rounding error as q8_0 weights do);
     /// otherwise they stay f32.

@@ -6,8 +6,9 @@
 #include "core/cpu_count.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "cpu/machine_limits.h"
-#include "cpu/vec.h"
+#include "tools/machine_limits.h"
+#include "cpu/kernel_table.h"
+#include "cuda/bandwidth_probe.h"
 #include "cuda/cuda_backend.h"
 #include "model/session.h"
 #include "model/profiled_backend.h"
@@ -258,7 +259,7 @@ int run_on_device(const std::string& model_path, const std::string& device, size
         const double t_first = ms_since(t0);
         const double band = measure_device_read_bandwidth(d.index, probe_bytes, 5);
         double bytes = 0;
-        const expert_cache_stats before = cuda_expert_cache_stats(*rt->be);
+        const expert_cache_stats before = rt->be->expert_cache_usage();
         const auto t1 = clock_type::now();
         for (int k = 0; k < gen_tokens; ++k) {
             bytes += w_bytes + double(s.kv_bytes_read(s.n_past()));
@@ -266,7 +267,7 @@ int run_on_device(const std::string& model_path, const std::string& device, size
             id = argmax(s.logits(), static_cast<int>(hp.n_vocab));
         }
         const double t_dec = ms_since(t1);
-        const expert_cache_stats after = cuda_expert_cache_stats(*rt->be);
+        const expert_cache_stats after = rt->be->expert_cache_usage();
         decode_cache.slots_per_layer = after.slots_per_layer;
         decode_cache.hits += after.hits - before.hits;
         decode_cache.misses += after.misses - before.misses;
@@ -437,7 +438,7 @@ int main(int argc, char** argv) {
             return run_on_device(model_path, device, size_t(gpu_memory_mib) << 20, prompt_tokens, gen_tokens, reps, batch,
                                  size_t(bandwidth_mib) << 20, json, json_file, process_start);
         }
-        const vec_kernels& vk = best_vec_kernels();
+        const kernel_table& kt = best_kernel_table();
         const std::vector<int> threads = threads_list.empty() ? std::vector<int>{usable_cpu_count()} : parse_list(threads_list);
         if (!speculative.empty()) return run_speculative(model_path, speculative, threads.front(), gen_tokens, reps, json);
 
@@ -505,13 +506,13 @@ int main(int argc, char** argv) {
             profiled_backend profiled(*be, *rt->mdl);
             const bool f32_act = vm.count("f32-act") > 0;
             std::vector<double> bw, ceilings, machine, used, pre, dec, ttft, dec_frac, pre_frac, pre_used_frac;
-            read_probe probe(nt, size_t(bandwidth_mib) << 20, vk);
+            read_probe probe(nt, size_t(bandwidth_mib) << 20, kt);
             if (probe.bytes() == 0) {
                 throw error(errc::out_of_memory, "cannot allocate the bandwidth probe's " + std::to_string(bandwidth_mib) +
                                                      " MiB (--bandwidth-mib)");
             }
             for (int rep = 0; rep < reps; ++rep) {
-                const dot_peak peak = measure_dot_peak(nt, vk, matrix_type);
+                const dot_peak peak = measure_dot_peak(nt, kt, matrix_type);
                 machine.push_back(peak.machine_int8);
                 used.push_back(f32_act ? peak.f32_act : peak.int8_act);
                 reset_peak_rss();
@@ -597,7 +598,7 @@ int main(int argc, char** argv) {
                         "\"prompt_tokens\":%d,\"batch\":%d,\"gen_tokens\":%d,\"reps\":%d,\"load_ms\":%.2f,\"process_start_to_ready_ms\":%.2f,\"page_in_ms\":%.2f,"
                         "\"weights_in_2mib_pages\":%.4f,\"peak_rss_kib\":%ld,\"pick_us\":{\"greedy\":%.3f,\"defaults\":%.3f,\"top_k_0\":%.3f},\"runs\":[",
                         model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
-                        vk.name, vm.count("f32-act") ? "false" : "true",
+                        kt.name, vm.count("f32-act") ? "false" : "true",
                         static_cast<unsigned long long>(rt->mdl->file().file_size()),
                         static_cast<unsigned long long>(rt->mdl->n_params()),
                         static_cast<unsigned long long>(rt->mdl->n_params_active()), bytes_per_token, prompt_tokens,
@@ -636,7 +637,7 @@ int main(int argc, char** argv) {
             std::printf("model %s: %s, %s weights, %.1f MiB, %.1fM parameters (%.1fM active), %s kernels%s\n",
                         model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), weight_type.c_str(),
                         rt->mdl->file().file_size() / 1048576.0, rt->mdl->n_params() / 1e6,
-                        rt->mdl->n_params_active() / 1e6, vk.name, vm.count("f32-act") ? ", f32 activations" : ", int8 activations");
+                        rt->mdl->n_params_active() / 1e6, kt.name, vm.count("f32-act") ? ", f32 activations" : ", int8 activations");
             std::printf("load to ready %.1f ms (process start to ready %.1f ms, not counting a random model's writing; then the "
                         "weights' pages mapped in, %.1f ms, before the repetitions); bytes read per decoded token %.1f MiB "
                         "(weights %.1f MiB + KV cache %.2f MiB)\n",

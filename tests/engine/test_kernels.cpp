@@ -4,9 +4,9 @@
 #include "core/half.h"
 #include "core/softmax.h"
 #include "cpu/kernels.h"
-#include "cpu/machine_limits.h"
+#include "tools/machine_limits.h"
 #include "cpu/thread_pool.h"
-#include "cpu/vec.h"
+#include "cpu/kernel_table.h"
 #include "format/row_codec.h"
 #include "model/moe_routing.h"
 #include "ops/backend.h"
@@ -32,8 +32,8 @@ using format::dtype;
 
 #if defined(COLIBRI_HAVE_AVX512_EMULATION)
 namespace colibri {
-// engine/cpu/vec_avx512.cpp built on SIMDe (tests/engine/CMakeLists.txt)
-const vec_kernels* emulated_avx512_vec_kernels(bool vnni);
+// engine/cpu/kernel_table_avx512.cpp built on SIMDe (tests/engine/CMakeLists.txt)
+const kernel_table* emulated_avx512_kernel_table(bool vnni);
 } // namespace colibri
 #endif
 
@@ -41,21 +41,21 @@ namespace {
 
 // Every SIMD table this machine can run: the ones its CPU supports, and both AVX-512 tables
 // on emulated intrinsics (the only way to run them where the CPU has no AVX-512).
-std::vector<const vec_kernels*> simd_tables() {
-    std::vector<const vec_kernels*> v = supported_vec_kernels();
+std::vector<const kernel_table*> simd_tables() {
+    std::vector<const kernel_table*> v = supported_kernel_tables();
     v.pop_back(); // the scalar reference
 #if defined(COLIBRI_HAVE_AVX512_EMULATION)
     for (bool vnni : {false, true}) {
-        if (const vec_kernels* k = emulated_avx512_vec_kernels(vnni)) v.push_back(k);
+        if (const kernel_table* k = emulated_avx512_kernel_table(vnni)) v.push_back(k);
     }
 #endif
     return v;
 }
 
 // The scalar reference, then every SIMD table.
-std::vector<const vec_kernels*> all_tables() {
-    std::vector<const vec_kernels*> v = simd_tables();
-    v.insert(v.begin(), &reference_vec_kernels());
+std::vector<const kernel_table*> all_tables() {
+    std::vector<const kernel_table*> v = simd_tables();
+    v.insert(v.begin(), &scalar_kernel_table());
     return v;
 }
 
@@ -168,8 +168,8 @@ TEST_CASE("softmax matches double precision and sums to one") {
 }
 
 TEST_CASE("swiglu of every table matches double precision at any length and extreme gates") {
-    for (const vec_kernels* vk : all_tables()) {
-        const std::string table = vk->name;
+    for (const kernel_table* kt : all_tables()) {
+        const std::string table = kt->name;
         CAPTURE(table);
         for (int64_t n : {1, 7, 8, 9, 1000}) {
             CAPTURE(n);
@@ -177,7 +177,7 @@ TEST_CASE("swiglu of every table matches double precision at any length and extr
             const float extremes[] = {-1000.0f, -100.0f, -88.5f, -87.0f, -0.0f, 87.0f, 88.5f, 1000.0f};
             for (size_t i = 0; i < std::size(extremes) && i < g.size(); ++i) g[i * g.size() / std::size(extremes)] = extremes[i];
             std::vector<float> out = g;
-            vk->swiglu(out.data(), u.data(), n);
+            kt->swiglu(out.data(), u.data(), n);
             for (int64_t i = 0; i < n; ++i) {
                 const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
                 CAPTURE(g[i]);
@@ -186,7 +186,7 @@ TEST_CASE("swiglu of every table matches double precision at any length and extr
             }
         }
         float nan_gate = NAN, up = 1.0f;
-        vk->swiglu(&nan_gate, &up, 1);
+        kt->swiglu(&nan_gate, &up, 1);
         CHECK(std::isnan(nan_gate));
     }
 }
@@ -326,8 +326,8 @@ TEST_CASE("rope rotates pairs i and i+d/2 by the position angle") {
 }
 
 TEST_CASE("SIMD row kernels reproduce the scalar reference") {
-    const vec_kernels& ref = reference_vec_kernels();
-    const std::vector<const vec_kernels*> simd_list = simd_tables();
+    const kernel_table& ref = scalar_kernel_table();
+    const std::vector<const kernel_table*> simd_list = simd_tables();
     if (simd_list.empty()) {
         MESSAGE("this CPU has no AVX2: only the scalar kernels run here");
         return;
@@ -335,7 +335,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
 #if defined(COLIBRI_HAVE_AVX512_EMULATION)
     CHECK(simd_list.size() >= 3); // AVX2 and the two emulated AVX-512 tables at least
 #endif
-    for (const vec_kernels* simd : simd_list) {
+    for (const kernel_table* simd : simd_list) {
     const std::string table = simd->name;
     CAPTURE(table);
     for (int64_t n : {32, 64, 96, 256, 1024, 4096 + 32, 4096 + 256}) {
@@ -419,7 +419,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             const size_t rb = format::row_bytes(t, n);
             std::vector<float> stored4(size_t(4 * n));
             for (int r = 0; r < 4; ++r) format::row_to_f32(t, q4.data() + r * rb, stored4.data() + r * n, n);
-            const auto pick = [&](const vec_kernels& k) { return int8_tile(k, t); };
+            const auto pick = [&](const kernel_table& k) { return int8_tile(k, t); };
             for (size_t stride : {rb, size_t(0)}) {
                 for (int n_tok = 1; n_tok <= 4; ++n_tok) {
                     CAPTURE(stride);
@@ -659,20 +659,20 @@ TEST_CASE("the read pass sums every word of its range whatever the number of str
     alignas(32) std::array<uint64_t, bytes / 8> words{};
     uint64_t expected = 0;
     for (size_t i = 0; i < words.size(); ++i) expected += (words[i] = 0x9E3779B97F4A7C15ull * (i + 1));
-    for (const vec_kernels* vk : all_tables()) {
+    for (const kernel_table* kt : all_tables()) {
         for (int streams : {1, 2, 4, 8}) {
-            CAPTURE(vk->name);
+            CAPTURE(kt->name);
             CAPTURE(streams);
-            CHECK(vk->read_sum(words.data(), bytes, streams) == expected);
+            CHECK(kt->read_sum(words.data(), bytes, streams) == expected);
         }
     }
 }
 
 TEST_CASE("the read probe keeps a buffer of whole 1 MiB chunks per thread and measures it again and again") {
     constexpr size_t mib = size_t(1) << 20;
-    read_probe two(2, 5 * mib + 3, best_vec_kernels());
+    read_probe two(2, 5 * mib + 3, best_kernel_table());
     CHECK(two.bytes() == 4 * mib); // two chunks per thread
-    read_probe three(3, 1, best_vec_kernels());
+    read_probe three(3, 1, best_kernel_table());
     CHECK(three.bytes() == 3 * mib); // at least one each
     for (int i = 0; i < 3; ++i) {
         const double rate = two.measure(2);
@@ -701,7 +701,7 @@ TEST_CASE("decode walks every product of a dispatch across matrices and threads 
     for (size_t i = 0; i < weights.size(); ++i) views.push_back(matrix_view(specs[i].t, specs[i].rows, specs[i].cols, weights[i]));
     for (bool int8_act : {true, false}) {
         cpu_options ro;
-        ro.kernels = &reference_vec_kernels();
+        ro.kernels = &scalar_kernel_table();
         ro.int8_activations = int8_act;
         auto ref = make_cpu_backend(ro, 4096);
         std::vector<std::vector<float>> want;
@@ -709,15 +709,15 @@ TEST_CASE("decode walks every product of a dispatch across matrices and threads 
             want.emplace_back(size_t(specs[i].rows));
             ref->matmul(views[i], xs[i].data(), 1, want.back().data());
         }
-        for (const vec_kernels* vk : all_tables()) {
+        for (const kernel_table* kt : all_tables()) {
             for (int threads : {1, 2, 3}) {
-                const std::string table = vk->name;
+                const std::string table = kt->name;
                 CAPTURE(table);
                 CAPTURE(threads);
                 CAPTURE(int8_act);
                 cpu_options o;
                 o.n_threads = threads;
-                o.kernels = vk;
+                o.kernels = kt;
                 o.int8_activations = int8_act;
                 auto be = make_cpu_backend(o, 4096);
                 for (int rep = 0; rep < 3; ++rep) {
@@ -744,12 +744,12 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
     struct shape { int64_t rows, cols; int n; } shapes[] = {{1, 32, 1}, {7, 64, 3}, {257, 96, 1}, {33, 1024, 5}, {1000, 352, 2}, {37, 64, 70},
                                                             {8, 32, 1}, {24, 1024, 3}, {264, 96, 1}, {136, 352, 4}, {40, 64, 70},
                                                             {7, 256, 3}, {37, 512, 70}, {1000, 256, 2}};
-    for (const vec_kernels* vk : all_tables())
+    for (const kernel_table* kt : all_tables())
     for (bool int8_act : {false, true})
     for (int threads : {1, 3}) {
         cpu_options o;
         o.n_threads = threads;
-        o.kernels = vk;
+        o.kernels = kt;
         o.int8_activations = int8_act;
         auto be = make_cpu_backend(o, 4096);
         for (auto s : shapes) {
@@ -759,7 +759,7 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                             dtype::q5_1x8, dtype::iq4_nlx8}) {
                 if (format::is_interleaved(t) && s.rows % 8 != 0) continue;
                 if (format::row_bytes(t, uint64_t(s.cols)) == 0) continue;
-                const std::string table = vk->name;
+                const std::string table = kt->name;
                 CAPTURE(table);
                 CAPTURE(int8_act);
                 CAPTURE(threads);
@@ -778,7 +778,7 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                 if (quant_x) {
                     std::vector<block_q8_x> xq(size_t(s.cols / 32));
                     for (int tok = 0; tok < s.n; ++tok) {
-                        reference_vec_kernels().quantize_x(x.data() + tok * s.cols, xq.data(), s.cols);
+                        scalar_kernel_table().quantize_x(x.data() + tok * s.cols, xq.data(), s.cols);
                         for (int64_t c = 0; c < s.cols; ++c) xs[tok * s.cols + c] = xq[c / 32].d * xq[c / 32].qs[c % 32];
                     }
                 }
@@ -820,16 +820,16 @@ TEST_CASE("interleaved products split at any row give the results of the product
     auto view = [&](dtype t, int64_t rows, const std::vector<uint8_t>& q) { return matrix_view(t, rows, cols, q); };
     const auto small = make(plain_type, 12, 31), big = make(x8, 2000, 32), big_plain = make(plain_type, 2000, 32);
     const tensor_view ts = view(plain_type, 12, small), tb = view(x8, 2000, big), tp = view(plain_type, 2000, big_plain);
-    for (const vec_kernels* vk : all_tables()) {
+    for (const kernel_table* kt : all_tables()) {
         for (int threads : {1, 2, 3}) {
             for (int n : {1, 2, 3, 9}) {
-                const std::string table = vk->name;
+                const std::string table = kt->name;
                 CAPTURE(table);
                 CAPTURE(threads);
                 CAPTURE(n);
                 cpu_options o;
                 o.n_threads = threads;
-                o.kernels = vk;
+                o.kernels = kt;
                 auto be = make_cpu_backend(o, 4096);
                 const auto x = random_vec(size_t(n * cols), 33);
                 std::vector<float> y_small(size_t(n * 12)), y_big(size_t(n * 2000), NAN), y_alone(size_t(n * 2000));
@@ -919,11 +919,11 @@ TEST_CASE("ffn_many gives the bits of its products and swiglu run one job at a t
     const int32_t picks[] = {2, 0, 3};
     struct set { int experts; bool shared; int n; };
     for (dtype t : {dtype::q4_0x8, dtype::q8_0x8, dtype::q8_0, dtype::f32})
-    for (const vec_kernels* vk : all_tables())
+    for (const kernel_table* kt : all_tables())
     for (bool int8_act : {true, false})
     for (int threads : {1, 2, 3})
     for (set st : {set{8, false, 1}, set{2, true, 1}, set{3, false, 1}, set{2, true, 3}}) {
-        const std::string table = vk->name;
+        const std::string table = kt->name;
         CAPTURE(format::dtype_name(t));
         CAPTURE(table);
         CAPTURE(int8_act);
@@ -932,7 +932,7 @@ TEST_CASE("ffn_many gives the bits of its products and swiglu run one job at a t
         CAPTURE(st.n);
         cpu_options o;
         o.n_threads = threads;
-        o.kernels = vk;
+        o.kernels = kt;
         o.int8_activations = int8_act;
         auto be = make_cpu_backend(o, 4096);
         const int n_jobs = st.experts + (st.shared ? 1 : 0);
@@ -1065,11 +1065,11 @@ TEST_CASE("attention kernels give the same bits whatever the next keys they are 
     const auto next_f32 = random_vec(400 * 136, 41);
     std::vector<uint16_t> next_f16(next_f32.size());
     for (size_t i = 0; i < next_f32.size(); ++i) next_f16[i] = f32_to_f16(next_f32[i]);
-    for (const vec_kernels* vk : all_tables())
+    for (const kernel_table* kt : all_tables())
     for (int hd : {8, 12, 64, 128, 136})
     for (int n_q : {1, 2, 3, 4})
     for (int n : {1, 6, 37, 70, 300}) {
-        const std::string table = vk->name;
+        const std::string table = kt->name;
         CAPTURE(table);
         CAPTURE(hd);
         CAPTURE(n_q);
@@ -1081,26 +1081,26 @@ TEST_CASE("attention kernels give the same bits whatever the next keys they are 
             v16[i] = f32_to_f16(v[i]);
         }
         std::vector<float> scores(size_t(n_q) * n), want(size_t(n_q) * hd), got(want.size());
-        vk->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
+        kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
         for (int next_n : {1, 5, 64, 400}) {
-            vk->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), got.data(), next_f32.data(), next_n);
+            kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), got.data(), next_f32.data(), next_n);
             CHECK(got == want);
         }
-        vk->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
+        kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
         for (int next_n : {1, 5, 64, 400}) {
-            vk->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), got.data(), next_f16.data(), next_n);
+            kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), got.data(), next_f16.data(), next_n);
             CHECK(got == want);
         }
     }
 }
 
 TEST_CASE("backend attention stores the batch and matches a direct computation with grouped heads") {
-    for (const vec_kernels* vk : all_tables())
+    for (const kernel_table* kt : all_tables())
     for (bool f16 : {false, true})
     for (int hd : {8, 12, 64, 128, 136})
     for (auto [n_head, n_head_kv] : {std::pair{4, 2}, std::pair{6, 3}, std::pair{3, 1}})
     for (float scale : {0.35f, 40.0f}) { // 40: score differences past e^-87, where weights vanish
-        const std::string table = vk->name;
+        const std::string table = kt->name;
         CAPTURE(table);
         CAPTURE(f16);
         CAPTURE(hd);
@@ -1110,7 +1110,7 @@ TEST_CASE("backend attention stores the batch and matches a direct computation w
         const int n_ctx = 70, n = n_ctx;
         cpu_options o;
         o.n_threads = 2;
-        o.kernels = vk;
+        o.kernels = kt;
         auto be = make_cpu_backend(o, 256);
         auto kn = random_vec(n * n_head_kv * hd, 31), vn = random_vec(n * n_head_kv * hd, 32);
         auto q = random_vec(n * n_head * hd, 33);

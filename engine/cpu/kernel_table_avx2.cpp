@@ -2,9 +2,9 @@
 // it is only called after the CPU reported them.
 
 #include "cpu/kernels.h"
-#include "cpu/vec.h"
-#include "cpu/vec_kquant_x86.h"
-#include "cpu/vec_x86.h"
+#include "cpu/kernel_table.h"
+#include "cpu/kquant_tiles_x86.h"
+#include "cpu/simd_x86.h"
 
 #if defined(__x86_64__)
 #include <cstring>
@@ -491,7 +491,7 @@ void attention_values(const float* s, const T* v, int n, int nv, float* out, con
 }
 
 // The last pass over the keys asks for the values' first rows, the last over the values for
-// the next keys' (vec_x86.h).
+// the next keys' (simd_x86.h).
 template <int NV, class T>
 void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, float scale, float* scores,
               float* out, const T* next_k, int next_n) {
@@ -515,9 +515,9 @@ void attend(const float* q, int n_q, const T* k, const T* v, int n, int head_dim
             float* out, const T* next_k, int next_n) {
     if (head_dim % 8 != 0) {
         if constexpr (std::is_same_v<T, float>) {
-            reference_vec_kernels().attend(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+            scalar_kernel_table().attend(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
         } else {
-            reference_vec_kernels().attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+            scalar_kernel_table().attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
         }
         return;
     }
@@ -638,12 +638,12 @@ uint64_t madd_loop(int64_t iterations) {
     return static_cast<uint64_t>(_mm256_extract_epi16(s, 0));
 }
 
-constexpr vec_kernels table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, tile_k<format::block_q4_k, false>, tile_k<format::block_q5_k, false>, tile_k<format::block_q6_k, false>, tile_b32<format::block_q4_1, false>, tile_b32<format::block_q5_0, false>, tile_b32<format::block_q5_1, false>, tile_b32<format::block_iq4_nl, false>, tile_k<format::block_iq4_xs, false>, tile_k<format::block_q2_k, false>, tile_k<format::block_q3_k, false>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, x8_streams<q4_0x8_ops>, x8_streams<q8_0x8_ops>, tile_kx8<format::block_q4_kx8, false>, tile_kx8<format::block_q5_kx8, false>, tile_kx8<format::block_q6_kx8, false>, streams_kx8<format::block_q4_kx8, false>, streams_kx8<format::block_q5_kx8, false>, streams_kx8<format::block_q6_kx8, false>, tile_kx8<format::block_iq4_xsx8, false>, streams_kx8<format::block_iq4_xsx8, false>, tile_kx8<format::block_q4_1x8, false>, tile_kx8<format::block_q5_0x8, false>, tile_kx8<format::block_q5_1x8, false>, tile_kx8<format::block_iq4_nlx8, false>, streams_b32x8<format::block_q4_1x8, false>, streams_b32x8<format::block_q5_0x8, false>, streams_b32x8<format::block_q5_1x8, false>, streams_b32x8<format::block_iq4_nlx8, false>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
+constexpr kernel_table table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, tile_k<format::block_q4_k, false>, tile_k<format::block_q5_k, false>, tile_k<format::block_q6_k, false>, tile_b32<format::block_q4_1, false>, tile_b32<format::block_q5_0, false>, tile_b32<format::block_q5_1, false>, tile_b32<format::block_iq4_nl, false>, tile_k<format::block_iq4_xs, false>, tile_k<format::block_q2_k, false>, tile_k<format::block_q3_k, false>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, x8_streams<q4_0x8_ops>, x8_streams<q8_0x8_ops>, tile_kx8<format::block_q4_kx8, false>, tile_kx8<format::block_q5_kx8, false>, tile_kx8<format::block_q6_kx8, false>, streams_kx8<format::block_q4_kx8, false>, streams_kx8<format::block_q5_kx8, false>, streams_kx8<format::block_q6_kx8, false>, tile_kx8<format::block_iq4_xsx8, false>, streams_kx8<format::block_iq4_xsx8, false>, tile_kx8<format::block_q4_1x8, false>, tile_kx8<format::block_q5_0x8, false>, tile_kx8<format::block_q5_1x8, false>, tile_kx8<format::block_iq4_nlx8, false>, streams_b32x8<format::block_q4_1x8, false>, streams_b32x8<format::block_q5_0x8, false>, streams_b32x8<format::block_q5_1x8, false>, streams_b32x8<format::block_iq4_nlx8, false>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
                                 dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f32_t<4>, dot4_f32, attend<float>, attend<uint16_t>, swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 
-const vec_kernels* avx2_vec_kernels() {
+const kernel_table* avx2_kernel_table() {
     __builtin_cpu_init();
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0; // F16C from CPUID: clang 14's builtin does not know it
     const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
@@ -656,7 +656,7 @@ const vec_kernels* avx2_vec_kernels() {
 #else
 
 namespace colibri {
-const vec_kernels* avx2_vec_kernels() { return nullptr; }
+const kernel_table* avx2_kernel_table() { return nullptr; }
 } // namespace colibri
 
 #endif

@@ -1,7 +1,8 @@
 #pragma once
-// Row kernels behind one table, chosen at run time from what the CPU reports, so one
-// binary runs everywhere. The reference table is scalar (kernels.cpp); SIMD tables must
-// reproduce it (tests/engine/test_kernels.cpp).
+// The kernel table: the CPU backend's hot kernels (integer tiles and decode streams,
+// attention, activations) behind one table per instruction set, chosen at run time from
+// what the CPU reports, so one binary runs everywhere. The SIMD tables reproduce the
+// scalar one (kernel_table_scalar.cpp) bit for bit (tests/engine/test_kernels.cpp).
 
 #include "format/format.h"
 
@@ -22,7 +23,7 @@ struct block_q8_x {
 };
 static_assert(sizeof(block_q8_x) == 44);
 
-struct vec_kernels {
+struct kernel_table {
     const char* name;
     /// x [n] (n a multiple of 32) -> n/32 blocks
     void (*quantize_x)(const float* x, block_q8_x* out, int64_t n);
@@ -37,7 +38,7 @@ struct vec_kernels {
     void (*tile_q4_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     /// The same for K-quant rows (n a multiple of 256). Each 32-element sub-block's integer
     /// sums with its activation block are exact and scaled in f32; a super-block's eight
-    /// are added in a fixed tree, and the super-blocks one after another (vec_reference.cpp's
+    /// are added in a fixed tree, and the super-blocks one after another (kernel_table_scalar.cpp's
     /// dot_k).
     void (*tile_q4_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q5_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
@@ -45,7 +46,7 @@ struct vec_kernels {
     /// The same for the types kept as GGUF files store them (format::is_read_only). iq4_xs,
     /// q2_k and q3_k rows (n a multiple of 256) go as the K-quants'. q4_1, q5_0, q5_1 and iq4_nl rows take
     /// their 32-element blocks eight at a time as if they were a super-block's sub-blocks,
-    /// a last short group padded with zeros (vec_reference.cpp's dot_b32).
+    /// a last short group padded with zeros (kernel_table_scalar.cpp's dot_b32).
     void (*tile_q4_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q5_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
     void (*tile_q5_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
@@ -147,29 +148,29 @@ struct vec_kernels {
 constexpr int x8_prefill_groups = 2, x8_prefill_tokens = 8;
 
 /// The scalar reference.
-const vec_kernels& reference_vec_kernels();
+const kernel_table& scalar_kernel_table();
 /// The AVX2+FMA+F16C table, or nullptr when the CPU lacks them (or the build has no x86).
-const vec_kernels* avx2_vec_kernels();
+const kernel_table* avx2_kernel_table();
 /// The AVX-512 (F, BW, VL) table, named "avx512-vnni" and using VNNI where the CPU has it,
 /// else "avx512"; nullptr when the CPU lacks them.
-const vec_kernels* avx512_vec_kernels();
+const kernel_table* avx512_kernel_table();
 /// On a CPU with VNNI, the "avx512" table as well (for comparisons and tests); else nullptr.
-const vec_kernels* avx512_without_vnni_vec_kernels();
+const kernel_table* avx512_no_vnni_kernel_table();
 /// The tables this CPU supports, fastest first; the scalar reference last.
-std::vector<const vec_kernels*> supported_vec_kernels();
+std::vector<const kernel_table*> supported_kernel_tables();
 /// The fastest table this CPU supports, or the one the environment variable
 /// COLIBRI_CPU_KERNELS names (a table name, for comparisons); throws colibri::error when it
 /// names none this CPU supports.
-const vec_kernels& best_vec_kernels();
+const kernel_table& best_kernel_table();
 
-/// vk's integer tile kernel for plain (not interleaved) rows of t: q8_0, q4_0, a K-quant or
+/// kt's integer tile kernel for plain (not interleaved) rows of t: q8_0, q4_0, a K-quant or
 /// a read-only type.
-decltype(vec_kernels::tile_q8_0) int8_tile(const vec_kernels& vk, format::dtype t);
-/// vk's kernels for the interleaved type t.
+decltype(kernel_table::tile_q8_0) int8_tile(const kernel_table& kt, format::dtype t);
+/// kt's kernels for the interleaved type t.
 struct x8_kernels {
-    decltype(vec_kernels::tile_q4_0x8) tile;
-    decltype(vec_kernels::streams_q4_0x8) streams;
+    decltype(kernel_table::tile_q4_0x8) tile;
+    decltype(kernel_table::streams_q4_0x8) streams;
 };
-x8_kernels int8_x8_kernels(const vec_kernels& vk, format::dtype t);
+x8_kernels int8_x8_kernels(const kernel_table& kt, format::dtype t);
 
 } // namespace colibri

@@ -1,10 +1,11 @@
-// Scalar reference of the vec_kernels table.
+// The scalar kernel table: portable C++ for any CPU, whose fixed order of additions the
+// SIMD tables reproduce; also int8_tile and int8_x8_kernels, which pick a table's entries.
 
 #include "core/error.h"
 #include "core/half.h"
 #include "core/softmax.h"
 #include "cpu/kernels.h"
-#include "cpu/vec.h"
+#include "cpu/kernel_table.h"
 #include "format/gguf_blocks.h"
 
 #include <algorithm>
@@ -38,7 +39,7 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
     }
 }
 
-// The integer tile kernels' arithmetic for one (row, vector) pair; see vec.h.
+// The integer tile kernels' arithmetic for one (row, vector) pair; see kernel_table.h.
 float dot_q8_0(const block_q8_0* w, const block_q8_x* x, int64_t n) {
     float lo = 0.0f, hi = 0.0f;
     for (int64_t ib = 0; ib < n / qk; ++ib) {
@@ -351,62 +352,62 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr vec_kernels table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_k<format::dtype::q2_k>, tile_k<format::dtype::q3_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, tile_kx8<format::dtype::iq4_xs>, streams_kx8<format::dtype::iq4_xs>, tile_kx8<format::dtype::q4_1>, tile_kx8<format::dtype::q5_0>, tile_kx8<format::dtype::q5_1>, tile_kx8<format::dtype::iq4_nl>, streams_kx8<format::dtype::q4_1>, streams_kx8<format::dtype::q5_0>, streams_kx8<format::dtype::q5_1>, streams_kx8<format::dtype::iq4_nl>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr kernel_table table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_k<format::dtype::q2_k>, tile_k<format::dtype::q3_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, tile_kx8<format::dtype::iq4_xs>, streams_kx8<format::dtype::iq4_xs>, tile_kx8<format::dtype::q4_1>, tile_kx8<format::dtype::q5_0>, tile_kx8<format::dtype::q5_1>, tile_kx8<format::dtype::iq4_nl>, streams_kx8<format::dtype::q4_1>, streams_kx8<format::dtype::q5_0>, streams_kx8<format::dtype::q5_1>, streams_kx8<format::dtype::iq4_nl>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
 
 } // namespace
 
-const vec_kernels& reference_vec_kernels() { return table; }
+const kernel_table& scalar_kernel_table() { return table; }
 
-decltype(vec_kernels::tile_q8_0) int8_tile(const vec_kernels& vk, format::dtype t) {
+decltype(kernel_table::tile_q8_0) int8_tile(const kernel_table& kt, format::dtype t) {
     switch (t) {
-    case format::dtype::q8_0: return vk.tile_q8_0;
-    case format::dtype::q4_0: return vk.tile_q4_0;
-    case format::dtype::q4_k: return vk.tile_q4_k;
-    case format::dtype::q5_k: return vk.tile_q5_k;
-    case format::dtype::q6_k: return vk.tile_q6_k;
-    case format::dtype::q4_1: return vk.tile_q4_1;
-    case format::dtype::q5_0: return vk.tile_q5_0;
-    case format::dtype::q5_1: return vk.tile_q5_1;
-    case format::dtype::iq4_nl: return vk.tile_iq4_nl;
-    case format::dtype::iq4_xs: return vk.tile_iq4_xs;
-    case format::dtype::q2_k: return vk.tile_q2_k;
-    case format::dtype::q3_k: return vk.tile_q3_k;
+    case format::dtype::q8_0: return kt.tile_q8_0;
+    case format::dtype::q4_0: return kt.tile_q4_0;
+    case format::dtype::q4_k: return kt.tile_q4_k;
+    case format::dtype::q5_k: return kt.tile_q5_k;
+    case format::dtype::q6_k: return kt.tile_q6_k;
+    case format::dtype::q4_1: return kt.tile_q4_1;
+    case format::dtype::q5_0: return kt.tile_q5_0;
+    case format::dtype::q5_1: return kt.tile_q5_1;
+    case format::dtype::iq4_nl: return kt.tile_iq4_nl;
+    case format::dtype::iq4_xs: return kt.tile_iq4_xs;
+    case format::dtype::q2_k: return kt.tile_q2_k;
+    case format::dtype::q3_k: return kt.tile_q3_k;
     default: throw error(errc::internal, "no integer tile for " + std::string(format::dtype_name(t)));
     }
 }
 
-x8_kernels int8_x8_kernels(const vec_kernels& vk, format::dtype t) {
+x8_kernels int8_x8_kernels(const kernel_table& kt, format::dtype t) {
     switch (t) {
-    case format::dtype::q4_0x8: return {vk.tile_q4_0x8, vk.streams_q4_0x8};
-    case format::dtype::q8_0x8: return {vk.tile_q8_0x8, vk.streams_q8_0x8};
-    case format::dtype::q4_kx8: return {vk.tile_q4_kx8, vk.streams_q4_kx8};
-    case format::dtype::q5_kx8: return {vk.tile_q5_kx8, vk.streams_q5_kx8};
-    case format::dtype::q6_kx8: return {vk.tile_q6_kx8, vk.streams_q6_kx8};
-    case format::dtype::iq4_xsx8: return {vk.tile_iq4_xsx8, vk.streams_iq4_xsx8};
-    case format::dtype::q4_1x8: return {vk.tile_q4_1x8, vk.streams_q4_1x8};
-    case format::dtype::q5_0x8: return {vk.tile_q5_0x8, vk.streams_q5_0x8};
-    case format::dtype::q5_1x8: return {vk.tile_q5_1x8, vk.streams_q5_1x8};
-    case format::dtype::iq4_nlx8: return {vk.tile_iq4_nlx8, vk.streams_iq4_nlx8};
+    case format::dtype::q4_0x8: return {kt.tile_q4_0x8, kt.streams_q4_0x8};
+    case format::dtype::q8_0x8: return {kt.tile_q8_0x8, kt.streams_q8_0x8};
+    case format::dtype::q4_kx8: return {kt.tile_q4_kx8, kt.streams_q4_kx8};
+    case format::dtype::q5_kx8: return {kt.tile_q5_kx8, kt.streams_q5_kx8};
+    case format::dtype::q6_kx8: return {kt.tile_q6_kx8, kt.streams_q6_kx8};
+    case format::dtype::iq4_xsx8: return {kt.tile_iq4_xsx8, kt.streams_iq4_xsx8};
+    case format::dtype::q4_1x8: return {kt.tile_q4_1x8, kt.streams_q4_1x8};
+    case format::dtype::q5_0x8: return {kt.tile_q5_0x8, kt.streams_q5_0x8};
+    case format::dtype::q5_1x8: return {kt.tile_q5_1x8, kt.streams_q5_1x8};
+    case format::dtype::iq4_nlx8: return {kt.tile_iq4_nlx8, kt.streams_iq4_nlx8};
     default: throw error(errc::internal, "no interleaved kernels for " + std::string(format::dtype_name(t)));
     }
 }
 
-std::vector<const vec_kernels*> supported_vec_kernels() {
-    std::vector<const vec_kernels*> v;
-    for (const vec_kernels* k : {avx512_vec_kernels(), avx512_without_vnni_vec_kernels(), avx2_vec_kernels()}) {
+std::vector<const kernel_table*> supported_kernel_tables() {
+    std::vector<const kernel_table*> v;
+    for (const kernel_table* k : {avx512_kernel_table(), avx512_no_vnni_kernel_table(), avx2_kernel_table()}) {
         if (k != nullptr) v.push_back(k);
     }
     v.push_back(&table);
     return v;
 }
 
-const vec_kernels& best_vec_kernels() {
-    static const vec_kernels* best = [] {
-        const std::vector<const vec_kernels*> supported = supported_vec_kernels();
+const kernel_table& best_kernel_table() {
+    static const kernel_table* best = [] {
+        const std::vector<const kernel_table*> supported = supported_kernel_tables();
         const char* want = std::getenv("COLIBRI_CPU_KERNELS");
         if (want == nullptr || *want == '\0') return supported.front();
         std::string names;
-        for (const vec_kernels* k : supported) {
+        for (const kernel_table* k : supported) {
             if (std::string_view(k->name) == want) return k;
             names += (names.empty() ? "" : ", ") + std::string(k->name);
         }

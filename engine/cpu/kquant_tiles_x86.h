@@ -1,11 +1,11 @@
 #pragma once
 // K-quant tiles (q4_k, q5_k, q6_k) with int8 activations on 256-bit vectors: the AVX2
 // table's, and with VNNI (vpdpbusd on 256 bits) the AVX-512 table's. Included after
-// vec_x86.h by files built with at least AVX2 + FMA + F16C. The arithmetic is vec.h's:
+// simd_x86.h by files built with at least AVX2 + FMA + F16C. The arithmetic is kernel_table.h's:
 // exact integer sums per 32-element sub-block, scaled in f32 (one lane per sub-block), a
 // super-block's lanes added in hsum4's tree.
 
-#include "cpu/vec_x86.h"
+#include "cpu/simd_x86.h"
 #include "format/gguf_blocks.h"
 
 #include <cstddef>
@@ -191,7 +191,7 @@ inline __m256i block32_values(const Block& b) {
 template <class Block>
 constexpr bool block32_has_min = std::is_same_v<Block, format::block_q4_1> || std::is_same_v<Block, format::block_q5_1>;
 
-// Eight blocks of a row against T tokens' eight activation blocks: vec_reference.cpp's
+// Eight blocks of a row against T tokens' eight activation blocks: kernel_table_scalar.cpp's
 // dot_b32 for one group, each token's p[t] holding the eight blocks' scaled sums.
 template <class Block, int T, bool Vnni>
 inline void b32_group(const Block* w, const block_q8_x* const xs[T], const __m256 xd[T], const __m256i xsum[T], __m256 p[T]) {
@@ -264,7 +264,7 @@ void tile_b32_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_s
             }
             __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
             b32_group<Block, T, Vnni>(wg, xs, xd, xsum, p);
-            acc[r] = _mm_add_ps(acc[r], hsum4(p)); // vec_reference.cpp's sum8 of each token's group
+            acc[r] = _mm_add_ps(acc[r], hsum4(p)); // kernel_table_scalar.cpp's sum8 of each token's group
         }
     }
     store_row_lanes<T>(acc, out);
@@ -398,7 +398,7 @@ void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_str
             else if constexpr (std::is_same_v<Block, format::block_q2_k> || std::is_same_v<Block, format::block_q3_k>)
                 q23_k_block<Block, T, Vnni>(w[r][s], xs, xd, p);
             else q45_k_block<Block, T, Vnni>(w[r][s], xs, xd, xsum, p);
-            acc[r] = _mm_add_ps(acc[r], hsum4(p)); // each token's super-block: vec_reference.cpp's sum8
+            acc[r] = _mm_add_ps(acc[r], hsum4(p)); // each token's super-block: kernel_table_scalar.cpp's sum8
         }
     }
     store_row_lanes<T>(acc, out);

@@ -1,8 +1,8 @@
-#include "cpu/machine_limits.h"
+#include "tools/machine_limits.h"
 
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
-#include "cpu/vec.h"
+#include "cpu/kernel_table.h"
 #include "format/row_codec.h"
 
 #include <algorithm>
@@ -25,8 +25,8 @@ double seconds_since(clock_type::time_point t0) {
 constexpr size_t probe_chunk = size_t(1) << 20;
 } // namespace
 
-read_probe::read_probe(int n_threads, size_t bytes, const vec_kernels& vk)
-    : vk_(vk), bytes_(0), pool_(std::make_unique<thread_pool>(n_threads)) {
+read_probe::read_probe(int n_threads, size_t bytes, const kernel_table& kt)
+    : kt_(kt), bytes_(0), pool_(std::make_unique<thread_pool>(n_threads)) {
     // Each thread reads its part in chunks of 1 MiB, each chunk as a few streams side by
     // side (measure): streams close together read faster here than streams far apart (the
     // kernels read one matrix at a time the same way).
@@ -73,7 +73,7 @@ double read_probe::measure(int passes) {
         pool_->run([&](int ith, int) {
             uint64_t s = 0;
             for (size_t off = 0; off < part; off += probe_chunk) {
-                s += vk_.read_sum(buf_ + part * size_t(ith) + off, probe_chunk, n_streams);
+                s += kt_.read_sum(buf_ + part * size_t(ith) + off, probe_chunk, n_streams);
             }
             sink += s;
         });
@@ -82,7 +82,7 @@ double read_probe::measure(int passes) {
     return sink.load() == 42 ? best + 1e-9 : best; // keep the sums alive
 }
 
-dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype weights) {
+dot_peak measure_dot_peak(int n_threads, const kernel_table& kt, format::dtype weights) {
     if (!format::is_quantized(weights)) weights = format::dtype::q8_0; // f32/f16/bf16 models: the q8_0 kernels
     const int64_t n = 4096, rows = 8, iters = 1000; // 8 rows of 4096: 34 KiB per thread at q8_0
     thread_pool pool(n_threads);
@@ -100,11 +100,11 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
     }
     std::vector<uint8_t> groups(x8 ? w.size() : 0);
     if (x8) format::interleave_x8(weights, w.data(), uint64_t(rows), uint64_t(n), groups.data());
-    const auto tile_x8 = x8 ? int8_x8_kernels(vk, weights).tile : nullptr;
-    const auto dotx4 = q8 ? vk.dotx4_q8_0_f32 : vk.dotx4_q4_0_f32;
-    const auto tile = int8_tile(vk, row_type);
+    const auto tile_x8 = x8 ? int8_x8_kernels(kt, weights).tile : nullptr;
+    const auto dotx4 = q8 ? kt.dotx4_q8_0_f32 : kt.dotx4_q4_0_f32;
+    const auto tile = int8_tile(kt, row_type);
     std::vector<block_q8_x> xq(size_t(x8_prefill_tokens * n / format::qk));
-    vk.quantize_x(x.data(), xq.data(), x8_prefill_tokens * n);
+    kt.quantize_x(x.data(), xq.data(), x8_prefill_tokens * n);
     std::atomic<uint64_t> sink{0};
     // best of three: this machine is shared
     auto best_of = [&](auto&& body, double macs_per_thread) {
@@ -118,7 +118,7 @@ dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype we
     };
     dot_peak p{};
     const int64_t loops = 8000000; // a few ms per pass
-    p.machine_int8 = best_of([&] { return vk.madd_loop(loops); }, double(loops) * 256);
+    p.machine_int8 = best_of([&] { return kt.madd_loop(loops); }, double(loops) * 256);
     p.f32_act = best_of(
         [&] {
             float s = 0, out[4];

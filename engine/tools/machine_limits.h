@@ -9,7 +9,7 @@
 
 namespace colibri {
 
-struct vec_kernels;
+struct kernel_table;
 class thread_pool;
 
 /// The memory read bandwidth: n_threads read disjoint parts of a buffer of `bytes` (far
@@ -20,7 +20,7 @@ class thread_pool;
 /// stays resident.
 class read_probe {
 public:
-    read_probe(int n_threads, size_t bytes, const vec_kernels& vk);
+    read_probe(int n_threads, size_t bytes, const kernel_table& kt);
     ~read_probe();
     read_probe(const read_probe&) = delete;
     read_probe& operator=(const read_probe&) = delete;
@@ -30,7 +30,7 @@ public:
     size_t bytes() const { return bytes_; }
 
 private:
-    const vec_kernels& vk_;
+    const kernel_table& kt_;
     size_t bytes_;
     void* map_ = nullptr; // the mapping behind buf_
     size_t map_bytes_ = 0;
@@ -48,6 +48,6 @@ struct dot_peak {
     double f32_act;
     double int8_act;
 };
-dot_peak measure_dot_peak(int n_threads, const vec_kernels& vk, format::dtype weights = format::dtype::q8_0);
+dot_peak measure_dot_peak(int n_threads, const kernel_table& kt, format::dtype weights = format::dtype::q8_0);
 
 } // namespace colibri

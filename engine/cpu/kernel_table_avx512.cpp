@@ -8,7 +8,7 @@
 // scalar reference where no AVX-512 CPU is at hand (tests/engine/test_kernels.cpp).
 
 #include "cpu/kernels.h"
-#include "cpu/vec.h"
+#include "cpu/kernel_table.h"
 
 #if defined(__x86_64__)
 // GCC 12.2's AVX-512 header reads an uninitialised variable for its "undefined" vectors
@@ -27,8 +27,8 @@
 #undef _mm512_madd_epi16
 #define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
 #endif
-#include "cpu/vec_kquant_x86.h"
-#include "cpu/vec_x86.h"
+#include "cpu/kquant_tiles_x86.h"
+#include "cpu/simd_x86.h"
 
 namespace colibri {
 
@@ -162,7 +162,7 @@ inline __m512i x4_all_lanes512(const int8_t* x) {
 
 // The 512-bit interleaved tiles' weights of one type: the eight unsigned vectors of a pair
 // of blocks, [block a | block b], that vpdpbusd multiplies with the activation bytes at
-// x_offset(k), and the integer bias that makes the sums exact (vec.h).
+// x_offset(k), and the integer bias that makes the sums exact (kernel_table.h).
 // q4_0x8: the nibbles (lo: elements 4k..4k+3, hi: 16 + 4k..), less 8 * sum(x).
 struct q4_0x8_pair_ops {
     using block = format::block_q4_0x8;
@@ -315,7 +315,7 @@ void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const bl
 }
 
 // Attention on 512-bit vectors for head dimensions 64 and 128, laid out as the 256-bit
-// kernels (vec_avx2.cpp): query heads in pairs share each key's and value's load and
+// kernels (kernel_table_avx2.cpp): query heads in pairs share each key's and value's load and
 // conversion, the positions are read as two streams (their halves side by side), and the
 // softmax is the same. Each head's value sums stay in registers for the whole pass.
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
@@ -424,7 +424,7 @@ inline __m512i to_epi32(__m512 v) {
 #endif
 }
 
-// exp_ps (vec_x86.h) on sixteen lanes: the same steps, so the same value in every lane.
+// exp_ps (simd_x86.h) on sixteen lanes: the same steps, so the same value in every lane.
 inline __m512 exp512(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); // max returns its second operand for a NaN
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
@@ -470,7 +470,7 @@ inline void softmax512(float* s, int n) {
 }
 
 // The last pass over the keys asks for the values' first rows, the last over the values for
-// the next keys' (vec_x86.h).
+// the next keys' (simd_x86.h).
 template <int NV, class T>
 void attend512_t(const float* q, int n_q, const T* k, const T* v, int n, float scale, float* scores, float* out,
                  const T* next_k, int next_n) {
@@ -497,9 +497,9 @@ void attend512(const float* q, int n_q, const T* k, const T* v, int n, int head_
     case 128: attend512_t<8>(q, n_q, k, v, n, scale, scores, out, next_k, next_n); return;
     default:
         if constexpr (std::is_same_v<T, float>) {
-            avx2_vec_kernels()->attend(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+            avx2_kernel_table()->attend(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
         } else {
-            avx2_vec_kernels()->attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+            avx2_kernel_table()->attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
         }
     }
 }
@@ -555,7 +555,7 @@ uint64_t madd_loop(int64_t iterations) {
 }
 
 // --- Interleaved K-quants, two groups per register ([group a: rows 0-7 | group b: rows
-// 0-7]) for prefill's tiles; each row's arithmetic is vec_kquant_x86.h's, so results are
+// 0-7]) for prefill's tiles; each row's arithmetic is kquant_tiles_x86.h's, so results are
 // bit-identical to the 256-bit tiles. (Decode keeps the 256-bit streams: it waits on memory.)
 
 inline __m512i shr32(__m512i v, int k) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(k)); }
@@ -824,8 +824,8 @@ void streams_kx8_pairs(const void* const groups[4], const block_q8_x* const x[4]
 }
 
 template <bool Vnni>
-vec_kernels make_table(const vec_kernels& avx2) {
-    vec_kernels k = avx2;
+kernel_table make_table(const kernel_table& avx2) {
+    kernel_table k = avx2;
 #if defined(COLIBRI_AVX512_EMULATED)
     k.name = Vnni ? "avx512-vnni (SIMDe)" : "avx512 (SIMDe)";
 #else
@@ -872,17 +872,17 @@ vec_kernels make_table(const vec_kernels& avx2) {
 }
 
 // The tables; nullptr when there is no AVX2 table to complete them.
-const vec_kernels* table(bool vnni) {
-    const vec_kernels* avx2 = avx2_vec_kernels();
+const kernel_table* table(bool vnni) {
+    const kernel_table* avx2 = avx2_kernel_table();
     if (avx2 == nullptr) return nullptr;
-    static const vec_kernels tables[2] = {make_table<false>(*avx2), make_table<true>(*avx2)};
+    static const kernel_table tables[2] = {make_table<false>(*avx2), make_table<true>(*avx2)};
     return &tables[vnni ? 1 : 0];
 }
 
 } // namespace
 
 #if defined(COLIBRI_AVX512_EMULATED)
-const vec_kernels* emulated_avx512_vec_kernels(bool vnni) { return table(vnni); }
+const kernel_table* emulated_avx512_kernel_table(bool vnni) { return table(vnni); }
 #else
 namespace {
 bool has_avx512() {
@@ -891,9 +891,9 @@ bool has_avx512() {
 }
 } // namespace
 
-const vec_kernels* avx512_vec_kernels() { return has_avx512() ? table(__builtin_cpu_supports("avx512vnni")) : nullptr; }
+const kernel_table* avx512_kernel_table() { return has_avx512() ? table(__builtin_cpu_supports("avx512vnni")) : nullptr; }
 
-const vec_kernels* avx512_without_vnni_vec_kernels() {
+const kernel_table* avx512_no_vnni_kernel_table() {
     return has_avx512() && __builtin_cpu_supports("avx512vnni") ? table(false) : nullptr;
 }
 #endif
@@ -903,8 +903,8 @@ const vec_kernels* avx512_without_vnni_vec_kernels() {
 #elif !defined(COLIBRI_AVX512_EMULATED)
 
 namespace colibri {
-const vec_kernels* avx512_vec_kernels() { return nullptr; }
-const vec_kernels* avx512_without_vnni_vec_kernels() { return nullptr; }
+const kernel_table* avx512_kernel_table() { return nullptr; }
+const kernel_table* avx512_no_vnni_kernel_table() { return nullptr; }
 } // namespace colibri
 
 #endif

@@ -1,9 +1,9 @@
 #pragma once
-// 256-bit helpers shared by the x86 tables (vec_avx2.cpp, vec_avx512.cpp): included only by
+// 256-bit helpers shared by the x86 tables (kernel_table_avx2.cpp, kernel_table_avx512.cpp): included only by
 // files built with at least AVX2 + FMA + F16C. Everything here has internal linkage, so
 // no copy compiled for a wider instruction set can be picked by the linker for another file.
 
-#include "cpu/vec.h"
+#include "cpu/kernel_table.h"
 
 #include <cstdint>
 #include <cstring>
@@ -45,7 +45,7 @@ inline __m256 q8_0_scales(const format::block_q8_0* const w[4], int64_t ib) {
 }
 
 // One q8_0 block's sums [rows 0-3 of elements 0-15 | rows 0-3 of elements 16-31], scaled
-// and added to acc: the arithmetic order every table keeps (vec.h).
+// and added to acc: the arithmetic order every table keeps (kernel_table.h).
 inline __m256 q8_0_accumulate(__m256 dw, __m256i sums, const block_q8_x& xb, __m256 acc) {
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(sums), acc);
 }
@@ -163,7 +163,7 @@ inline __m256i x4_all_lanes(const int8_t* x) {
     return _mm256_set1_epi32(v);
 }
 
-// Attention (vec_avx2.cpp; vec_avx512.cpp for the 512-bit one).
+// Attention (kernel_table_avx2.cpp; kernel_table_avx512.cpp for the 512-bit one).
 
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
