@@ -4,7 +4,6 @@
 
 #include "api/runtime.h"
 #include "convert/tokenizer_file.h"
-#include "cuda/cuda_backend.h"
 #include "core/error.h"
 #include "generate/generate.h"
 
@@ -125,7 +124,7 @@ colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_
 
 colibri_status colibri_model_expert_cache(const colibri_model* model, colibri_expert_cache_stats* stats) {
     if (model == nullptr || stats == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and stats must not be NULL");
-    const colibri::expert_cache_stats s = colibri::cuda_expert_cache_stats(*model->rt->be);
+    const colibri::expert_cache_stats s = model->rt->be->expert_cache_usage();
     stats->slots_per_layer = s.slots_per_layer;
     stats->hits = s.hits;
     stats->misses = s.misses;

@@ -16,6 +16,7 @@
 #include "cuda/cuda_backend.h"
 
 #include "core/error.h"
+#include "cuda/bandwidth_probe.h"
 #include "cuda/device_weights.h"
 #include "format/format.h"
 #include "format/row_codec.h"
@@ -730,7 +731,7 @@ public:
 
     std::string name() const override { return name_; }
     int n_threads() const override { return 1; }
-    const expert_cache_stats& cache_stats() const { return stats_; }
+    expert_cache_stats expert_cache_usage() const override { return stats_; }
 
     std::unique_ptr<device_buffer> alloc(size_t n) override {
         select();
@@ -1429,11 +1430,6 @@ std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
 std::string cuda_profile_report(backend& be) {
     auto* c = dynamic_cast<cuda_backend*>(&be);
     return c != nullptr ? c->profile_report() : std::string();
-}
-
-expert_cache_stats cuda_expert_cache_stats(const backend& be) {
-    const auto* c = dynamic_cast<const cuda_backend*>(&be);
-    return c != nullptr ? c->cache_stats() : expert_cache_stats{};
 }
 
 double measure_device_read_bandwidth(int device, size_t bytes, int passes) {

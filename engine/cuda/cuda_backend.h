@@ -13,7 +13,8 @@
 namespace colibri {
 
 /// A routed expert's matrices, which the backend keeps on the device or copies there when
-/// a product needs them (cuda_options::weight_budget).
+/// a product needs them (cuda_options::weight_budget; backend::expert_cache_usage counts
+/// what it did).
 struct expert_tensors {
     int layer = 0, expert = 0;
     const tensor_view* gate = nullptr;
@@ -34,27 +35,13 @@ struct cuda_options {
     std::vector<expert_tensors> experts;
 };
 
-/// What the expert cache did: experts found on the device, experts copied in, their bytes.
-struct expert_cache_stats {
-    int slots_per_layer = 0; ///< 0: no budget, every expert stays once used
-    uint64_t hits = 0, misses = 0, bytes_copied = 0;
-};
-
 /// Throws colibri::error: unsupported when this build has no CUDA or the device cannot be
 /// used (the reason in the message).
 std::unique_ptr<backend> make_cuda_backend(const cuda_options& options);
-
-/// The device's memory read bandwidth in bytes/s: every thread of a full grid reads 16 bytes
-/// at a time through a buffer of `bytes` in device memory, best of `passes` (colibri-bench's
-/// ceiling for decode on the device). Throws colibri::error as make_cuda_backend does.
-double measure_device_read_bandwidth(int device, size_t bytes, int passes);
 
 /// With COLIBRI_CUDA_PROFILE=1 in the environment when the backend was made, the device time
 /// of its operations so far, by operation (one line each, the longest first); steps then run
 /// without graphs. Empty when not profiling, or for any other backend.
 std::string cuda_profile_report(backend& be);
-
-/// The expert cache's counters of a CUDA backend (all zero for any other backend).
-expert_cache_stats cuda_expert_cache_stats(const backend& be);
 
 } // namespace colibri

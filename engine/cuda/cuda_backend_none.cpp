@@ -1,5 +1,6 @@
-// Builds without CUDA: the factory says so.
+// Builds without CUDA: the factory and the bandwidth probe say so.
 
+#include "cuda/bandwidth_probe.h"
 #include "cuda/cuda_backend.h"
 
 #include "core/error.h"
@@ -9,8 +10,6 @@ namespace colibri {
 std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
     throw error(errc::unsupported, "device cuda:" + std::to_string(options.device) + ": this build has no CUDA support");
 }
-
-expert_cache_stats cuda_expert_cache_stats(const backend&) { return {}; }
 
 std::string cuda_profile_report(backend&) { return {}; }
 

@@ -107,11 +107,21 @@ struct moe_step {
     float* out;                    ///< [n_embd]
 };
 
+/// What a backend's expert cache did (under a device weight budget, routed experts are
+/// copied into per-layer slots when a token needs them): experts found on the device,
+/// experts copied in, their bytes.
+struct expert_cache_stats {
+    int slots_per_layer = 0; ///< 0: no budget, every expert stays once used
+    uint64_t hits = 0, misses = 0, bytes_copied = 0;
+};
+
 class backend {
 public:
     virtual ~backend() = default;
     virtual std::string name() const = 0;
     virtual int n_threads() const = 0;
+    /// The expert cache's counters so far; all zero for a backend without one.
+    virtual expert_cache_stats expert_cache_usage() const { return {}; }
 
     /// Zero-initialised buffer of n floats.
     virtual std::unique_ptr<device_buffer> alloc(size_t n) = 0;

@@ -487,8 +487,8 @@ TEST_CASE("under a device weight budget experts are copied in when used - the lo
     dense -= experts_total;
     REQUIRE(layers >= 2);
     auto few = load_runtime(path, "cuda:0", 0, false, dense + 3 * uint64_t(layers) * expert + expert / 2);
-    CHECK(cuda_expert_cache_stats(*few->be).slots_per_layer == 3);
-    CHECK(cuda_expert_cache_stats(*all->be).slots_per_layer == 0);
+    CHECK(few->be->expert_cache_usage().slots_per_layer == 3);
+    CHECK(all->be->expert_cache_usage().slots_per_layer == 0);
 
     const int vocab = static_cast<int>(all->mdl->hp().n_vocab);
     session sa(*all->mdl, *all->be, 64), sf(*few->mdl, *few->be, 64);
@@ -506,13 +506,13 @@ TEST_CASE("under a device weight budget experts are copied in when used - the lo
         sf.eval(&t, 1);
         same();
     }
-    const expert_cache_stats st = cuda_expert_cache_stats(*few->be);
+    const expert_cache_stats st = few->be->expert_cache_usage();
     CHECK(st.misses > 0);
     CHECK(st.hits > 0);
     CHECK(st.bytes_copied == st.misses * expert);
     // every token uses two experts in each MoE layer
     CHECK(st.hits + st.misses >= uint64_t(2 * layers * (1 + 6)));
-    CHECK(cuda_expert_cache_stats(*all->be).misses == 0);
+    CHECK(all->be->expert_cache_usage().misses == 0);
 
     // a budget that does not hold the rest of the model is refused, saying how much it needs
     check_refused([&] { load_runtime(path, "cuda:0", 0, false, dense / 2); }, errc::out_of_memory, "budget");
