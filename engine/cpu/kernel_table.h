@@ -2,7 +2,7 @@
 // The kernel table: the CPU backend's hot kernels (integer tiles and decode streams,
 // attention, activations) behind one table per instruction set, chosen at run time from
 // what the CPU reports, so one binary runs everywhere. The SIMD tables reproduce the
-// scalar one (kernel_table_scalar.cpp) bit for bit (tests/engine/test_kernels.cpp).
+// scalar one (kernel_table_scalar.cpp) bit for bit (tests/engine/test_kernel_tables.cpp).
 
 #include "format/format.h"
 

@@ -5,7 +5,7 @@
 //
 // Built a second time for the tests with COLIBRI_AVX512_EMULATED: SIMDe then provides the
 // 512-bit intrinsics on an AVX2 machine, so the same kernels are checked against the
-// scalar reference where no AVX-512 CPU is at hand (tests/engine/test_kernels.cpp).
+// scalar reference where no AVX-512 CPU is at hand (tests/engine/test_kernel_tables.cpp).
 
 #include "cpu/kernels.h"
 #include "cpu/kernel_table.h"
