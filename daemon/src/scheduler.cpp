@@ -23,8 +23,7 @@ std::shared_ptr<spdlog::logger> logger() {
 
 } // namespace
 
-scheduler::scheduler(boost::asio::io_context& io, const daemon_config& cfg)
-    : io_(io), cfg_(cfg), seed_rng_(std::random_device{}()) {}
+scheduler::scheduler(const daemon_config& cfg) : cfg_(cfg), seed_rng_(std::random_device{}()) {}
 
 supervisor::handlers scheduler::make_handlers() {
     supervisor::handlers h;
@@ -44,10 +43,10 @@ std::optional<p::request_error> scheduler::submit(const std::shared_ptr<job>& j)
         ++stats_.rejected;
         return p::request_error{j->id, p::error_code::unavailable, "the daemon is shutting down"};
     }
-    if (sup_->state() == worker_state::unavailable) {
+    if (runner_->unavailable()) {
         ++stats_.rejected;
         return p::request_error{j->id, p::error_code::unavailable,
-                                "the engine worker keeps failing (" + sup_->last_crash_reason() +
+                                "the engine worker keeps failing (" + runner_->last_crash_reason() +
                                     "); try again later"};
     }
     if (queued_ >= cfg_.max_queue) {
@@ -88,7 +87,7 @@ std::optional<p::request_error> scheduler::submit(const std::shared_ptr<job>& j)
 }
 
 void scheduler::pump() {
-    while (sup_ && sup_->idle() && !running_ && !order_.empty()) {
+    while (runner_ && runner_->idle() && !running_ && !order_.empty()) {
         const void* owner = order_.front();
         order_.pop_front();
         auto it = queues_.find(owner);
@@ -102,7 +101,7 @@ void scheduler::pump() {
         j->started = clock::now();
         running_ = j;
         logger()->debug("job {} starts after {:.1f} ms in the queue", j->seq, ms_between(j->accepted, j->started));
-        sup_->run(w::run_msg{j->seq, j->req, j->seed});
+        runner_->run(w::run_msg{j->seq, j->req, j->seed});
     }
 }
 
@@ -158,7 +157,7 @@ nlohmann::json scheduler::done_event_for(const job& j, p::finish_reason reason, 
 
 void scheduler::cancel(const std::shared_ptr<job>& j, bool notify) {
     if (j->st == job::state::finished) return;
-    if (j->st == job::state::running) sup_->cancel(j->seq);
+    if (j->st == job::state::running) runner_->cancel(j->seq);
     ++stats_.cancelled;
     logger()->debug("job {} cancelled{}", j->seq, notify ? "" : " (client gone)");
     finish(j, notify ? done_event_for(*j, p::finish_reason::cancelled, nullptr) : nlohmann::json());
@@ -167,7 +166,7 @@ void scheduler::cancel(const std::shared_ptr<job>& j, bool notify) {
 
 void scheduler::end_early(const std::shared_ptr<job>& j) {
     if (j->st == job::state::finished) return;
-    if (j->st == job::state::running) sup_->cancel(j->seq);
+    if (j->st == job::state::running) runner_->cancel(j->seq);
     ++stats_.served;
     stats_.tokens_generated += static_cast<std::uint64_t>(std::max(0, j->pieces));
     logger()->debug("job {} ended early by its client's limit", j->seq);
@@ -184,7 +183,7 @@ void scheduler::cancel_all() {
 
 void scheduler::on_deadline(const std::shared_ptr<job>& j) {
     if (j->st == job::state::finished) return;
-    if (j->st == job::state::running) sup_->cancel(j->seq);
+    if (j->st == job::state::running) runner_->cancel(j->seq);
     ++stats_.timed_out;
     logger()->debug("job {} reached its deadline", j->seq);
     finish(j, done_event_for(*j, p::finish_reason::timeout, nullptr));

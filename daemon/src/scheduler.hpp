@@ -14,12 +14,11 @@
 #include <string_view>
 #include <unordered_map>
 
-#include <boost/asio/io_context.hpp>
-
 #include "colibri/protocol/codec.hpp"
 #include "colibri/protocol/worker_messages.hpp"
 #include "config.hpp"
 #include "job.hpp"
+#include "job_runner.hpp"
 #include "supervisor.hpp"
 
 namespace colibri::daemon {
@@ -39,10 +38,11 @@ struct scheduler_stats {
 
 class scheduler {
 public:
-    scheduler(boost::asio::io_context& io, const daemon_config& cfg);
+    explicit scheduler(const daemon_config& cfg);
 
-    /// Must be called before anything else; the supervisor reports back through the handlers.
-    void attach(supervisor& sup) { sup_ = &sup; }
+    /// Must be called before anything else; the runner (the supervisor) reports back
+    /// through the handlers.
+    void attach(job_runner& runner) { runner_ = &runner; }
     supervisor::handlers make_handlers();
 
     /// Queues a job; on rejection returns the error (busy, unavailable) and keeps nothing.
@@ -83,9 +83,8 @@ private:
     void on_job_lost(std::uint64_t seq, protocol::error_code code, const std::string& reason);
     void on_unavailable(const std::string& reason);
 
-    boost::asio::io_context& io_;
     const daemon_config& cfg_;
-    supervisor* sup_ = nullptr;
+    job_runner* runner_ = nullptr;
     bool accepting_ = true;
 
     // Fairness: one FIFO per connection, served round-robin.

@@ -40,7 +40,7 @@ server::server(asio::io_context& io, const daemon_config& cfg, listen_socket soc
                peer_policy policy, sd_notifier& notifier, std::optional<int> http_fd)
     : io_(io), cfg_(cfg), listen_(std::move(sock)), acceptor_(io), accept_retry_(io),
       signals_(io, SIGTERM, SIGINT), grace_timer_(io), wedge_signal_(io), policy_(policy),
-      reporter_(io, notifier, [this] { return service_status(); }), scheduler_(io, cfg),
+      reporter_(io, notifier, [this] { return service_status(); }), scheduler_(cfg),
       supervisor_(io, std::move(launch), cfg.watchdog, make_supervisor_handlers()),
       started_(std::chrono::steady_clock::now()), started_unix_(static_cast<std::int64_t>(std::time(nullptr))) {
     acceptor_.assign(asio::local::stream_protocol(), listen_.release_fd());

@@ -14,7 +14,7 @@
 #include "config.hpp"
 #include "listen_socket.hpp"
 #include "sd_notify.hpp"
-#include "supervisor.hpp"
+#include "worker_process.hpp"
 #include "harness.hpp"
 
 namespace cd = colibri::daemon;
