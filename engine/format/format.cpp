@@ -1,5 +1,7 @@
 #include "format/format.h"
 
+#include "colibri/enum_names.hpp"
+
 #include <array>
 #include <cstring>
 #include <type_traits>
@@ -7,28 +9,30 @@
 namespace colibri::format {
 
 namespace {
-constexpr std::array<std::string_view, dtype_count> dtype_names = {"f32", "f16", "bf16", "q8_0",
-                                                                   "q4_0", "q4_0x8", "q8_0x8", "q4_k", "q5_k", "q6_k",
-                                                                   "q4_kx8", "q5_kx8", "q6_kx8", "q4_1", "q5_0",
-                                                                   "q5_1", "iq4_nl", "iq4_xs", "q2_k", "q3_k",
-                                                                   "iq4_xsx8", "q4_1x8", "q5_0x8", "q5_1x8", "iq4_nlx8"};
+constexpr std::array<enum_name_pair<dtype>, dtype_count> dtype_names{{
+    {dtype::f32, "f32"}, {dtype::f16, "f16"}, {dtype::bf16, "bf16"}, {dtype::q8_0, "q8_0"}, {dtype::q4_0, "q4_0"},
+    {dtype::q4_0x8, "q4_0x8"}, {dtype::q8_0x8, "q8_0x8"}, {dtype::q4_k, "q4_k"}, {dtype::q5_k, "q5_k"},
+    {dtype::q6_k, "q6_k"}, {dtype::q4_kx8, "q4_kx8"}, {dtype::q5_kx8, "q5_kx8"}, {dtype::q6_kx8, "q6_kx8"},
+    {dtype::q4_1, "q4_1"}, {dtype::q5_0, "q5_0"}, {dtype::q5_1, "q5_1"}, {dtype::iq4_nl, "iq4_nl"},
+    {dtype::iq4_xs, "iq4_xs"}, {dtype::q2_k, "q2_k"}, {dtype::q3_k, "q3_k"}, {dtype::iq4_xsx8, "iq4_xsx8"},
+    {dtype::q4_1x8, "q4_1x8"}, {dtype::q5_0x8, "q5_0x8"}, {dtype::q5_1x8, "q5_1x8"}, {dtype::iq4_nlx8, "iq4_nlx8"},
+}};
+static_assert([] { // every type named, in order
+    for (uint32_t i = 0; i < dtype_count; ++i) {
+        if (static_cast<uint32_t>(dtype_names[i].first) != i || dtype_names[i].second.empty()) return false;
+    }
+    return true;
+}());
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
     "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2", "deepseek2"};
 } // namespace
 
-std::string_view dtype_name(dtype t) {
-    auto i = static_cast<uint32_t>(t);
-    return i < dtype_count ? dtype_names[i] : "unknown";
-}
+std::string_view dtype_name(dtype t) { return enum_name(dtype_names, t, "unknown"); }
 
 bool parse_dtype(std::string_view name, dtype& out) {
-    for (uint32_t i = 0; i < dtype_count; ++i) {
-        if (dtype_names[i] == name) {
-            out = static_cast<dtype>(i);
-            return true;
-        }
-    }
-    return false;
+    const auto t = enum_value(dtype_names, name);
+    if (t) out = *t;
+    return t.has_value();
 }
 
 uint64_t row_bytes(dtype t, uint64_t n) {

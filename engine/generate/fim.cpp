@@ -1,5 +1,6 @@
 #include "generate/fim.h"
 
+#include "colibri/enum_names.hpp"
 #include "core/error.h"
 
 #include <array>
@@ -94,9 +95,10 @@ bool fim_spellings_of(fim_kind kind, fim_spellings& out) {
 }
 
 bool parse_fim_order(std::string_view name, fim_order& out) {
-    if (name != "psm" && name != "spm") return false;
-    out = name == "spm" ? fim_order::spm : fim_order::psm;
-    return true;
+    constexpr std::array<enum_name_pair<fim_order>, 2> names{{{fim_order::psm, "psm"}, {fim_order::spm, "spm"}}};
+    const auto o = enum_value(names, name);
+    if (o) out = *o;
+    return o.has_value();
 }
 
 fim_template detect_fim(const tokenizer& tok) {

@@ -1,12 +1,13 @@
 #include "colibri/protocol/errors.hpp"
 
+#include "colibri/enum_names.hpp"
+
 #include <array>
-#include <utility>
 
 namespace colibri::protocol {
 namespace {
 
-constexpr std::array<std::pair<error_code, std::string_view>, 11> k_error_names{{
+constexpr std::array<enum_name_pair<error_code>, 11> k_error_names{{
     {error_code::invalid_json, "invalid_json"},
     {error_code::invalid_request, "invalid_request"},
     {error_code::unknown_op, "unknown_op"},
@@ -22,16 +23,8 @@ constexpr std::array<std::pair<error_code, std::string_view>, 11> k_error_names{
 
 } // namespace
 
-std::string_view to_string(error_code code) {
-    for (const auto& [c, name] : k_error_names)
-        if (c == code) return name;
-    return "internal";
-}
+std::string_view to_string(error_code code) { return enum_name(k_error_names, code, "internal"); }
 
-std::optional<error_code> error_code_from_string(std::string_view name) {
-    for (const auto& [c, n] : k_error_names)
-        if (n == name) return c;
-    return std::nullopt;
-}
+std::optional<error_code> error_code_from_string(std::string_view name) { return enum_value(k_error_names, name); }
 
 } // namespace colibri::protocol
