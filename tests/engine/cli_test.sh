@@ -100,30 +100,30 @@ check "colibri-bench reports both thread counts" test "$(grep -o '"threads":[0-9
 stretch='\[[0-9]+\.[0-9]+,[0-9]+\.[0-9]+\]'
 check "two decode stretches per thread count, each a probe and a fraction" \
   test "$(grep -oE "\"decode_stretches\":\[$stretch,$stretch\]" "$tmp/bench" | wc -l)" -eq 2
-check "no stretch read at zero" bash -c "! grep -qE '\[[0-9.]+,0\.0000\]|\[0\.000,' '$tmp/bench'"
-pick='[0-9]+\.[0-9]{3}'
+check "no stretch read at zero" bash -c "! grep -qE '\[[0-9.]+,0\.0\]|\[0\.0,' '$tmp/bench'"
+pick='[0-9]+\.[0-9]+'
 check "colibri-bench times the token pick three ways" \
   grep -qE "\"pick_us\":\{\"greedy\":$pick,\"defaults\":$pick,\"top_k_0\":$pick\}" "$tmp/bench"
-check "no pick timed at zero" bash -c "! grep -qE '\"(greedy|defaults|top_k_0)\":0\.000' '$tmp/bench'"
+check "no pick timed at zero" bash -c "! grep -qE '\"(greedy|defaults|top_k_0)\":0\.0[,}]' '$tmp/bench'"
 # --ops: the last repetition's decode by operation, in the JSON and as a table
 "$bin/colibri-bench" --model "$model" --threads 1 --reps 2 --prompt-tokens 8 --gen-tokens 16 --bandwidth-mib 16 \
   --ops --json >"$tmp/ops" 2>"$tmp/err"; rc=$?
 check "colibri-bench --ops exits 0" test $rc -eq 0
-us='[0-9]+\.[0-9]{2}'
+us='[0-9]+\.[0-9]+'
 for o in 'q/k/v' attention 'attention output' 'feed-forwards' 'LM head' RMSNorms; do
   check "--ops times $o" grep -qE "\{\"op\":\"$o\",\"us_per_token\":$us,\"bytes_per_token\":[1-9][0-9]*,\"calls_per_token\":$us\}" "$tmp/ops"
 done
 check "--ops reports the time between operations" grep -qE "\"between_us\":-?$us\}" "$tmp/ops"
 # the prompt's operations too, and apart: a decode step makes one attention call a layer, the
 # prompt (one batch) as many
-ms='[0-9]+\.[0-9]{3}'
+ms='[0-9]+\.[0-9]+'
 for o in 'q/k/v' attention 'feed-forwards' 'LM head'; do
   check "--ops times the prompt's $o" grep -qE "\"prefill_ops\":\{\"ms\":[0-9.]+,\"ops\":\[.*\{\"op\":\"$o\",\"ms\":$ms,\"calls\":[1-9][0-9]*\}.*\],\"between_ms\":-?$ms\}" "$tmp/ops"
 done
 layers=$(grep -oE '"op":"attention","ms":[0-9.]+,"calls":[0-9]+' "$tmp/ops" | grep -oE '[0-9]+$')
 check "the prompt's attention calls counted" test "${layers:-0}" -ge 1
 check "decode's attention: one call a layer a token, none of the prompt's" \
-  grep -qE "\{\"op\":\"attention\",\"us_per_token\":$us,\"bytes_per_token\":[0-9]+,\"calls_per_token\":$layers\.00\}" "$tmp/ops"
+  grep -qE "\{\"op\":\"attention\",\"us_per_token\":$us,\"bytes_per_token\":[0-9]+,\"calls_per_token\":$layers\.0\}" "$tmp/ops"
 "$bin/colibri-bench" --model "$model" --threads 1 --reps 1 --prompt-tokens 8 --gen-tokens 16 --bandwidth-mib 16 \
   --ops >"$tmp/ops" 2>"$tmp/err"
 check "--ops prints its table" grep -qE "^    LM head +[0-9.]+ +[0-9.]+%" "$tmp/ops"
