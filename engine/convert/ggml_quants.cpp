@@ -95,7 +95,7 @@ void dequantize_row(uint32_t id, const uint8_t* row, float* out, int64_t n) {
         for (int64_t ib = 0; ib < nb; ++ib, b += 18, out += 32) {
             const float d = half_at(b);
             for (int i = 0; i < 16; ++i) {
-                out[i] = d * ((b[2 + i] & 15) - 8);
+                out[i] = d * static_cast<float>((b[2 + i] & 15) - 8);
                 out[i + 16] = d * ((b[2 + i] >> 4) - 8);
             }
         }

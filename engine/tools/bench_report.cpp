@@ -196,7 +196,7 @@ std::string json_line(const device_bench& b) {
 void print_text(const cpu_bench& b) {
     const bench_options& o = b.options;
     std::printf("model %s: %s, %s weights, %.1f MiB, %.1fM parameters (%.1fM active), %s kernels%s\n", b.model_path.c_str(),
-                b.arch.c_str(), b.weight_type.c_str(), b.file_bytes / 1048576.0, b.params / 1e6, b.params_active / 1e6,
+                b.arch.c_str(), b.weight_type.c_str(), double(b.file_bytes) / 1048576.0, double(b.params) / 1e6, double(b.params_active) / 1e6,
                 b.kernels.c_str(), o.f32_act ? ", f32 activations" : ", int8 activations");
     std::printf("load to ready %.1f ms (process start to ready %.1f ms, not counting a random model's writing; then the "
                 "weights' pages mapped in, %.1f ms, before the repetitions); bytes read per decoded token %.1f MiB "
@@ -226,7 +226,7 @@ void print_text(const cpu_bench& b) {
         if (r.prefill_ops_seconds > 0) print_prefill_ops(r.prefill_ops, r.prefill_ops_seconds, o.prompt_tokens);
         if (r.ops_tokens > 0) print_ops(r.ops, r.ops_probe, r.ops_seconds, r.ops_tokens);
     }
-    std::printf("peak RSS %.1f MiB (the model running, without the probes)\n", b.model_rss_kib / 1024.0);
+    std::printf("peak RSS %.1f MiB (the model running, without the probes)\n", double(b.model_rss_kib) / 1024.0);
     std::printf("token pick on the last step's logits (%u tokens): greedy %.1f us, defaults (temperature 0.8, "
                 "top-k 40, top-p 0.95, min-p 0.05) %.1f us, top-k 0 %.1f us\n",
                 b.n_vocab, b.pick.greedy_us, b.pick.defaults_us, b.pick.all_us);

@@ -25,9 +25,9 @@ format::arch parse_arch(const std::string& s) {
 
 std::string human_count(uint64_t n) {
     char buf[32];
-    if (n >= 1000000000ull) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-    else if (n >= 1000000ull) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-    else if (n >= 1000ull) std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+    if (n >= 1000000000ull) std::snprintf(buf, sizeof buf, "%.2fB", double(n) / 1e9);
+    else if (n >= 1000000ull) std::snprintf(buf, sizeof buf, "%.2fM", double(n) / 1e6);
+    else if (n >= 1000ull) std::snprintf(buf, sizeof buf, "%.1fK", double(n) / 1e3);
     else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(n));
     return buf;
 }
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr,
                      "wrote %s: %s, %zu tensors, %s parameters (%s active per token), %.1f MiB, %.2f s\n",
                      output.c_str(), s.family.c_str(), s.n_tensors, human_count(s.n_params).c_str(),
-                     human_count(s.n_params_active).c_str(), s.file_size / 1048576.0, s.seconds);
+                     human_count(s.n_params_active).c_str(), double(s.file_size) / 1048576.0, s.seconds);
         for (const type_conversion& c : s.conversions) {
             const std::string how = c.copied ? "blocks copied" :
                                     c.err2 == 0 ? "exact" : "relative RMS error " + std::to_string(c.rms_rel_error());
