@@ -8,7 +8,7 @@
 /// built with it, reads the watchdog settings (sd_watchdog_enabled) and takes activated
 /// sockets (sd_listen_fds, in listen_socket.cpp).
 ///
-/// The environment is left as systemd set it; the supervisor removes NOTIFY_SOCKET,
+/// The environment is left as systemd set it; worker_process removes NOTIFY_SOCKET,
 /// WATCHDOG_* and LISTEN_* from the worker's environment.
 
 #include <chrono>
