@@ -80,8 +80,7 @@ double to_double(const std::string& flag, const std::string& v) {
         std::size_t pos = 0;
         const double x = std::stod(v, &pos);
         if (pos == v.size()) return x;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     throw usage_error(flag + " needs a number, got '" + v + "'");
 }
 
@@ -90,8 +89,7 @@ long long to_integer(const std::string& flag, const std::string& v) {
         std::size_t pos = 0;
         const long long x = std::stoll(v, &pos);
         if (pos == v.size()) return x;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     throw usage_error(flag + " needs an integer, got '" + v + "'");
 }
 
@@ -212,8 +210,8 @@ public:
             if (r == p::line_framer::result::too_long) throw std::runtime_error("oversized line from the daemon");
             int wait = -1;
             if (deadline) {
-                const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    *deadline - std::chrono::steady_clock::now());
+                const auto left =
+                    std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
                 wait = static_cast<int>(std::max<long long>(0, left.count()));
             }
             pollfd pfd{fd_, POLLIN, 0};

@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
     po::options_description opts(
         "colibri-http-bench: completion latency through llama-server's /infill (colibrid --http or llama-server)\n\n"
         "  colibri-http-bench [--url http://HOST:PORT] [options]\n\nOptions");
-    opts.add_options()("help,h", "show this help")("url", po::value(&url), "the server (default http://127.0.0.1:8012)")(
+    opts.add_options()("help,h", "show this help")("url", po::value(&url),
+                                                   "the server (default http://127.0.0.1:8012)")(
         "text", po::value(&text_file), "source text to type (default: generated Python)")(
         "start", po::value(&start_chars), "typing: characters already written when typing starts (default 2000)")(
         "keystrokes", po::value(&keystrokes), "typing: keystrokes, one request each (default 60; 0: skip)")(
@@ -206,8 +207,8 @@ int main(int argc, char** argv) {
             for (int k = -1; k < keystrokes; ++k) {
                 const size_t cursor = start + static_cast<size_t>(std::max(k, 0));
                 const size_t line_start = text.rfind('\n', cursor - 1) + 1;
-                json req = {{"n_predict", n_predict}, {"temperature", 0}, {"top_k", 40}, {"top_p", 0.99},
-                            {"stream", false}, {"cache_prompt", true}};
+                json req = {{"n_predict", n_predict}, {"temperature", 0}, {"top_k", 40},
+                            {"top_p", 0.99},          {"stream", false},  {"cache_prompt", true}};
                 if (no_speculative) req["speculative"] = false;
                 if (endpoint == "infill") {
                     req.update({{"input_prefix", text.substr(0, line_start)},

@@ -142,8 +142,8 @@ using colibri::bench::percentile;
 bool speculative = true; // --no-speculative: every request asks for plain decoding
 
 json complete_req(const json& id, const std::string& prompt, int max_tokens) {
-    json req = {{"id", id}, {"op", "complete"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
-                {"timeout_ms", 600000}};
+    json req = {{"id", id},         {"op", "complete"},    {"prompt", prompt}, {"max_tokens", max_tokens},
+                {"temperature", 0}, {"timeout_ms", 600000}};
     if (!speculative) req["speculative"] = false;
     return req;
 }
@@ -164,16 +164,16 @@ int main(int argc, char** argv) {
     int keystrokes = 30, interval_ms = 100, burst = 5, pause_ms = 4000, max_tokens = 16, typing_tokens = 500,
         suffix_chars = 0;
     bool as_json = false;
-    po::options_description opts(
-        "colibri-typing-bench: latency as you type, through a running colibrid\n\n"
-        "  colibri-typing-bench [--socket PATH] [options]\n\nOptions");
+    po::options_description opts("colibri-typing-bench: latency as you type, through a running colibrid\n\n"
+                                 "  colibri-typing-bench [--socket PATH] [options]\n\nOptions");
     opts.add_options()("help,h", "show this help")("socket", po::value(&socket), "the daemon's socket")(
         "text", po::value(&text_file), "source text to type (default: generated Python)")(
         "sizes", po::value(&sizes_arg), "follow-up: prompt sizes in tokens, comma-separated (default 500,1000)")(
         "typing-tokens", po::value(&typing_tokens), "typing: tokens of text before the cursor (default 500)")(
-        "suffix-chars", po::value(&suffix_chars), "typing: characters of text after the cursor sent as the suffix "
-                                                  "(fill-in-the-middle; default 0: none)")(
-        "keystrokes", po::value(&keystrokes), "typing: keystrokes (default 30)")(
+        "suffix-chars", po::value(&suffix_chars),
+        "typing: characters of text after the cursor sent as the suffix "
+        "(fill-in-the-middle; default 0: none)")("keystrokes", po::value(&keystrokes),
+                                                 "typing: keystrokes (default 30)")(
         "interval-ms", po::value(&interval_ms), "typing: time between keystrokes of a burst (default 100)")(
         "burst", po::value(&burst), "typing: keystrokes per burst (default 5)")(
         "pause-ms", po::value(&pause_ms), "typing: pause after each burst (default 4000)")(
@@ -181,7 +181,8 @@ int main(int argc, char** argv) {
         "json", po::bool_switch(&as_json), "one JSON object per measurement")(
         "no-speculative", "requests without drafts from the context (the daemon's speculative decoding off)");
     po::variables_map vm;
-    if (const int status = colibri::cli::parse(argc, argv, "colibri-typing-bench", opts, vm); status >= 0) return status;
+    if (const int status = colibri::cli::parse(argc, argv, "colibri-typing-bench", opts, vm); status >= 0)
+        return status;
     speculative = vm.count("no-speculative") == 0;
     try {
         std::string text = default_text();
@@ -206,7 +207,8 @@ int main(int argc, char** argv) {
         const double chars_per_token = static_cast<double>(probe_chars) / probe["usage"]["prompt_tokens"].get<double>();
         auto chars_for = [&](int tokens) {
             const auto n = static_cast<size_t>(tokens * chars_per_token);
-            if (n + 16 > text.size()) throw std::runtime_error("the text is too short for " + std::to_string(tokens) + " tokens");
+            if (n + 16 > text.size())
+                throw std::runtime_error("the text is too short for " + std::to_string(tokens) + " tokens");
             return n;
         };
 
@@ -232,14 +234,17 @@ int main(int argc, char** argv) {
                         {"prompt_tokens", cold["usage"]["prompt_tokens"]},
                         {"cold_ttft_ms", cold_ms},
                         {"plus1_ttft_ms", plus1_ms},
-                        {"plus1_new_tokens", plus1["usage"]["prompt_tokens"].get<int>() - plus1["usage"]["cached_tokens"].get<int>()},
+                        {"plus1_new_tokens",
+                         plus1["usage"]["prompt_tokens"].get<int>() - plus1["usage"]["cached_tokens"].get<int>()},
                         {"plus5_ttft_ms", plus5_ms},
-                        {"plus5_new_tokens", plus5["usage"]["prompt_tokens"].get<int>() - plus5["usage"]["cached_tokens"].get<int>()},
+                        {"plus5_new_tokens",
+                         plus5["usage"]["prompt_tokens"].get<int>() - plus5["usage"]["cached_tokens"].get<int>()},
                         {"decode_step_ms", step_ms}};
             if (as_json) {
                 std::cout << row.dump() << std::endl;
             } else {
-                std::printf("follow-up  %4d tokens: cold %8.1f ms | +1 char %6.1f ms (%d new tokens, %.2f%% of cold, %.2fx a decode step)"
+                std::printf("follow-up  %4d tokens: cold %8.1f ms | +1 char %6.1f ms (%d new tokens, %.2f%% of cold, "
+                            "%.2fx a decode step)"
                             " | +5 chars %6.1f ms (%d new, %.2f%%, %.2fx) | decode step %.1f ms\n",
                             row["prompt_tokens"].get<int>(), cold_ms, plus1_ms, row["plus1_new_tokens"].get<int>(),
                             100 * plus1_ms / cold_ms, plus1_ms / step_ms, plus5_ms, row["plus5_new_tokens"].get<int>(),
@@ -250,9 +255,9 @@ int main(int argc, char** argv) {
 
         // Typing: one request per keystroke in one session.
         const size_t start = chars_for(typing_tokens);
-        const std::string suffix = suffix_chars > 0 ? text.substr(start + static_cast<size_t>(keystrokes),
-                                                                  static_cast<size_t>(suffix_chars))
-                                                    : std::string();
+        const std::string suffix =
+            suffix_chars > 0 ? text.substr(start + static_cast<size_t>(keystrokes), static_cast<size_t>(suffix_chars))
+                             : std::string();
         auto with_suffix = [&](json req) {
             if (!suffix.empty()) req["suffix"] = suffix;
             return req;
@@ -267,7 +272,8 @@ int main(int argc, char** argv) {
             for (int k = 1; k <= keystrokes; ++k) {
                 std::this_thread::sleep_until(at);
                 at += std::chrono::milliseconds(k % std::max(burst, 1) == 0 ? pause_ms : interval_ms);
-                const std::string prompt = (reuse ? head : unique_line()) + text.substr(0, start + static_cast<size_t>(k));
+                const std::string prompt =
+                    (reuse ? head : unique_line()) + text.substr(0, start + static_cast<size_t>(k));
                 json req = with_suffix(complete_req(id(), prompt, max_tokens));
                 req["session"] = session;
                 ids.push_back(req["id"]);
@@ -308,13 +314,13 @@ int main(int argc, char** argv) {
             if (as_json) {
                 std::cout << row.dump() << std::endl;
             } else {
-                std::printf("typing     %s reuse: %d keystrokes (bursts of %d every %d ms, then %d ms), %zu completed, %d "
-                            "superseded | queued median %.1f ms p95 %.1f ms | first token median %.1f ms p95 %.1f ms | %d "
-                            "tokens median %.1f ms p95 %.1f ms | prompt tokens computed median %.0f\n",
-                            reuse ? "with   " : "without", keystrokes, burst, interval_ms, pause_ms, ttft.size(), cancelled,
-                            percentile(queued, 0.5), percentile(queued, 0.95), percentile(ttft, 0.5),
-                            percentile(ttft, 0.95), max_tokens, percentile(full, 0.5), percentile(full, 0.95),
-                            percentile(recomputed, 0.5));
+                std::printf(
+                    "typing     %s reuse: %d keystrokes (bursts of %d every %d ms, then %d ms), %zu completed, %d "
+                    "superseded | queued median %.1f ms p95 %.1f ms | first token median %.1f ms p95 %.1f ms | %d "
+                    "tokens median %.1f ms p95 %.1f ms | prompt tokens computed median %.0f\n",
+                    reuse ? "with   " : "without", keystrokes, burst, interval_ms, pause_ms, ttft.size(), cancelled,
+                    percentile(queued, 0.5), percentile(queued, 0.95), percentile(ttft, 0.5), percentile(ttft, 0.95),
+                    max_tokens, percentile(full, 0.5), percentile(full, 0.95), percentile(recomputed, 0.5));
                 std::fflush(stdout);
             }
         }

@@ -54,8 +54,7 @@ typedef struct colibri_model_params {
 void colibri_model_params_init(colibri_model_params* params);
 
 /** Maps and validates the file. On failure *out is NULL. */
-colibri_status colibri_model_load(const char* path, const colibri_model_params* params,
-                                  colibri_model** out);
+colibri_status colibri_model_load(const char* path, const colibri_model_params* params, colibri_model** out);
 void colibri_model_free(colibri_model* model);
 
 typedef struct colibri_model_info {
@@ -88,7 +87,7 @@ typedef struct colibri_expert_cache_stats {
 colibri_status colibri_model_expert_cache(const colibri_model* model, colibri_expert_cache_stats* stats);
 
 typedef struct colibri_session_params {
-    int n_ctx;   /**< 0: the model's context length, at most 4096 */
+    int n_ctx; /**< 0: the model's context length, at most 4096 */
     int n_batch; /**< most prompt tokens evaluated at once, 1..4096 (0: 128); a prompt can be cancelled between a batch's layers */
 } colibri_session_params;
 
@@ -108,17 +107,17 @@ typedef struct colibri_context_file {
 } colibri_context_file;
 
 typedef struct colibri_generate_params {
-    int max_tokens;       /**< tokens to generate at most (default 128) */
-    float temperature;    /**< 0: greedy (default 0.8) */
-    int top_k;            /**< 0: off (default 40) */
-    float top_p;          /**< 1: off (default 0.95) */
-    float min_p;          /**< 0: off (default 0.05) */
-    float repeat_penalty; /**< 1: off (default 1.0) */
-    int repeat_last_n;    /**< window of the repetition penalty (default 64) */
-    uint64_t seed;        /**< same seed, same tokens */
+    int max_tokens;          /**< tokens to generate at most (default 128) */
+    float temperature;       /**< 0: greedy (default 0.8) */
+    int top_k;               /**< 0: off (default 40) */
+    float top_p;             /**< 1: off (default 0.95) */
+    float min_p;             /**< 0: off (default 0.05) */
+    float repeat_penalty;    /**< 1: off (default 1.0) */
+    int repeat_last_n;       /**< window of the repetition penalty (default 64) */
+    uint64_t seed;           /**< same seed, same tokens */
     const char* const* stop; /**< stop strings; generation ends before the match */
     size_t n_stop;
-    int add_bos;          /**< -1: the model's default, 0: no, 1: yes */
+    int add_bos; /**< -1: the model's default, 0: no, 1: yes */
     /** Text after the cursor (NULL: none). With a suffix the prompt is the text before the
      *  cursor and the model fills in the middle with its FIM tokens; a model without them
      *  completes the prompt alone (see colibri_generate_result.fim). */
@@ -179,10 +178,10 @@ typedef struct colibri_generate_result {
     colibri_finish_reason finish_reason;
     int n_prompt_tokens;
     int n_generated_tokens;
-    double prompt_ms;   /**< prefill time */
-    double generate_ms; /**< decode time (after the first token) */
-    int n_cached_tokens; /**< prompt tokens reused from the session's cache */
-    const char* fim;     /**< FIM template used ("none": plain completion); static string */
+    double prompt_ms;      /**< prefill time */
+    double generate_ms;    /**< decode time (after the first token) */
+    int n_cached_tokens;   /**< prompt tokens reused from the session's cache */
+    const char* fim;       /**< FIM template used ("none": plain completion); static string */
     int n_drafted_tokens;  /**< tokens drafted from the context and verified */
     int n_accepted_tokens; /**< of those, the ones kept */
 } colibri_generate_result;
@@ -200,8 +199,7 @@ typedef int (*colibri_piece_callback)(void* user, const char* piece, size_t len)
  * prompt that extends the last one pays only for its new tokens.
  */
 colibri_status colibri_generate(colibri_session* session, const char* prompt, size_t prompt_len,
-                                const colibri_generate_params* params,
-                                colibri_piece_callback callback, void* user,
+                                const colibri_generate_params* params, colibri_piece_callback callback, void* user,
                                 colibri_generate_result* result);
 
 /**
@@ -252,8 +250,8 @@ size_t colibri_session_memory(const colibri_session* session);
 
 /** Tokenizes text into ids (no BOS); text that spells a special token stays text. Returns
  *  the number of ids; writes at most capacity. */
-colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len,
-                                int32_t* ids, size_t capacity, size_t* n_ids);
+colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len, int32_t* ids, size_t capacity,
+                                size_t* n_ids);
 
 #ifdef __cplusplus
 }

@@ -19,8 +19,8 @@ namespace {
 template <class T>
 void require_range(const char* name, T value, T lo, T hi) {
     if (value < lo || value > hi)
-        throw config_error(std::string("--") + name + " must be between " + std::to_string(lo) +
-                           " and " + std::to_string(hi) + " (got " + std::to_string(value) + ")");
+        throw config_error(std::string("--") + name + " must be between " + std::to_string(lo) + " and " +
+                           std::to_string(hi) + " (got " + std::to_string(value) + ")");
 }
 
 } // namespace
@@ -53,7 +53,6 @@ http_address parse_http_address(const std::string& spec) {
     return a;
 }
 
-
 command_line parse_command_line(int argc, const char* const* argv) {
     command_line out;
     daemon_config& c = out.config;
@@ -61,6 +60,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
     std::string config_file;
 
     po::options_description general("General");
+    // clang-format off
     general.add_options()
         ("help,h", "print this help and exit")
         ("version", "print the version and exit")
@@ -75,8 +75,10 @@ command_line parse_command_line(int argc, const char* const* argv) {
          "on a GPU: MiB of device memory for the weights; 0: no limit (routed experts that do not fit are copied in when used)")
         ("threads", po::value(&c.threads)->default_value(c.threads), "engine threads; 0: the CPUs this process may use")
         ("log-level", po::value(&c.log_level)->default_value(c.log_level), "trace, debug, info, warn, error, off");
+    // clang-format on
 
     po::options_description limits("Limits");
+    // clang-format off
     limits.add_options()
         ("max-connections", po::value(&c.max_connections)->default_value(c.max_connections), "concurrent client connections")
         ("max-queue", po::value(&c.max_queue)->default_value(c.max_queue), "queued completions before 'busy'")
@@ -87,8 +89,10 @@ command_line parse_command_line(int argc, const char* const* argv) {
         ("default-timeout-ms", po::value(&c.default_timeout_ms)->default_value(c.default_timeout_ms), "deadline of a request without timeout_ms")
         ("max-timeout-ms", po::value(&c.max_timeout_ms)->default_value(c.max_timeout_ms), "cap on a request's timeout_ms")
         ("shutdown-grace-ms", po::value(&c.shutdown_grace_ms)->default_value(c.shutdown_grace_ms), "on SIGTERM, time to finish in-flight work");
+    // clang-format on
 
     po::options_description cache("Prompt cache");
+    // clang-format off
     cache.add_options()
         ("cache-slots", po::value(&c.cache_slots)->default_value(c.cache_slots), "KV caches the worker keeps; a request reuses the one sharing the longest prefix with its prompt")
         ("cache-memory-mb", po::value(&c.cache_memory_mb)->default_value(c.cache_memory_mb), "memory all cached tokens may take; least recently used slots are emptied first")
@@ -97,16 +101,21 @@ command_line parse_command_line(int argc, const char* const* argv) {
          "speculative decoding with drafts from the context (the same tokens, fewer steps where a completion "
          "repeats its context); false turns it off for every request, true leaves it to each request's 'speculative'")
         ("fim-order", po::value(&c.fim_order)->default_value(c.fim_order), "fill-in-the-middle prompt order: auto (the order the model file records: spm for Colibri's default model, else psm), psm (prefix, suffix, middle), or spm (suffix first: keeps the cache valid up to the cursor; only for models trained with it, such as StarCoder and CodeLlama)");
+    // clang-format on
 
     po::options_description http("HTTP (llama-server's /infill and /completion, OpenAI's /v1/completions)");
+    // clang-format off
     http.add_options()
         ("http", po::value(&c.http), "also answer HTTP on HOST:PORT (such as 127.0.0.1:8012) or unix:PATH; off unless given. "
                                      "An address other machines can reach needs --api-key-file")
         ("api-key-file", po::value(&c.api_key_file), "file holding the key HTTP clients must send (Authorization: Bearer KEY)")
         ("http-timeout-ms", po::value(&c.http_timeout_ms)->default_value(c.http_timeout_ms),
          "time a client may take to send a whole request, and that an idle keep-alive connection stays open");
+    // clang-format on
 
-    po::options_description remote("Remote backend (complete on OpenAI-compatible servers: vLLM, SGLang, llama-server)");
+    po::options_description remote(
+        "Remote backend (complete on OpenAI-compatible servers: vLLM, SGLang, llama-server)");
+    // clang-format off
     remote.add_options()
         ("backend", po::value(&c.backend)->default_value(c.backend), "local (the engine on --model) or openai (forward to --upstream)")
         ("upstream", po::value(&c.upstreams)->composing(), "with --backend openai: a server's URL, http[s]://HOST:PORT[/PATH]; "
@@ -120,8 +129,10 @@ command_line parse_command_line(int argc, const char* const* argv) {
          "template --upstream-tokenizer spells); context files then reach the model too")
         ("upstream-tokenizer", po::value(&c.upstream_tokenizer),
          "with --upstream-fim auto: the served model's tokenizer: its Hugging Face tokenizer.json, or its GGUF file");
+    // clang-format on
 
     po::options_description watchdog("Watchdog");
+    // clang-format off
     watchdog.add_options()
         ("ping-interval-ms", po::value(&w.ping_interval_ms)->default_value(w.ping_interval_ms), "worker liveness probe period")
         ("liveness-timeout-ms", po::value(&w.liveness_timeout_ms)->default_value(w.liveness_timeout_ms), "unanswered probe time before the worker is killed")
@@ -132,11 +143,14 @@ command_line parse_command_line(int argc, const char* const* argv) {
         ("crash-loop-threshold", po::value(&w.crash_loop_threshold)->default_value(w.crash_loop_threshold), "crashes within the window that make the daemon unavailable")
         ("crash-loop-window-ms", po::value(&w.crash_loop_window_ms)->default_value(w.crash_loop_window_ms), "crash counting window")
         ("crash-loop-retry-ms", po::value(&w.crash_loop_retry_ms)->default_value(w.crash_loop_retry_ms), "time unavailable before the next attempt");
+    // clang-format on
 
     po::options_description advanced("Advanced and testing");
+    // clang-format off
     advanced.add_options()
         ("worker-exe", po::value(&c.worker_exe), "worker executable (default: colibri-worker next to colibrid)")
         ("enable-fault-injection", po::bool_switch(&c.enable_fault_injection), "accept the debug_fault request field, and let SIGUSR1 wedge the event loop (tests only)");
+    // clang-format on
 
     po::options_description all("colibrid: the Colibri completion daemon\n\nUsage: colibrid --model FILE [options]");
     all.add(general).add(limits).add(cache).add(http).add(remote).add(watchdog).add(advanced);

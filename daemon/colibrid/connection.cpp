@@ -30,37 +30,37 @@ void connection::start() { do_read(); }
 
 void connection::do_read() {
     if (closing_ || stopped_) return;
-    socket_.async_read_some(asio::buffer(read_buf_), [self = shared_from_this()](boost::system::error_code ec,
-                                                                                  std::size_t n) {
-        if (self->stopped_ || self->closing_) return;
-        if (ec) {
-            // EOF: either the client closed (cancel its work) or it only shut down its
-            // sending side, as `nc -N` does after the last request (finish its work).
-            if (ec == asio::error::eof && !self->peer_gone() && !self->jobs_.empty()) {
-                self->read_closed_ = true;
-                return;
-            }
-            self->server_.on_disconnect(self);
-            return;
-        }
-        self->framer_.feed(std::string_view(self->read_buf_.data(), n));
-        std::string line;
-        for (;;) {
-            const auto r = self->framer_.next(line);
-            if (r == p::line_framer::result::need_more) break;
-            if (r == p::line_framer::result::too_long) {
-                self->send_and_close(p::make_error_event(
-                    nullptr, p::error_code::too_large,
-                    "request line longer than " + std::to_string(self->framer_.max_line_bytes()) +
-                        " bytes; closing the connection"));
-                self->server_.cancel_jobs(self);
-                return;
-            }
-            self->server_.handle_line(self, line);
+    socket_.async_read_some(
+        asio::buffer(read_buf_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
             if (self->stopped_ || self->closing_) return;
-        }
-        self->do_read();
-    });
+            if (ec) {
+                // EOF: either the client closed (cancel its work) or it only shut down its
+                // sending side, as `nc -N` does after the last request (finish its work).
+                if (ec == asio::error::eof && !self->peer_gone() && !self->jobs_.empty()) {
+                    self->read_closed_ = true;
+                    return;
+                }
+                self->server_.on_disconnect(self);
+                return;
+            }
+            self->framer_.feed(std::string_view(self->read_buf_.data(), n));
+            std::string line;
+            for (;;) {
+                const auto r = self->framer_.next(line);
+                if (r == p::line_framer::result::need_more) break;
+                if (r == p::line_framer::result::too_long) {
+                    self->send_and_close(p::make_error_event(nullptr, p::error_code::too_large,
+                                                             "request line longer than " +
+                                                                 std::to_string(self->framer_.max_line_bytes()) +
+                                                                 " bytes; closing the connection"));
+                    self->server_.cancel_jobs(self);
+                    return;
+                }
+                self->server_.handle_line(self, line);
+                if (self->stopped_ || self->closing_) return;
+            }
+            self->do_read();
+        });
 }
 
 bool connection::peer_gone() const {
@@ -113,16 +113,16 @@ void connection::do_write() {
     writing_.clear();
     for (auto& s : out_) writing_ += s;
     out_.clear();
-    asio::async_write(socket_, asio::buffer(writing_), [self = shared_from_this()](boost::system::error_code ec,
-                                                                                    std::size_t n) {
-        if (self->stopped_) return;
-        self->out_bytes_ -= std::min(self->out_bytes_, n);
-        if (ec) {
-            self->server_.on_disconnect(self);
-            return;
-        }
-        self->do_write();
-    });
+    asio::async_write(socket_, asio::buffer(writing_),
+                      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                          if (self->stopped_) return;
+                          self->out_bytes_ -= std::min(self->out_bytes_, n);
+                          if (ec) {
+                              self->server_.on_disconnect(self);
+                              return;
+                          }
+                          self->do_write();
+                      });
 }
 
 void connection::forget(const std::string& key) {

@@ -214,8 +214,8 @@ json openai_chunk(const http_reply& r, std::string_view text, const json& finish
             {"object", "text_completion"},
             {"created", r.created},
             {"model", r.model},
-            {"choices", json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr},
-                                      {"finish_reason", finish_reason}}})}};
+            {"choices",
+             json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}})}};
 }
 
 const char* openai_finish(const http_outcome& o) { return ended_by_limit(o) ? "length" : "stop"; }
@@ -275,9 +275,15 @@ std::variant<http_completion, p::request_error> parse_http_completion(http_api a
 }
 
 json http_generation_settings(const p::complete_request& req, int n_ctx) {
-    json s = {{"n_ctx", n_ctx},          {"n_predict", req.max_tokens}, {"temperature", req.temperature},
-              {"top_k", req.top_k},      {"top_p", req.top_p},          {"min_p", req.min_p},
-              {"repeat_penalty", req.repeat_penalty}, {"stop", req.stop}, {"n_indent", req.min_indent},
+    json s = {{"n_ctx", n_ctx},
+              {"n_predict", req.max_tokens},
+              {"temperature", req.temperature},
+              {"top_k", req.top_k},
+              {"top_p", req.top_p},
+              {"min_p", req.min_p},
+              {"repeat_penalty", req.repeat_penalty},
+              {"stop", req.stop},
+              {"n_indent", req.min_indent},
               {"speculative", req.speculative}};
     if (req.seed) s["seed"] = *req.seed;
     return s;

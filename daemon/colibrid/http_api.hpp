@@ -36,7 +36,7 @@ struct http_completion {
 /// logprobs, n > 1 ...) are refused. `max_tokens` is the daemon's limit, used when the
 /// client asks for no limit (n_predict -1).
 std::variant<http_completion, protocol::request_error> parse_http_completion(http_api api, std::string_view body,
-                                                                              const protocol::request_limits& limits);
+                                                                             const protocol::request_limits& limits);
 
 /// What a finished completion reports, gathered from its events.
 struct http_outcome {
@@ -50,8 +50,8 @@ struct http_outcome {
 /// Identity of one reply, fixed when the request arrives.
 struct http_reply {
     http_api api = http_api::completion;
-    std::string model;   ///< the model's name (OpenAI "model", llama-server "model")
-    std::string id;      ///< OpenAI "cmpl-..."
+    std::string model;        ///< the model's name (OpenAI "model", llama-server "model")
+    std::string id;           ///< OpenAI "cmpl-..."
     std::int64_t created = 0; ///< Unix seconds
     nlohmann::json settings;  ///< llama-server's "generation_settings"
 };

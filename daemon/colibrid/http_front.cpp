@@ -40,7 +40,7 @@ std::string read_api_key(const std::string& path) {
     key = key.substr(first, key.find_last_not_of(" \t\r\n") - first + 1);
     if (key.find_first_of(" \t\r\n") != std::string::npos)
         throw startup_error("the API key file '" + path + "' must hold one key on one line");
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)) != 0)
         logger()->warn("the API key file '{}' is readable by other users", path);
     return key;
@@ -57,7 +57,7 @@ bool same_secret(std::string_view given, std::string_view key) {
 /// Binds a Unix socket at `path`, replacing a stale socket file (one nobody listens on).
 void bind_unix(asio::basic_socket_acceptor<asio::generic::stream_protocol>& acceptor, const std::string& path,
                std::optional<gid_t> group) {
-    struct stat st{};
+    struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) throw startup_error("--http: '" + path + "' exists and is not a socket");
         asio::io_context probe_io;
@@ -90,7 +90,8 @@ http_front::http_front(asio::io_context& io, const daemon_config& cfg, server& s
     if (!cfg.api_key_file.empty()) api_key_ = read_api_key(cfg.api_key_file);
     auto require_key_off_loopback = [&](const asio::ip::tcp::endpoint& ep) {
         if (ep.address().is_loopback() || api_key_) return;
-        throw startup_error("HTTP on " + ep.address().to_string() + " is reachable from other machines: give "
+        throw startup_error("HTTP on " + ep.address().to_string() +
+                            " is reachable from other machines: give "
                             "--api-key-file, or listen on a loopback address such as 127.0.0.1:" +
                             std::to_string(ep.port()));
     };

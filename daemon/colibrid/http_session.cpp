@@ -66,23 +66,23 @@ void http_session::read_next() {
     parser_->body_limit(front_.cfg().max_line_bytes);
     if (!responding_) arm_timeout();
     reading_ = true;
-    http::async_read_header(socket_, buffer_, *parser_, [self = shared_from_this()](boost::system::error_code ec,
-                                                                                     std::size_t) {
-        if (ec || self->stopped_) {
-            self->reading_ = false;
-            self->on_read(ec);
-            return;
-        }
-        // A client that asks before sending its body (curl does above 1 MiB) is told to go on.
-        const auto expect = self->parser_->get()[http::field::expect];
-        if (!self->responding_ && boost::beast::iequals(expect, "100-continue"))
-            self->write("HTTP/1.1 100 Continue\r\n\r\n");
-        http::async_read(self->socket_, self->buffer_, *self->parser_,
-                         [self](boost::system::error_code ec2, std::size_t) {
-                             self->reading_ = false;
-                             self->on_read(ec2);
-                         });
-    });
+    http::async_read_header(socket_, buffer_, *parser_,
+                            [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                                if (ec || self->stopped_) {
+                                    self->reading_ = false;
+                                    self->on_read(ec);
+                                    return;
+                                }
+                                // A client that asks before sending its body (curl does above 1 MiB) is told to go on.
+                                const auto expect = self->parser_->get()[http::field::expect];
+                                if (!self->responding_ && boost::beast::iequals(expect, "100-continue"))
+                                    self->write("HTTP/1.1 100 Continue\r\n\r\n");
+                                http::async_read(self->socket_, self->buffer_, *self->parser_,
+                                                 [self](boost::system::error_code ec2, std::size_t) {
+                                                     self->reading_ = false;
+                                                     self->on_read(ec2);
+                                                 });
+                            });
 }
 
 void http_session::on_read(boost::system::error_code ec) {
@@ -103,10 +103,10 @@ void http_session::on_read(boost::system::error_code ec) {
             respond_error(431, "too_large",
                           "the request headers exceed " + std::to_string(max_header_bytes) + " bytes");
         else if (ec == http::error::body_limit)
-            respond_error(413, "too_large", "the request body exceeds " + std::to_string(front_.cfg().max_line_bytes) +
-                                                " bytes (--max-line-bytes)");
-        else
-            respond_error(400, "invalid_request", "malformed HTTP request: " + ec.message());
+            respond_error(413, "too_large",
+                          "the request body exceeds " + std::to_string(front_.cfg().max_line_bytes) +
+                              " bytes (--max-line-bytes)");
+        else respond_error(400, "invalid_request", "malformed HTTP request: " + ec.message());
         return;
     }
     request_type req = parser_->release();
@@ -257,7 +257,8 @@ void http_session::begin_stream() {
     headers_sent_ = true;
     chunked_ = version_ >= 11;
     if (!chunked_ || !keep_alive_) close_after_write_ = true; // an HTTP/1.0 stream ends at the close
-    std::string head = "HTTP/1." + std::to_string(version_ % 10) + " 200 OK\r\nServer: colibrid\r\n"
+    std::string head = "HTTP/1." + std::to_string(version_ % 10) +
+                       " 200 OK\r\nServer: colibrid\r\n"
                        "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n";
     if (chunked_) head += "Transfer-Encoding: chunked\r\n";
     if (close_after_write_) head += "Connection: close\r\n";
@@ -302,17 +303,17 @@ void http_session::do_write() {
     for (auto& s : out_) writing_ += s;
     out_.clear();
     write_active_ = true;
-    asio::async_write(socket_, asio::buffer(writing_), [self = shared_from_this()](boost::system::error_code ec,
-                                                                                    std::size_t n) {
-        self->write_active_ = false;
-        self->out_bytes_ -= std::min(self->out_bytes_, n);
-        if (self->stopped_) return;
-        if (ec) {
-            self->stop(); // the client is gone
-            return;
-        }
-        self->do_write();
-    });
+    asio::async_write(socket_, asio::buffer(writing_),
+                      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+                          self->write_active_ = false;
+                          self->out_bytes_ -= std::min(self->out_bytes_, n);
+                          if (self->stopped_) return;
+                          if (ec) {
+                              self->stop(); // the client is gone
+                              return;
+                          }
+                          self->do_write();
+                      });
 }
 
 void http_session::response_done() {

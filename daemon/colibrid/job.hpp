@@ -21,9 +21,9 @@ struct job {
 
     explicit job(boost::asio::io_context& io) : deadline(io) {}
 
-    std::uint64_t seq = 0;      ///< daemon-wide sequence number; the worker's job id
-    nlohmann::json id;          ///< the client's id, echoed in every event
-    std::string key;            ///< id.dump(): unique among the connection's jobs
+    std::uint64_t seq = 0; ///< daemon-wide sequence number; the worker's job id
+    nlohmann::json id;     ///< the client's id, echoed in every event
+    std::string key;       ///< id.dump(): unique among the connection's jobs
     protocol::complete_request req;
     std::uint64_t seed = 0;
     std::weak_ptr<job_sink> sink; ///< where its events go

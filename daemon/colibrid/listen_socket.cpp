@@ -29,8 +29,8 @@ sockaddr_un make_addr(const std::string& path) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (path.size() >= sizeof(addr.sun_path))
-        throw startup_error("socket path '" + path + "' is longer than " +
-                            std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+        throw startup_error("socket path '" + path + "' is longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
+                            " bytes");
     std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
     return addr;
 }
@@ -53,10 +53,9 @@ std::string parent_dir(const std::string& path) {
 }
 
 void ensure_directory(const std::string& dir, std::optional<gid_t> group) {
-    struct stat st{};
+    struct stat st {};
     if (::lstat(dir.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode))
-            throw startup_error("'" + dir + "' exists and is not a directory");
+        if (!S_ISDIR(st.st_mode)) throw startup_error("'" + dir + "' exists and is not a directory");
         return;
     }
     if (errno != ENOENT) throw startup_error("cannot inspect '" + dir + "': " + errno_text(errno));
@@ -65,15 +64,13 @@ void ensure_directory(const std::string& dir, std::optional<gid_t> group) {
         throw startup_error("cannot create '" + dir + "': " + errno_text(errno));
     ::chmod(dir.c_str(), mode); // mkdir is subject to the umask
     if (group && ::chown(dir.c_str(), static_cast<uid_t>(-1), *group) != 0)
-        throw startup_error("cannot give '" + dir + "' to group " + std::to_string(*group) +
-                            ": " + errno_text(errno));
+        throw startup_error("cannot give '" + dir + "' to group " + std::to_string(*group) + ": " + errno_text(errno));
 }
 
 /// Refuses a directory an attacker could have prepared (the /tmp fallback).
 void check_private_directory(const std::string& dir) {
-    struct stat st{};
-    if (::lstat(dir.c_str(), &st) != 0)
-        throw startup_error("cannot inspect '" + dir + "': " + errno_text(errno));
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0) throw startup_error("cannot inspect '" + dir + "': " + errno_text(errno));
     if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
         throw startup_error("'" + dir + "' is not a directory owned by this user; refusing to use it");
 }
@@ -143,11 +140,10 @@ listen_socket listen_socket::open(const std::string& path, std::optional<gid_t> 
         s.activated_ = true;
         sockaddr_un addr{};
         socklen_t len = sizeof(addr);
-        if (::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
-            len > offsetof(sockaddr_un, sun_path))
+        if (::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 && len > offsetof(sockaddr_un, sun_path))
             s.path_ = addr.sun_path; // empty for an abstract socket
         // Who may connect was decided by the socket unit (SocketMode=, SocketGroup=).
-        struct stat st{};
+        struct stat st {};
         if (!s.path_.empty() && ::stat(s.path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
             if ((st.st_mode & 0020) != 0) s.file_group_ = st.st_gid;
             s.file_world_ = (st.st_mode & 0002) != 0;
@@ -159,14 +155,12 @@ listen_socket listen_socket::open(const std::string& path, std::optional<gid_t> 
     const sockaddr_un addr = make_addr(path);
     const std::string dir = parent_dir(path);
     ensure_directory(dir, group);
-    if (!std::getenv("XDG_RUNTIME_DIR") && dir.rfind("/tmp/colibri-", 0) == 0)
-        check_private_directory(dir);
+    if (!std::getenv("XDG_RUNTIME_DIR") && dir.rfind("/tmp/colibri-", 0) == 0) check_private_directory(dir);
 
     // Single instance: whoever holds the lock owns the path.
     const std::string lock_path = path + ".lock";
     s.lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (s.lock_fd_ < 0)
-        throw startup_error("cannot open lock file '" + lock_path + "': " + errno_text(errno));
+    if (s.lock_fd_ < 0) throw startup_error("cannot open lock file '" + lock_path + "': " + errno_text(errno));
     if (::flock(s.lock_fd_, LOCK_EX | LOCK_NB) != 0) {
         char buf[32] = {};
         const ssize_t n = ::pread(s.lock_fd_, buf, sizeof(buf) - 1, 0);
@@ -179,13 +173,12 @@ listen_socket listen_socket::open(const std::string& path, std::optional<gid_t> 
         // The pid is only informative; a failure here is not worth refusing to start.
     }
 
-    struct stat st{};
+    struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) {
         if (!S_ISSOCK(st.st_mode))
             throw startup_error("'" + path + "' exists and is not a socket; refusing to replace it");
         if (someone_listens(path))
-            throw startup_error("a server is already listening on " + path +
-                                "; refusing to take over its socket");
+            throw startup_error("a server is already listening on " + path + "; refusing to take over its socket");
         if (::unlink(path.c_str()) != 0)
             throw startup_error("cannot remove stale socket '" + path + "': " + errno_text(errno));
     }
@@ -212,9 +205,8 @@ listen_socket listen_socket::open(const std::string& path, std::optional<gid_t> 
 }
 
 listen_socket::listen_socket(listen_socket&& o) noexcept
-    : fd_(o.fd_), lock_fd_(o.lock_fd_), path_(std::move(o.path_)), activated_(o.activated_),
-      owns_file_(o.owns_file_), dev_(o.dev_), ino_(o.ino_), file_group_(o.file_group_),
-      file_world_(o.file_world_) {
+    : fd_(o.fd_), lock_fd_(o.lock_fd_), path_(std::move(o.path_)), activated_(o.activated_), owns_file_(o.owns_file_),
+      dev_(o.dev_), ino_(o.ino_), file_group_(o.file_group_), file_world_(o.file_world_) {
     o.fd_ = -1;
     o.lock_fd_ = -1;
     o.owns_file_ = false;
@@ -235,9 +227,8 @@ int listen_socket::release_fd() {
 void listen_socket::remove_file() {
     if (!owns_file_) return;
     owns_file_ = false;
-    struct stat st{};
-    if (::lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_)
-        ::unlink(path_.c_str());
+    struct stat st {};
+    if (::lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) ::unlink(path_.c_str());
 }
 
 bool peer_allowed(uid_t uid, gid_t gid, const std::vector<gid_t>& groups, const peer_policy& policy) {

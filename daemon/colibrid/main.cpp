@@ -58,14 +58,14 @@ int main(int argc, char** argv) {
         return 0;
     }
     cd::daemon_config& cfg = cl.config;
-    if (cfg.log_level != "trace" && cfg.log_level != "debug" && cfg.log_level != "info" &&
-        cfg.log_level != "warn" && cfg.log_level != "error" && cfg.log_level != "off") {
+    if (cfg.log_level != "trace" && cfg.log_level != "debug" && cfg.log_level != "info" && cfg.log_level != "warn" &&
+        cfg.log_level != "error" && cfg.log_level != "off") {
         std::cerr << "colibrid: unknown --log-level '" << cfg.log_level << "'\n";
         return 2;
     }
     setup_logging(cfg.log_level);
 
-    struct stat st{};
+    struct stat st {};
     if (cfg.backend == "local" &&
         (::stat(cfg.model.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(cfg.model.c_str(), R_OK) != 0)) {
         std::cerr << "colibrid: model file '" << cfg.model << "' is not a readable regular file\n";
@@ -77,10 +77,14 @@ int main(int argc, char** argv) {
         std::cerr << "colibrid: worker executable '" << launch.exe << "' is missing or not executable\n";
         return 1;
     }
-    launch.args = {"--model", cfg.model, "--device", cfg.device, "--gpu-memory", std::to_string(cfg.gpu_memory_mib),
-                   "--threads", std::to_string(cfg.threads),
-                   "--slots", std::to_string(cfg.cache_slots), "--cache-mb", std::to_string(cfg.cache_memory_mb),
-                   "--fim-order", cfg.fim_order, "--batch", std::to_string(cfg.prompt_batch)};
+    launch.args = {"--model",      cfg.model,
+                   "--device",     cfg.device,
+                   "--gpu-memory", std::to_string(cfg.gpu_memory_mib),
+                   "--threads",    std::to_string(cfg.threads),
+                   "--slots",      std::to_string(cfg.cache_slots),
+                   "--cache-mb",   std::to_string(cfg.cache_memory_mb),
+                   "--fim-order",  cfg.fim_order,
+                   "--batch",      std::to_string(cfg.prompt_batch)};
     if (cfg.enable_fault_injection) launch.args.push_back("--enable-fault-injection");
     if (cfg.backend == "openai") {
         launch.args.insert(launch.args.end(), {"--backend", "openai"});

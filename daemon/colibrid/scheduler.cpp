@@ -69,8 +69,7 @@ std::optional<p::request_error> scheduler::submit(const std::shared_ptr<job>& j)
     j->seed = j->req.seed ? *j->req.seed : seed_rng_();
     j->accepted = clock::now();
     j->st = job::state::queued;
-    const std::int64_t timeout =
-        std::min(j->req.timeout_ms.value_or(cfg_.default_timeout_ms), cfg_.max_timeout_ms);
+    const std::int64_t timeout = std::min(j->req.timeout_ms.value_or(cfg_.default_timeout_ms), cfg_.max_timeout_ms);
     j->deadline.expires_after(std::chrono::milliseconds(timeout));
     std::weak_ptr<job> weak = j;
     j->deadline.async_wait([this, weak](boost::system::error_code ec) {
@@ -192,7 +191,7 @@ void scheduler::on_deadline(const std::shared_ptr<job>& j) {
 
 void scheduler::on_piece(std::uint64_t seq, std::string_view text) {
     if (!running_ || running_->seq != seq) return; // its client already has a final line
-    const auto keep = running_; // send() may drop a slow client, which finishes the job
+    const auto keep = running_;                    // send() may drop a slow client, which finishes the job
     job& j = *keep;
     if (j.pieces++ == 0) j.first_piece = clock::now();
     if (j.req.stream) {
@@ -228,10 +227,9 @@ void scheduler::on_job_lost(std::uint64_t seq, p::error_code code, const std::st
     auto j = running_;
     ++stats_.failed;
     const bool timeout = code == p::error_code::timeout;
-    const std::string message = (timeout ? "the engine worker stopped making progress: "
-                                         : "the engine worker crashed: ") + reason;
-    finish(j, p::make_error_event(j->id, code, message,
-                                  timeout ? p::finish_reason::timeout : p::finish_reason::error));
+    const std::string message =
+        (timeout ? "the engine worker stopped making progress: " : "the engine worker crashed: ") + reason;
+    finish(j, p::make_error_event(j->id, code, message, timeout ? p::finish_reason::timeout : p::finish_reason::error));
 }
 
 void scheduler::on_unavailable(const std::string& reason) {

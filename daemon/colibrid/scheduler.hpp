@@ -25,15 +25,15 @@ namespace colibri::daemon {
 
 /// Running totals for the status op.
 struct scheduler_stats {
-    std::uint64_t served = 0;    ///< ended with done (stop or length)
-    std::uint64_t cancelled = 0; ///< by the client, a newer request in its session, or shutdown
+    std::uint64_t served = 0;     ///< ended with done (stop or length)
+    std::uint64_t cancelled = 0;  ///< by the client, a newer request in its session, or shutdown
     std::uint64_t superseded = 0; ///< of those: by a newer request in the same session
     std::uint64_t timed_out = 0;
-    std::uint64_t failed = 0;    ///< ended with an error event
-    std::uint64_t rejected = 0;  ///< busy / unavailable at submission
+    std::uint64_t failed = 0;   ///< ended with an error event
+    std::uint64_t rejected = 0; ///< busy / unavailable at submission
     std::uint64_t tokens_generated = 0;
     std::uint64_t tokens_drafted = 0, tokens_accepted = 0; ///< speculative decoding's drafts, and those kept
-    double decode_ms = 0;        ///< sum over served requests
+    double decode_ms = 0;                                  ///< sum over served requests
 };
 
 class scheduler {

@@ -44,7 +44,7 @@ private:
 
 /// The variables through which systemd talks to the main process only; never passed on
 /// to child processes.
-inline constexpr const char* service_environment_variables[] = {
-    "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"};
+inline constexpr const char* service_environment_variables[] = {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
+                                                                "LISTEN_PID",    "LISTEN_FDS",    "LISTEN_FDNAMES"};
 
 } // namespace colibri::daemon

@@ -38,8 +38,8 @@ std::uint64_t rss_bytes(pid_t pid) {
 
 server::server(asio::io_context& io, const daemon_config& cfg, listen_socket sock, worker_launch launch,
                peer_policy policy, sd_notifier& notifier, std::optional<int> http_fd)
-    : io_(io), cfg_(cfg), listen_(std::move(sock)), acceptor_(io), accept_retry_(io),
-      signals_(io, SIGTERM, SIGINT), grace_timer_(io), wedge_signal_(io), policy_(policy),
+    : io_(io), cfg_(cfg), listen_(std::move(sock)), acceptor_(io), accept_retry_(io), signals_(io, SIGTERM, SIGINT),
+      grace_timer_(io), wedge_signal_(io), policy_(policy),
       reporter_(io, notifier, [this] { return service_status(); }), scheduler_(cfg),
       supervisor_(io, std::move(launch), cfg.watchdog, make_supervisor_handlers()),
       started_(std::chrono::steady_clock::now()), started_unix_(static_cast<std::int64_t>(std::time(nullptr))) {
@@ -81,8 +81,8 @@ void server::on_state(worker_state s) {
 
 std::string server::service_status() const {
     const auto& st = scheduler_.stats();
-    const std::string counts = std::to_string(st.served) + (st.served == 1 ? " request" : " requests") +
-                               " served, " + std::to_string(supervisor_.restarts()) + " worker " +
+    const std::string counts = std::to_string(st.served) + (st.served == 1 ? " request" : " requests") + " served, " +
+                               std::to_string(supervisor_.restarts()) + " worker " +
                                (supervisor_.restarts() == 1 ? "restart" : "restarts");
     if (shutting_down_)
         return "shutting down, " + std::to_string(scheduler_.in_flight()) + " requests in flight; " + counts;
@@ -156,12 +156,11 @@ void server::accept_one(asio::local::stream_protocol::socket sock) {
     const bool have_cred = ::getsockopt(sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
     auto conn = std::make_shared<connection>(std::move(sock), *this, cfg_.max_line_bytes, cfg_.max_write_buffer_bytes);
     connections_.insert(conn);
-    if (!have_cred ||
-        !peer_allowed(cred.uid, cred.gid, policy_.group ? groups_of(cred.uid, cred.gid) : std::vector<gid_t>{},
-                      policy_)) {
+    if (!have_cred || !peer_allowed(cred.uid, cred.gid,
+                                    policy_.group ? groups_of(cred.uid, cred.gid) : std::vector<gid_t>{}, policy_)) {
         logger()->warn("refused a connection from uid {} pid {}", cred.uid, cred.pid);
-        conn->send_and_close(p::make_error_event(nullptr, p::error_code::forbidden,
-                                                 "this user may not use this colibrid"));
+        conn->send_and_close(
+            p::make_error_event(nullptr, p::error_code::forbidden, "this user may not use this colibrid"));
         return;
     }
     if (connections_.size() > cfg_.max_connections) {
@@ -235,9 +234,9 @@ void server::handle_complete(const std::shared_ptr<connection>& conn, const json
         return;
     }
     if (jobs.size() >= cfg_.max_inflight_per_connection) {
-        conn->send(p::make_error_event(id, p::error_code::busy,
-                                       "this connection already has " + std::to_string(jobs.size()) +
-                                           " unfinished requests"));
+        conn->send(
+            p::make_error_event(id, p::error_code::busy,
+                                "this connection already has " + std::to_string(jobs.size()) + " unfinished requests"));
         return;
     }
     logger()->debug("complete {}: {} prompt bytes, {} suffix bytes, max_tokens {}", key, req.prompt.size(),
@@ -293,42 +292,41 @@ json server::status_event(const json& id) const {
     json worker = {{"state", to_string(supervisor_.state())},
                    {"pid", supervisor_.pid() > 0 ? json(supervisor_.pid()) : json(nullptr)},
                    {"restarts", supervisor_.restarts()},
-                   {"last_crash_reason", supervisor_.last_crash_reason().empty()
-                                             ? json(nullptr)
-                                             : json(supervisor_.last_crash_reason())}};
-    if (auto t = supervisor_.last_crash_time())
-        worker["last_crash_age_s"] = duration<double>(now - *t).count();
-    return {{"id", id},
-            {"event", p::event::status},
-            {"protocol", p::protocol_version},
-            {"version", daemon_version},
-            {"pid", ::getpid()},
-            {"uptime_s", duration<double>(now - started_).count()},
-            {"model", std::move(model)},
-            {"backend", info.value("backend", cfg_.device)},
-            {"worker", std::move(worker)},
-            {"queue_depth", scheduler_.queue_depth()},
-            {"in_flight", scheduler_.in_flight()},
-            {"connections", connections_.size()},
-            {"http", http_ ? json{{"listen", http_->where()}, {"connections", http_->sessions()}} : json(nullptr)},
-            {"requests",
-             {{"served", st.served},
-              {"cancelled", st.cancelled},
-              {"superseded", st.superseded},
-              {"timed_out", st.timed_out},
-              {"failed", st.failed},
-              {"rejected", st.rejected}}},
-            {"cache", supervisor_.cache_stats()},
-            {"upstreams", supervisor_.upstream_stats()},
-            {"tokens",
-             {{"generated", st.tokens_generated},
-              {"per_second", st.decode_ms > 0 ? st.tokens_generated / (st.decode_ms / 1000.0) : 0.0},
-              {"drafted", st.tokens_drafted},
-              {"accepted", st.tokens_accepted},
-              {"acceptance_rate", st.tokens_drafted > 0 ? double(st.tokens_accepted) / double(st.tokens_drafted) : 0.0}}},
-            {"memory",
-             {{"daemon_rss_bytes", rss_bytes(0)},
-              {"worker_rss_bytes", supervisor_.pid() > 0 ? rss_bytes(supervisor_.pid()) : 0}}}};
+                   {"last_crash_reason",
+                    supervisor_.last_crash_reason().empty() ? json(nullptr) : json(supervisor_.last_crash_reason())}};
+    if (auto t = supervisor_.last_crash_time()) worker["last_crash_age_s"] = duration<double>(now - *t).count();
+    return {
+        {"id", id},
+        {"event", p::event::status},
+        {"protocol", p::protocol_version},
+        {"version", daemon_version},
+        {"pid", ::getpid()},
+        {"uptime_s", duration<double>(now - started_).count()},
+        {"model", std::move(model)},
+        {"backend", info.value("backend", cfg_.device)},
+        {"worker", std::move(worker)},
+        {"queue_depth", scheduler_.queue_depth()},
+        {"in_flight", scheduler_.in_flight()},
+        {"connections", connections_.size()},
+        {"http", http_ ? json{{"listen", http_->where()}, {"connections", http_->sessions()}} : json(nullptr)},
+        {"requests",
+         {{"served", st.served},
+          {"cancelled", st.cancelled},
+          {"superseded", st.superseded},
+          {"timed_out", st.timed_out},
+          {"failed", st.failed},
+          {"rejected", st.rejected}}},
+        {"cache", supervisor_.cache_stats()},
+        {"upstreams", supervisor_.upstream_stats()},
+        {"tokens",
+         {{"generated", st.tokens_generated},
+          {"per_second", st.decode_ms > 0 ? st.tokens_generated / (st.decode_ms / 1000.0) : 0.0},
+          {"drafted", st.tokens_drafted},
+          {"accepted", st.tokens_accepted},
+          {"acceptance_rate", st.tokens_drafted > 0 ? double(st.tokens_accepted) / double(st.tokens_drafted) : 0.0}}},
+        {"memory",
+         {{"daemon_rss_bytes", rss_bytes(0)},
+          {"worker_rss_bytes", supervisor_.pid() > 0 ? rss_bytes(supervisor_.pid()) : 0}}}};
 }
 
 void server::begin_shutdown(int signo) {
@@ -368,8 +366,8 @@ void server::finish_shutdown() {
     scheduler_.cancel_all();
     // Close every connection once its last events are written.
     auto conns = connections_;
-    for (auto& c : conns) c->send_and_close(p::make_error_event(nullptr, p::error_code::unavailable,
-                                                                 "the daemon is shutting down"));
+    for (auto& c : conns)
+        c->send_and_close(p::make_error_event(nullptr, p::error_code::unavailable, "the daemon is shutting down"));
     if (http_) http_->stop(true);
     supervisor_.shutdown([this] {
         if (connections_.empty()) io_.stop();

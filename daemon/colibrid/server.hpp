@@ -75,8 +75,7 @@ private:
 
     void handle_complete(const std::shared_ptr<connection>& conn, const nlohmann::json& id,
                          protocol::complete_request req);
-    void handle_cancel(const std::shared_ptr<connection>& conn, const nlohmann::json& id,
-                       const nlohmann::json& target);
+    void handle_cancel(const std::shared_ptr<connection>& conn, const nlohmann::json& id, const nlohmann::json& target);
     nlohmann::json status_event(const nlohmann::json& id) const;
 
     boost::asio::io_context& io_;

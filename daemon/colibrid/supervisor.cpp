@@ -49,8 +49,9 @@ supervisor::supervisor(asio::io_context& io, worker_launch launch, watchdog_conf
       channel_(io, {.on_message = [this](w::from_worker& msg) { handle_message(msg); },
                     .on_violation = [this](const std::string& why) { kill_worker(why, error_code::worker_crashed); },
                     .on_broken = [this] { proc_.kill(); }}),
-      watchdog_(io, cfg, {.send_ping = [this](const w::ping_msg& ping) { channel_.send(ping); },
-                          .on_hang = [this](const std::string& why, error_code code) { kill_worker(why, code); }}) {}
+      watchdog_(io, cfg,
+                {.send_ping = [this](const w::ping_msg& ping) { channel_.send(ping); },
+                 .on_hang = [this](const std::string& why, error_code code) { kill_worker(why, code); }}) {}
 
 void supervisor::start() {
     wait_sigchld();
@@ -210,8 +211,8 @@ void supervisor::worker_exited(int status) {
     if (static_cast<int>(crash_times_.size()) >= cfg_.crash_loop_threshold) {
         set_state(worker_state::unavailable);
         delay_ms = cfg_.crash_loop_retry_ms;
-        logger()->error("worker failed {} times within {} ms; unavailable, next attempt in {} ms",
-                        crash_times_.size(), cfg_.crash_loop_window_ms, delay_ms);
+        logger()->error("worker failed {} times within {} ms; unavailable, next attempt in {} ms", crash_times_.size(),
+                        cfg_.crash_loop_window_ms, delay_ms);
         if (h_.on_unavailable) h_.on_unavailable(reason);
     } else {
         set_state(worker_state::restarting);

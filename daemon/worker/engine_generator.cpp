@@ -163,7 +163,9 @@ public:
         colibri_model_expert_cache(model_, &ec);
         nlohmann::json experts = nullptr; // only with a GPU weight budget
         if (ec.slots_per_layer > 0)
-            experts = {{"slots_per_layer", ec.slots_per_layer}, {"hits", ec.hits}, {"misses", ec.misses},
+            experts = {{"slots_per_layer", ec.slots_per_layer},
+                       {"hits", ec.hits},
+                       {"misses", ec.misses},
                        {"bytes_copied", ec.bytes_copied}};
         return {{"slots", slots_.size()},
                 {"experts", experts},

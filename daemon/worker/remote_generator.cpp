@@ -32,7 +32,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-constexpr int poll_ms = 20;              // how often a blocked read looks for a cancel
+constexpr int poll_ms = 20; // how often a blocked read looks for a cancel
 constexpr int connect_timeout_ms = 3000;
 constexpr int first_byte_timeout_ms = 600000; // the daemon's deadline ends a job sooner
 constexpr std::size_t max_error_body = 64 * 1024;
@@ -332,11 +332,11 @@ private:
 struct upstream_state {
     upstream_url url;
     clock_type::time_point down_until{};
-    int backoff_ms = 0;          ///< 0: reachable at the last attempt
+    int backoff_ms = 0; ///< 0: reachable at the last attempt
     bool tried = false;
-    std::uint64_t requests = 0;  ///< sent to it
-    std::uint64_t failures = 0;  ///< connections that failed
-    double first_piece_ms = -1;  ///< of its last answered request: the time to its first text
+    std::uint64_t requests = 0; ///< sent to it
+    std::uint64_t failures = 0; ///< connections that failed
+    double first_piece_ms = -1; ///< of its last answered request: the time to its first text
     std::string last_error;
 };
 
@@ -349,7 +349,8 @@ public:
             colibri_fim_text t;
             if (colibri_fim_text_of(fim.c_str(), &t) != COLIBRI_OK)
                 throw std::invalid_argument("--upstream-fim must be suffix, starcoder, qwen, deepseek, codellama or "
-                                            "codestral (got '" + fim + "')");
+                                            "codestral (got '" +
+                                            fim + "')");
             fim_ = t;
         }
         if (std::any_of(upstreams.begin(), upstreams.end(), [](const auto& u) { return u.tls; })) {
@@ -357,11 +358,12 @@ public:
             if (!tls_) throw std::runtime_error("cannot set up TLS");
             ::SSL_CTX_set_min_proto_version(tls_.get(), TLS1_2_VERSION);
             ::SSL_CTX_set_verify(tls_.get(), SSL_VERIFY_PEER, nullptr);
-            const bool trusted =
-                ca_file.empty() ? ::SSL_CTX_set_default_verify_paths(tls_.get()) == 1
-                                : ::SSL_CTX_load_verify_locations(tls_.get(), ca_file.c_str(), nullptr) == 1;
-            if (!trusted) throw std::invalid_argument("cannot load the certificates to trust" +
-                                                      (ca_file.empty() ? std::string() : " from '" + ca_file + "'"));
+            const bool trusted = ca_file.empty()
+                                     ? ::SSL_CTX_set_default_verify_paths(tls_.get()) == 1
+                                     : ::SSL_CTX_load_verify_locations(tls_.get(), ca_file.c_str(), nullptr) == 1;
+            if (!trusted)
+                throw std::invalid_argument("cannot load the certificates to trust" +
+                                            (ca_file.empty() ? std::string() : " from '" + ca_file + "'"));
         }
         for (auto& u : upstreams) {
             upstream_state s;
@@ -373,8 +375,9 @@ public:
     json info() const override {
         json urls = json::array();
         for (const auto& u : upstreams_) urls.push_back(u.url.text);
-        return {{"architecture", "remote"}, {"quant", "none"}, {"backend", "openai"}, {"n_ctx", 0},
-                {"model", model_}, {"upstreams", std::move(urls)}};
+        return {{"architecture", "remote"}, {"quant", "none"},
+                {"backend", "openai"},      {"n_ctx", 0},
+                {"model", model_},          {"upstreams", std::move(urls)}};
     }
 
     json upstream_stats() const override {
@@ -382,7 +385,9 @@ public:
         const auto now = clock_type::now();
         for (const auto& u : upstreams_) {
             json s = {{"url", u.url.text},
-                      {"state", !u.tried ? "unknown" : u.backoff_ms > 0 ? "down" : "up"},
+                      {"state", !u.tried           ? "unknown"
+                                : u.backoff_ms > 0 ? "down"
+                                                   : "up"},
                       {"requests", u.requests},
                       {"connect_failures", u.failures},
                       {"first_piece_ms", u.first_piece_ms >= 0 ? json(u.first_piece_ms) : json(nullptr)},
@@ -436,8 +441,8 @@ private:
         const auto until = clock_type::now() + d;
         while (clock_type::now() < until) {
             if (sink.poll()) return false;
-            std::this_thread::sleep_for(std::min<clock_type::duration>(until - clock_type::now(),
-                                                                        std::chrono::milliseconds(poll_ms)));
+            std::this_thread::sleep_for(
+                std::min<clock_type::duration>(until - clock_type::now(), std::chrono::milliseconds(poll_ms)));
         }
         return true;
     }
@@ -498,7 +503,8 @@ private:
         const auto t0 = clock_type::now();
         std::string head = "POST " + u.url.path + " HTTP/1.1\r\nHost: " + u.url.host + ":" + u.url.port +
                            "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
-                           "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+                           "Connection: close\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n";
         if (!key_.empty()) head += "Authorization: Bearer " + key_ + "\r\n";
         if (!link.send_all(head + "\r\n" + body))
             throw generate_error(p::error_code::unavailable, u.url.text + " closed the connection");
@@ -516,7 +522,7 @@ private:
 
     static p::error_code error_code_for(int status) {
         return status >= 400 && status < 500 && status != 408 && status != 429 ? p::error_code::invalid_request
-                                                                                 : p::error_code::unavailable;
+                                                                               : p::error_code::unavailable;
     }
 
     static std::string error_message(const upstream_state& u, response_reader& in) {

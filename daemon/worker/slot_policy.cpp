@@ -22,9 +22,8 @@ std::size_t choose_slot(std::span<const slot_state> slots) {
         slots.begin());
 }
 
-std::vector<std::size_t> slots_to_evict(std::span<const slot_state> slots, std::size_t chosen,
-                                        std::size_t need_tokens, std::size_t token_bytes,
-                                        std::size_t cap_bytes) {
+std::vector<std::size_t> slots_to_evict(std::span<const slot_state> slots, std::size_t chosen, std::size_t need_tokens,
+                                        std::size_t token_bytes, std::size_t cap_bytes) {
     std::vector<std::size_t> others;
     std::size_t tokens = need_tokens;
     for (std::size_t i = 0; i < slots.size(); ++i) {

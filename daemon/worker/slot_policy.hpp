@@ -27,8 +27,7 @@ std::size_t choose_slot(std::span<const slot_state> slots);
 /// Slots other than `chosen` to empty, least recently used first, until their cached
 /// tokens plus `need_tokens` for `chosen` take at most `cap_bytes` (as far as emptying
 /// them can get there).
-std::vector<std::size_t> slots_to_evict(std::span<const slot_state> slots, std::size_t chosen,
-                                        std::size_t need_tokens, std::size_t token_bytes,
-                                        std::size_t cap_bytes);
+std::vector<std::size_t> slots_to_evict(std::span<const slot_state> slots, std::size_t chosen, std::size_t need_tokens,
+                                        std::size_t token_bytes, std::size_t cap_bytes);
 
 } // namespace colibri::worker

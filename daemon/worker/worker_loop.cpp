@@ -122,8 +122,14 @@ out:
     // Default dispositions first, so that a handler (a sanitizer's, the engine's) cannot
     // turn the injected signal into something else.
     switch (kind) {
-    case p::fault_kind::crash: ::signal(SIGSEGV, SIG_DFL); ::raise(SIGSEGV); break;
-    case p::fault_kind::abort: ::signal(SIGABRT, SIG_DFL); ::raise(SIGABRT); break;
+    case p::fault_kind::crash:
+        ::signal(SIGSEGV, SIG_DFL);
+        ::raise(SIGSEGV);
+        break;
+    case p::fault_kind::abort:
+        ::signal(SIGABRT, SIG_DFL);
+        ::raise(SIGABRT);
+        break;
     case p::fault_kind::kill: ::raise(SIGKILL); break;
     case p::fault_kind::exit: ::_exit(3);
     default: break;
@@ -144,8 +150,7 @@ public:
             device_fault_ = true; // the generation stops here, as an engine call that failed
             return false;
         }
-        if (fault_.kind != p::fault_kind::none && fault_.kind != p::fault_kind::slow &&
-            emitted_ >= fault_.after_tokens)
+        if (fault_.kind != p::fault_kind::none && fault_.kind != p::fault_kind::slow && emitted_ >= fault_.after_tokens)
             trigger_fault(fault_.kind);
         if (fault_.kind == p::fault_kind::slow) slow_down();
         if (cancelled()) return false;
@@ -183,7 +188,8 @@ private:
     // Sleeps delay_ms in small steps, so that a cancel still stops the job promptly.
     void slow_down() const {
         const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(fault_.delay_ms);
-        while (std::chrono::steady_clock::now() < until && !cancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        while (std::chrono::steady_clock::now() < until && !cancelled())
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
 
     channel& ch_;
@@ -226,10 +232,10 @@ worker_options parse_worker_args(int argc, const char* const* argv) {
         else if (a == "--batch") o.batch = parse_int(a, value());
         else if (a == "--fim-order") {
             const std::string v = value();
-            if (v != "auto" && v != "psm" && v != "spm") throw std::invalid_argument("--fim-order must be auto, psm or spm");
+            if (v != "auto" && v != "psm" && v != "spm")
+                throw std::invalid_argument("--fim-order must be auto, psm or spm");
             o.fim_spm = v == "auto" ? -1 : v == "spm" ? 1 : 0;
-        }
-        else if (a == "--enable-fault-injection") o.fault_injection = true;
+        } else if (a == "--enable-fault-injection") o.fault_injection = true;
         else if (a == "--backend") o.backend = value();
         else if (a == "--upstream") o.upstreams.emplace_back(value());
         else if (a == "--upstream-key-file") o.upstream_key_file = value();

@@ -46,8 +46,7 @@ inline constexpr int exit_device_failure = 4;
 /// A job failed but the worker remains usable (bad argument, prompt too long, ...).
 class generate_error : public std::runtime_error {
 public:
-    generate_error(protocol::error_code code, const std::string& message)
-        : std::runtime_error(message), code_(code) {}
+    generate_error(protocol::error_code code, const std::string& message) : std::runtime_error(message), code_(code) {}
     protocol::error_code code() const noexcept { return code_; }
 
 private:
@@ -79,7 +78,7 @@ struct worker_options {
     int fd = -1;
     std::string model;
     std::string device = "cpu";
-    int gpu_memory_mib = 0;       ///< on a GPU: device memory for the weights (0: no limit)
+    int gpu_memory_mib = 0; ///< on a GPU: device memory for the weights (0: no limit)
     int threads = 0;
     int slots = 4;                ///< KV-cache slots
     std::int64_t cache_mb = 2048; ///< cap on the memory of all slots' cached tokens

@@ -87,8 +87,8 @@ colibri_status colibri_model_load(const char* path, const colibri_model_params* 
         m->rt = colibri::load_runtime(path, p.device != nullptr ? p.device : "cpu", p.n_threads, false,
                                       size_t(p.gpu_memory_mib) << 20);
         if (p.page_in != 0) colibri::start_page_in(*m->rt);
-        m->quant = std::string(colibri::format::dtype_name(
-            static_cast<colibri::format::dtype>(m->rt->mdl->hp().weight_type)));
+        m->quant =
+            std::string(colibri::format::dtype_name(static_cast<colibri::format::dtype>(m->rt->mdl->hp().weight_type)));
         *out = m.release();
         return COLIBRI_OK;
     });
@@ -97,7 +97,8 @@ colibri_status colibri_model_load(const char* path, const colibri_model_params* 
 void colibri_model_free(colibri_model* model) { delete model; }
 
 colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_info* info) {
-    if (model == nullptr || info == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and info must not be NULL");
+    if (model == nullptr || info == nullptr)
+        return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and info must not be NULL");
     const auto& hp = model->rt->mdl->hp();
     info->architecture = colibri::format::arch_name(static_cast<colibri::format::arch>(hp.arch)).data();
     info->quant = model->quant.c_str();
@@ -123,7 +124,8 @@ colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_
 }
 
 colibri_status colibri_model_expert_cache(const colibri_model* model, colibri_expert_cache_stats* stats) {
-    if (model == nullptr || stats == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and stats must not be NULL");
+    if (model == nullptr || stats == nullptr)
+        return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and stats must not be NULL");
     const colibri::expert_cache_stats s = model->rt->be->expert_cache_usage();
     stats->slots_per_layer = s.slots_per_layer;
     stats->hits = s.hits;
@@ -145,7 +147,8 @@ colibri_status colibri_session_create(colibri_model* model, const colibri_sessio
     if (model == nullptr || out == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and out must not be NULL");
     return guarded([&] {
         const int n_ctx = params != nullptr ? params->n_ctx : 0;
-        const int n_batch = params != nullptr && params->n_batch != 0 ? params->n_batch : colibri::session::default_batch;
+        const int n_batch =
+            params != nullptr && params->n_batch != 0 ? params->n_batch : colibri::session::default_batch;
         if (n_ctx < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "n_ctx must be >= 0");
         if (n_batch < 0 || n_batch > 4096) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "n_batch must be 0..4096");
         auto s = std::make_unique<colibri_session>();
@@ -218,8 +221,9 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
     if (p.fim != nullptr && std::string_view(p.fim) != "auto") {
         colibri::fim_kind k;
         if (!colibri::parse_fim_kind(p.fim, k)) {
-            return fail(COLIBRI_ERR_INVALID_ARGUMENT, std::string("unknown fim template '") + p.fim +
-                                                          "' (auto, starcoder, qwen, deepseek, codellama, codestral, none)");
+            return fail(COLIBRI_ERR_INVALID_ARGUMENT,
+                        std::string("unknown fim template '") + p.fim +
+                            "' (auto, starcoder, qwen, deepseek, codellama, codestral, none)");
         }
         req.fim = k;
     }
@@ -249,8 +253,8 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
 } // namespace
 
 colibri_status colibri_generate(colibri_session* session, const char* prompt, size_t prompt_len,
-                                const colibri_generate_params* params, colibri_piece_callback callback,
-                                void* user, colibri_generate_result* result) {
+                                const colibri_generate_params* params, colibri_piece_callback callback, void* user,
+                                colibri_generate_result* result) {
     if (session == nullptr || (prompt == nullptr && prompt_len != 0)) {
         return fail(COLIBRI_ERR_INVALID_ARGUMENT, "session and prompt must not be NULL");
     }
@@ -259,8 +263,8 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
         std::vector<colibri::context_file> context;
         if (colibri_status st = to_request(params, prompt, prompt_len, req, context); st != COLIBRI_OK) return st;
         const auto& rt = *session->model->rt;
-        const colibri::generate_result r = colibri::generate(
-            *session->s, *rt.tok, *session->smp, req, [&](std::string_view piece) {
+        const colibri::generate_result r =
+            colibri::generate(*session->s, *rt.tok, *session->smp, req, [&](std::string_view piece) {
                 return callback == nullptr || callback(user, piece.data(), piece.size()) == 0;
             });
         if (result != nullptr) {
@@ -297,7 +301,8 @@ colibri_status colibri_prompt_match(const colibri_model* model, colibri_session*
         // The worker's sessions share one context size; without sessions, the model's.
         const int n_ctx = n_sessions > 0 ? sessions[0]->s->n_ctx() : static_cast<int>(model->rt->mdl->hp().n_ctx);
         const auto tokens = colibri::prompt_tokens(*model->rt->tok, req, n_ctx);
-        for (size_t i = 0; i < n_sessions; ++i) n_reusable[i] = colibri::reusable_prefix(sessions[i]->s->history(), tokens);
+        for (size_t i = 0; i < n_sessions; ++i)
+            n_reusable[i] = colibri::reusable_prefix(sessions[i]->s->history(), tokens);
         if (n_prompt_tokens != nullptr) *n_prompt_tokens = tokens.size();
         return COLIBRI_OK;
     });
@@ -319,7 +324,8 @@ colibri_status colibri_fim_text_of(const char* family, colibri_fim_text* text) {
 }
 
 colibri_status colibri_fim_family_of_tokenizer(const char* path, const char** family) {
-    if (path == nullptr || family == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "path and family must not be NULL");
+    if (path == nullptr || family == nullptr)
+        return fail(COLIBRI_ERR_INVALID_ARGUMENT, "path and family must not be NULL");
     return guarded([&] {
         *family = colibri::fim_kind_name(colibri::detect_fim(*colibri::load_tokenizer_file(path)).kind).data();
         return COLIBRI_OK;
@@ -344,8 +350,8 @@ size_t colibri_session_memory(const colibri_session* session) {
     return session == nullptr ? 0 : session->s->memory_bytes();
 }
 
-colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len, int32_t* ids,
-                                size_t capacity, size_t* n_ids) {
+colibri_status colibri_tokenize(const colibri_model* model, const char* text, size_t len, int32_t* ids, size_t capacity,
+                                size_t* n_ids) {
     if (model == nullptr || (text == nullptr && len != 0) || (ids == nullptr && capacity != 0)) {
         return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model, text and ids must not be NULL");
     }

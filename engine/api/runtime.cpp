@@ -30,9 +30,10 @@ device_spec usable_device(const std::string& text) {
         const int count = cuda_device_count(why);
         if (count < 0) throw error(errc::unsupported, "device " + text + ": " + why);
         if (d.index >= count) {
-            throw error(errc::unsupported, "device " + text + ": " +
-                                               (count == 0 ? "no CUDA GPU is present" + (why.empty() ? "" : " (" + why + ")")
-                                                           : "only " + std::to_string(count) + " CUDA device(s) present"));
+            throw error(errc::unsupported,
+                        "device " + text + ": " +
+                            (count == 0 ? "no CUDA GPU is present" + (why.empty() ? "" : " (" + why + ")")
+                                        : "only " + std::to_string(count) + " CUDA device(s) present"));
         }
     }
     return d;

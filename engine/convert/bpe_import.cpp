@@ -82,7 +82,8 @@ public:
         bad(std::string(where) + " has no String or Regex pattern");
     }
     std::string pattern_string(const json& p, const char* where) const {
-        if (p.is_object() && p.contains("String") && p.at("String").is_string()) return p.at("String").get<std::string>();
+        if (p.is_object() && p.contains("String") && p.at("String").is_string())
+            return p.at("String").get<std::string>();
         if (p.is_object() && p.contains("Regex")) unsupported(std::string(where) + " with a Regex pattern");
         bad(std::string(where) + " has no String pattern");
     }
@@ -94,8 +95,10 @@ public:
             for (const json& x : field(n, "normalizers", "Sequence normalizer")) normalizer(x, w, count);
             return;
         }
-        static const std::map<std::string, normalizer_op> forms = {
-            {"NFC", normalizer_op::nfc}, {"NFD", normalizer_op::nfd}, {"NFKC", normalizer_op::nfkc}, {"NFKD", normalizer_op::nfkd}};
+        static const std::map<std::string, normalizer_op> forms = {{"NFC", normalizer_op::nfc},
+                                                                   {"NFD", normalizer_op::nfd},
+                                                                   {"NFKC", normalizer_op::nfkc},
+                                                                   {"NFKD", normalizer_op::nfkd}};
         if (auto it = forms.find(type); it != forms.end()) {
             w.u32(static_cast<uint32_t>(it->second));
         } else if (type == "Prepend") {
@@ -166,7 +169,8 @@ public:
         } else if (type == "Strip") {
             const json& start = field(d, "start", "Strip decoder");
             const json& stop = field(d, "stop", "Strip decoder");
-            if (!start.is_number_unsigned() || !stop.is_number_unsigned()) bad("Strip decoder start/stop are not counts");
+            if (!start.is_number_unsigned() || !stop.is_number_unsigned())
+                bad("Strip decoder start/stop are not counts");
             w.u32(static_cast<uint32_t>(decoder_op::strip));
             w.str(string_field(d, "content", "Strip decoder"));
             w.u32(start.get<uint32_t>());
@@ -194,7 +198,8 @@ int32_t special_id(const json* config, const char* id_key, const json* tok_confi
         const json& v = tok_config->at(token_key);
         std::string text;
         if (v.is_string()) text = v.get<std::string>();
-        else if (v.is_object() && v.contains("content") && v.at("content").is_string()) text = v.at("content").get<std::string>();
+        else if (v.is_object() && v.contains("content") && v.at("content").is_string())
+            text = v.at("content").get<std::string>();
         if (auto it = by_text.find(text); !text.empty() && it != by_text.end()) return it->second;
     }
     return -1;
@@ -226,7 +231,8 @@ tokenizer_section import_checked(const std::string& tokenizer_json) {
     std::vector<std::string> tokens;
     std::unordered_map<std::string, int32_t> by_text;
     for (const auto& [text, idv] : vocab.items()) {
-        if (!idv.is_number_unsigned() || idv.get<uint64_t>() >= (1u << 24)) im.bad("vocab id of '" + text + "' is not a valid id");
+        if (!idv.is_number_unsigned() || idv.get<uint64_t>() >= (1u << 24))
+            im.bad("vocab id of '" + text + "' is not a valid id");
         const auto id = idv.get<uint32_t>();
         if (text.empty()) im.bad("vocab has an empty token");
         if (tokens.size() <= id) tokens.resize(id + 1);
@@ -251,10 +257,12 @@ tokenizer_section import_checked(const std::string& tokenizer_json) {
     if (tj.contains("added_tokens") && tj.at("added_tokens").is_array()) {
         for (const json& a : tj.at("added_tokens")) {
             const json& idv = im.field(a, "id", "added token");
-            if (!idv.is_number_unsigned() || idv.get<uint64_t>() >= (1u << 24)) im.bad("added token id is not a valid id");
+            if (!idv.is_number_unsigned() || idv.get<uint64_t>() >= (1u << 24))
+                im.bad("added token id is not a valid id");
             added t{idv.get<uint32_t>(), 0, im.string_field(a, "content", "added token")};
             if (t.content.empty()) im.bad("added token " + std::to_string(t.id) + " is empty");
-            if (im.bool_field(a, "single_word", false)) im.unsupported("added token with single_word (" + t.content + ")");
+            if (im.bool_field(a, "single_word", false))
+                im.unsupported("added token with single_word (" + t.content + ")");
             if (im.bool_field(a, "special", false)) t.flags |= added_special;
             if (im.bool_field(a, "lstrip", false)) t.flags |= added_lstrip;
             if (im.bool_field(a, "rstrip", false)) t.flags |= added_rstrip;

@@ -31,10 +31,11 @@ namespace {
 
 // The tokenizer section for a sentencepiece model; special ids from the model itself,
 // overridden by config.json / tokenizer_config.json where they say otherwise.
-tokenizer_header sentencepiece_header(const std::vector<uint8_t>& proto, const std::string& path,
-                                      const json* config, const json* tok_config, uint32_t n_vocab) {
+tokenizer_header sentencepiece_header(const std::vector<uint8_t>& proto, const std::string& path, const json* config,
+                                      const json* tok_config, uint32_t n_vocab) {
     sentencepiece::SentencePieceProcessor sp;
-    const auto st = sp.LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(proto.data()), proto.size()));
+    const auto st =
+        sp.LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(proto.data()), proto.size()));
     if (!st.ok()) throw error(errc::format, path + ": not a sentencepiece model: " + st.ToString());
     if (static_cast<uint32_t>(sp.GetPieceSize()) > n_vocab) {
         throw error(errc::format, path + ": " + std::to_string(sp.GetPieceSize()) +
@@ -78,8 +79,7 @@ std::unique_ptr<json> read_json_if_present(const fs::path& p) {
 } // namespace
 
 // The active count takes n_expert_used of n_expert.
-void count_params(const hparams& hp, const std::vector<std::pair<std::string, uint64_t>>& sizes,
-                  convert_summary& sum) {
+void count_params(const hparams& hp, const std::vector<std::pair<std::string, uint64_t>>& sizes, convert_summary& sum) {
     for (const auto& [name, n] : sizes) {
         sum.n_params += n;
         if (name.find("_exps.") != std::string::npos) {
@@ -158,7 +158,8 @@ convert_summary convert_checkpoint(const std::string& input, const std::string& 
         const st_tensor* src = &ckpt.get(tp.src.name);
         const uint64_t rows = tp.shape.size() == 2 ? tp.shape[0] : 1;
         const uint64_t cols = tp.shape.back();
-        const uint64_t rows_per_matrix = src->shape.size() == 3 ? src->shape[1] : (src->shape.size() == 2 ? src->shape[0] : 1);
+        const uint64_t rows_per_matrix =
+            src->shape.size() == 3 ? src->shape[1] : (src->shape.size() == 2 ? src->shape[0] : 1);
         const uint64_t first = tp.src.index * rows_per_matrix * cols; // element offset of the matrix
         const dtype type = tp.type;
         w.add_tensor(tp.name, type, tp.shape, [src, rows, cols, first, type, slice = tp.src](uint8_t* dst) {

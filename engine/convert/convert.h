@@ -8,8 +8,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <optional>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,12 +28,12 @@ struct source_slice {
 
 /// What the converter writes for one tensor.
 struct tensor_plan {
-    std::string name;          // .colibri name (format/tensor_names.h)
+    std::string name; // .colibri name (format/tensor_names.h)
     format::dtype type;
     std::vector<uint64_t> shape; // [rows, cols] or [n]
     source_slice src;
-    std::vector<float> values;   // values the converter computed (rope_freqs, Gemma's 1 + w norms, latent
-                                 // attention's k_b), stored as `type` (f32 or f16); src unused
+    std::vector<float> values; // values the converter computed (rope_freqs, Gemma's 1 + w norms, latent
+                               // attention's k_b), stored as `type` (f32 or f16); src unused
 };
 
 /// Everything a checkpoint family contributes: hyperparameters and the tensor list.
@@ -48,12 +48,11 @@ struct checkpoint_plan {
 /// norms and biases f32; the router and the shared-expert gate always f32.
 /// Throws colibri::error for an unsupported architecture or setting, or a missing or
 /// mis-shaped tensor, naming it.
-checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt,
-                                const quant_choice& quant);
+checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkpoint& ckpt, const quant_choice& quant);
 
 /// How one kind of source element became one of ours (GGUF input), with the error it added.
 struct type_conversion {
-    std::string from;          ///< ggml type name (F32, Q4_K, ...)
+    std::string from; ///< ggml type name (F32, Q4_K, ...)
     format::dtype to = format::dtype::f32;
     uint64_t n_tensors = 0, n_elements = 0;
     bool copied = false;       ///< blocks copied byte for byte (the layouts are identical)
@@ -82,17 +81,16 @@ void check_finite(const std::vector<float>& row, const std::string& file, const 
 /// model was trained with, recorded in the file (format::tok_fim_spm) so that generation uses
 /// it unless told otherwise, is `fim_order` when given, else tokenizer_config.json's
 /// "fim_order" ("psm" or "spm") when present, else psm.
-convert_summary convert_checkpoint(const std::string& input, const std::string& output,
-                                   const quant_choice& quant, const model_writer::progress& progress,
+convert_summary convert_checkpoint(const std::string& input, const std::string& output, const quant_choice& quant,
+                                   const model_writer::progress& progress,
                                    std::optional<fim_order> order = std::nullopt);
 
 /// Converts a GGUF file (docs/gguf.md). `quant` empty keeps each tensor's type where ours
 /// has the same layout (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and writes the other
 /// quantised types as q8_0; a given `quant` picks every matrix's. Throws colibri::error naming the file
 /// and any unsupported architecture, tensor type or tokenizer. `order` as for a checkpoint.
-convert_summary convert_gguf(const std::string& input, const std::string& output,
-                             std::optional<quant_choice> quant, const model_writer::progress& progress,
-                             std::optional<fim_order> order = std::nullopt);
+convert_summary convert_gguf(const std::string& input, const std::string& output, std::optional<quant_choice> quant,
+                             const model_writer::progress& progress, std::optional<fim_order> order = std::nullopt);
 
 /// Adds the parameter counts of tensors (name, elements) to `sum`: all of them, and those
 /// one token uses (n_expert_used of the experts; one row of the embedding).

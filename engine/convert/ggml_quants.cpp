@@ -11,40 +11,18 @@ namespace colibri::ggml {
 namespace {
 
 constexpr type_info types[] = {
-    {f32, "F32", 1, 4, true},
-    {f16, "F16", 1, 2, true},
-    {q4_0, "Q4_0", 32, 18, true},
-    {q4_1, "Q4_1", 32, 20, true},
-    {4, "Q4_2", 32, 20, false}, // removed from ggml long ago
-    {5, "Q4_3", 32, 24, false},
-    {q5_0, "Q5_0", 32, 22, true},
-    {q5_1, "Q5_1", 32, 24, true},
-    {q8_0, "Q8_0", 32, 34, true},
-    {q8_1, "Q8_1", 32, 36, false},
-    {q2_k, "Q2_K", 256, 84, true},
-    {q3_k, "Q3_K", 256, 110, true},
-    {q4_k, "Q4_K", 256, 144, true},
-    {q5_k, "Q5_K", 256, 176, true},
-    {q6_k, "Q6_K", 256, 210, true},
-    {q8_k, "Q8_K", 256, 292, false},
-    {16, "IQ2_XXS", 256, 66, false},
-    {17, "IQ2_XS", 256, 74, false},
-    {18, "IQ3_XXS", 256, 98, false},
-    {19, "IQ1_S", 256, 50, false},
-    {iq4_nl, "IQ4_NL", 32, 18, true},
-    {21, "IQ3_S", 256, 110, false},
-    {22, "IQ2_S", 256, 82, false},
-    {iq4_xs, "IQ4_XS", 256, 136, true},
-    {24, "I8", 1, 1, false},
-    {25, "I16", 1, 2, false},
-    {26, "I32", 1, 4, false},
-    {27, "I64", 1, 8, false},
-    {28, "F64", 1, 8, false},
-    {29, "IQ1_M", 256, 56, false},
-    {bf16, "BF16", 1, 2, true},
-    {34, "TQ1_0", 256, 54, false},
-    {35, "TQ2_0", 256, 66, false},
-    {39, "MXFP4", 32, 17, false},
+    {f32, "F32", 1, 4, true},           {f16, "F16", 1, 2, true},        {q4_0, "Q4_0", 32, 18, true},
+    {q4_1, "Q4_1", 32, 20, true},       {4, "Q4_2", 32, 20, false}, // removed from ggml long ago
+    {5, "Q4_3", 32, 24, false},         {q5_0, "Q5_0", 32, 22, true},    {q5_1, "Q5_1", 32, 24, true},
+    {q8_0, "Q8_0", 32, 34, true},       {q8_1, "Q8_1", 32, 36, false},   {q2_k, "Q2_K", 256, 84, true},
+    {q3_k, "Q3_K", 256, 110, true},     {q4_k, "Q4_K", 256, 144, true},  {q5_k, "Q5_K", 256, 176, true},
+    {q6_k, "Q6_K", 256, 210, true},     {q8_k, "Q8_K", 256, 292, false}, {16, "IQ2_XXS", 256, 66, false},
+    {17, "IQ2_XS", 256, 74, false},     {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
+    {iq4_nl, "IQ4_NL", 32, 18, true},   {21, "IQ3_S", 256, 110, false},  {22, "IQ2_S", 256, 82, false},
+    {iq4_xs, "IQ4_XS", 256, 136, true}, {24, "I8", 1, 1, false},         {25, "I16", 1, 2, false},
+    {26, "I32", 1, 4, false},           {27, "I64", 1, 8, false},        {28, "F64", 1, 8, false},
+    {29, "IQ1_M", 256, 56, false},      {bf16, "BF16", 1, 2, true},      {34, "TQ1_0", 256, 54, false},
+    {35, "TQ2_0", 256, 66, false},      {39, "MXFP4", 32, 17, false},
 };
 
 uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
@@ -64,7 +42,9 @@ std::string type_name(uint32_t id) {
     return t != nullptr ? std::string(t->name) : "type " + std::to_string(id);
 }
 
-std::string_view readable_types() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"; }
+std::string_view readable_types() {
+    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
+}
 
 uint64_t row_bytes(uint32_t id, uint64_t n) {
     const type_info* t = find_type(id);

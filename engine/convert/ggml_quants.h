@@ -11,16 +11,31 @@ namespace colibri::ggml {
 
 /// ggml type ids (a GGUF tensor info's `type`).
 enum type_id : uint32_t {
-    f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9,
-    q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15, iq4_nl = 20, iq4_xs = 23, bf16 = 30,
+    f32 = 0,
+    f16 = 1,
+    q4_0 = 2,
+    q4_1 = 3,
+    q5_0 = 6,
+    q5_1 = 7,
+    q8_0 = 8,
+    q8_1 = 9,
+    q2_k = 10,
+    q3_k = 11,
+    q4_k = 12,
+    q5_k = 13,
+    q6_k = 14,
+    q8_k = 15,
+    iq4_nl = 20,
+    iq4_xs = 23,
+    bf16 = 30,
 };
 
 struct type_info {
     uint32_t id;
-    std::string_view name;  ///< as llama.cpp and the gguf package spell it
-    uint32_t block;         ///< elements per block (1 for plain types)
-    uint32_t block_bytes;   ///< bytes per block
-    bool readable;          ///< the converter can dequantise it
+    std::string_view name; ///< as llama.cpp and the gguf package spell it
+    uint32_t block;        ///< elements per block (1 for plain types)
+    uint32_t block_bytes;  ///< bytes per block
+    bool readable;         ///< the converter can dequantise it
 };
 
 /// nullptr for an id no ggml version has used.

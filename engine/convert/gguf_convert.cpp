@@ -6,9 +6,9 @@
 #include "convert/latent_rows.h"
 
 #include "convert/ggml_quants.h"
-#include "convert/rope_scaling.h"
 #include "convert/gguf_file.h"
 #include "convert/gguf_tokenizer.h"
+#include "convert/rope_scaling.h"
 #include "core/error.h"
 #include "format/row_codec.h"
 #include "format/tensor_names.h"
@@ -65,10 +65,10 @@ struct planned {
     dtype type;
     std::vector<uint64_t> shape; // ours, outermost first
     const gguf_tensor* src;
-    uint64_t index = 0;          // matrix of a stacked 3-D source
-    std::vector<uint64_t> rows;  // when not empty: the source row of each row (of matrix `index`)
-    size_t conversion = 0;       // index into the summary's conversions
-    std::vector<float> values;   // computed by the converter (src null), stored as `type`
+    uint64_t index = 0;         // matrix of a stacked 3-D source
+    std::vector<uint64_t> rows; // when not empty: the source row of each row (of matrix `index`)
+    size_t conversion = 0;      // index into the summary's conversions
+    std::vector<float> values;  // computed by the converter (src null), stored as `type`
 };
 
 /// The source row of each row of a q or k matrix of `heads` heads that llama.cpp's converter
@@ -111,22 +111,29 @@ public:
         const std::vector<uint64_t> s = t.torch_shape();
         const bool ok = (s.size() == 2 && s[0] == rows && s[1] == cols) || (s.size() == 1 && rows == 1 && s[0] == cols);
         if (!ok) bad_shape(t, shape_text({rows, cols}));
-        add(name, t, {rows, cols}, 0, perm_heads ? unpermuted_rows(rows, perm_heads) : std::vector<uint64_t>{}, router ? kind::router : kind::matrix);
+        add(name, t, {rows, cols}, 0, perm_heads ? unpermuted_rows(rows, perm_heads) : std::vector<uint64_t>{},
+            router ? kind::router : kind::matrix);
     }
-    void expert(const std::string& name, const std::string& src, uint64_t e, uint64_t n_expert, uint64_t rows, uint64_t cols) {
+    void expert(const std::string& name, const std::string& src, uint64_t e, uint64_t n_expert, uint64_t rows,
+                uint64_t cols) {
         const gguf_tensor& t = get(src);
         const std::vector<uint64_t> s = t.torch_shape();
-        if (s.size() != 3 || s[0] != n_expert || s[1] != rows || s[2] != cols) bad_shape(t, shape_text({n_expert, rows, cols}));
+        if (s.size() != 3 || s[0] != n_expert || s[1] != rows || s[2] != cols)
+            bad_shape(t, shape_text({n_expert, rows, cols}));
         add(name, t, {rows, cols}, e, {}, kind::matrix);
     }
     /// The given rows of `src` [n, cols] (or of its [a, b, cols] taken as [a * b, cols]);
     /// `small`: f32, or f16 for any other source type (latent attention's per-head matrices).
-    void rows(const std::string& name, const std::string& src, std::vector<uint64_t> rows, uint64_t cols, bool small = false) {
+    void rows(const std::string& name, const std::string& src, std::vector<uint64_t> rows, uint64_t cols,
+              bool small = false) {
         const gguf_tensor& t = get(src);
         const std::vector<uint64_t> s = t.torch_shape();
         const uint64_t n = s.size() == 3 ? s[0] * s[1] : s.size() == 2 ? s[0] : 0;
-        const bool ok = s.size() >= 2 && s.back() == cols && std::all_of(rows.begin(), rows.end(), [&](uint64_t r) { return r < n; });
-        if (!ok) bad_shape(t, "[" + std::to_string(*std::max_element(rows.begin(), rows.end()) + 1) + "+, " + std::to_string(cols) + "]");
+        const bool ok = s.size() >= 2 && s.back() == cols &&
+                        std::all_of(rows.begin(), rows.end(), [&](uint64_t r) { return r < n; });
+        if (!ok)
+            bad_shape(t, "[" + std::to_string(*std::max_element(rows.begin(), rows.end()) + 1) + "+, " +
+                             std::to_string(cols) + "]");
         const uint64_t count = rows.size();
         add(name, t, {count, cols}, 0, std::move(rows), small ? kind::small : kind::matrix);
     }
@@ -135,13 +142,15 @@ public:
     void transposed_heads(const std::string& name, const std::string& src, uint64_t n_head, uint64_t nope, uint64_t v,
                           uint64_t lora) {
         const gguf_tensor& t = get(src);
-        if (t.torch_shape() != std::vector<uint64_t>{n_head * (nope + v), lora}) bad_shape(t, shape_text({n_head * (nope + v), lora}));
+        if (t.torch_shape() != std::vector<uint64_t>{n_head * (nope + v), lora})
+            bad_shape(t, shape_text({n_head * (nope + v), lora}));
         check_readable(t);
         std::vector<float> row(lora), values(n_head * lora * nope);
         const uint64_t rb = ggml::row_bytes(t.type, lora);
         for (uint64_t h = 0; h < n_head; ++h) {
             for (uint64_t i = 0; i < nope; ++i) {
-                ggml::dequantize_row(t.type, t.data + (h * (nope + v) + i) * rb, row.data(), static_cast<int64_t>(lora));
+                ggml::dequantize_row(t.type, t.data + (h * (nope + v) + i) * rb, row.data(),
+                                     static_cast<int64_t>(lora));
                 check_finite(row, f_.path(), t.name, h * (nope + v) + i);
                 for (uint64_t c = 0; c < lora; ++c) values[(h * lora + c) * nope + i] = row[c];
             }
@@ -153,7 +162,8 @@ public:
         const gguf_tensor& t = get(src);
         if (t.torch_shape() != std::vector<uint64_t>{n}) bad_shape(t, shape_text({n}));
         check_readable(t);
-        plan.push_back({name, dtype::f32, {n}, &t, 0, {}, conversion(t.type, dtype::f32, same_layout(t.type, dtype::f32)), {}});
+        plan.push_back(
+            {name, dtype::f32, {n}, &t, 0, {}, conversion(t.type, dtype::f32, same_layout(t.type, dtype::f32)), {}});
     }
 
     /// A vector the converter computed.
@@ -171,20 +181,28 @@ private:
     void check_readable(const gguf_tensor& t) const {
         const ggml::type_info* ti = ggml::find_type(t.type);
         if (ti == nullptr || !ti->readable) {
-            throw error(errc::unsupported, f_.path() + ": tensor '" + t.name + "' has type " + ggml::type_name(t.type) +
-                                               ", which is not supported (supported: " + std::string(ggml::readable_types()) + ")");
+            throw error(errc::unsupported,
+                        f_.path() + ": tensor '" + t.name + "' has type " + ggml::type_name(t.type) +
+                            ", which is not supported (supported: " + std::string(ggml::readable_types()) + ")");
         }
     }
     enum class kind { matrix, router, small };
     void add(const std::string& name, const gguf_tensor& t, std::vector<uint64_t> dims, uint64_t index,
              std::vector<uint64_t> rows, kind k) {
         check_readable(t);
-        dtype type = k == kind::router ? dtype::f32
+        dtype type = k == kind::router  ? dtype::f32
                      : k == kind::small ? (t.type == ggml::f32 ? dtype::f32 : dtype::f16)
-                     : quant_          ? quant_->matrix_type(name, dims[1], shape)
-                                       : kept_type(t.type);
+                     : quant_           ? quant_->matrix_type(name, dims[1], shape)
+                                        : kept_type(t.type);
         if (row_bytes(type, dims[1]) == 0) type = dtype::f16; // rows that do not fill whole blocks
-        plan.push_back({name, type, std::move(dims), &t, index, std::move(rows), conversion(t.type, type, same_layout(t.type, type)), {}});
+        plan.push_back({name,
+                        type,
+                        std::move(dims),
+                        &t,
+                        index,
+                        std::move(rows),
+                        conversion(t.type, type, same_layout(t.type, type)),
+                        {}});
     }
     size_t conversion(uint32_t from, dtype to, bool copied) {
         const std::string name = ggml::type_name(from);
@@ -239,8 +257,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     const std::string a = f.string_of("general.architecture");
     const family_info* desc = find_gguf_family(a, f.get_uint(a + ".expert_count").value_or(0) > 0);
     if (desc == nullptr) {
-        throw error(errc::unsupported, f.path() + ": architecture '" + a + "' is not supported (supported: " +
-                                           known_gguf_architectures() + ")");
+        throw error(errc::unsupported, f.path() + ": architecture '" + a +
+                                           "' is not supported (supported: " + known_gguf_architectures() + ")");
     }
     auto key = [&a](std::string_view k) { return a + "." + std::string(k); };
     auto u32 = [&](std::string_view k, std::optional<uint32_t> fallback = std::nullopt) -> uint32_t {
@@ -252,7 +270,9 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         if (*v > UINT32_MAX) f.fail("metadata '" + key(k) + "' is out of range");
         return static_cast<uint32_t>(*v);
     };
-    auto unsupported = [&](const std::string& what) { throw error(errc::unsupported, f.path() + ": " + what + " is not supported"); };
+    auto unsupported = [&](const std::string& what) {
+        throw error(errc::unsupported, f.path() + ": " + what + " is not supported");
+    };
 
     gguf_plan p;
     hparams& hp = p.hp;
@@ -261,7 +281,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     hp.n_head = u32("attention.head_count");
     hp.n_head_kv = u32("attention.head_count_kv", hp.n_head);
     if (hp.n_layer == 0 || hp.n_embd == 0 || hp.n_head == 0 || hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0) {
-        f.fail("inconsistent attention shape (" + key("attention.head_count_kv") + " must divide " + key("attention.head_count") + ")");
+        f.fail("inconsistent attention shape (" + key("attention.head_count_kv") + " must divide " +
+               key("attention.head_count") + ")");
     }
     hp.head_dim = u32("attention.key_length", hp.n_embd / hp.n_head);
     if (desc->blocks.latent_attention()) {
@@ -273,13 +294,17 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         hp.rope_dim = u32("rope.dimension_count");
         hp.v_head_dim = u32("attention.value_length_mla", u32("attention.value_length"));
         hp.head_dim = u32("attention.key_length_mla", hp.head_dim);
-        if (hp.kv_lora_rank == 0 || hp.rope_dim == 0 || hp.rope_dim % 2 != 0 || hp.rope_dim >= hp.head_dim || hp.v_head_dim == 0) {
-            f.fail("inconsistent latent attention sizes (" + key("attention.kv_lora_rank") + ", " + key("rope.dimension_count") +
-                   ", " + key("attention.key_length_mla") + ", " + key("attention.value_length_mla") + ")");
+        if (hp.kv_lora_rank == 0 || hp.rope_dim == 0 || hp.rope_dim % 2 != 0 || hp.rope_dim >= hp.head_dim ||
+            hp.v_head_dim == 0) {
+            f.fail("inconsistent latent attention sizes (" + key("attention.kv_lora_rank") + ", " +
+                   key("rope.dimension_count") + ", " + key("attention.key_length_mla") + ", " +
+                   key("attention.value_length_mla") + ")");
         }
     } else {
-        if (u32("attention.value_length", hp.head_dim) != hp.head_dim) unsupported("a value length other than the key length");
-        if (u32("rope.dimension_count", hp.head_dim) != hp.head_dim) unsupported("RoPE over part of a head (" + key("rope.dimension_count") + ")");
+        if (u32("attention.value_length", hp.head_dim) != hp.head_dim)
+            unsupported("a value length other than the key length");
+        if (u32("rope.dimension_count", hp.head_dim) != hp.head_dim)
+            unsupported("RoPE over part of a head (" + key("rope.dimension_count") + ")");
     }
     if (hp.head_dim == 0 || hp.head_dim % 2 != 0) f.fail(key("attention.key_length") + " must be even");
     hp.n_ctx = u32("context_length", 4096);
@@ -297,7 +322,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         // DeepSeek's YaRN as llama.cpp runs it: cos and sin unscaled, the scores by
         // (1 + yarn_log_multiplier * ln factor)^2 (the multiplier stored as 0.1 * mscale_all_dim)
         if (!(scaling_factor > 1)) f.fail(key("rope.scaling.factor") + " must exceed 1");
-        if (f.get_float(key("rope.scaling.yarn_attn_factor")).value_or(1.0) != 1.0) unsupported("a YaRN attention factor other than 1");
+        if (f.get_float(key("rope.scaling.yarn_attn_factor")).value_or(1.0) != 1.0)
+            unsupported("a YaRN attention factor other than 1");
         rope.type = rope_scaling::kind::yarn;
         rope.factor = scaling_factor;
         rope.original_ctx = u32("rope.scaling.original_context_length");
@@ -310,10 +336,12 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     } else if (scaling_type != "none") {
         unsupported("RoPE scaling '" + scaling_type + "' (" + key("rope.scaling.type") + ")");
     }
-    const std::string eps_key = key(desc->blocks.layer_norm() ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon");
+    const std::string eps_key =
+        key(desc->blocks.layer_norm() ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon");
     const auto eps = f.get_float(eps_key);
     if (!eps) {
-        if (f.find(key("attention.layer_norm_epsilon"))) unsupported("LayerNorm (" + key("attention.layer_norm_epsilon") + ")");
+        if (f.find(key("attention.layer_norm_epsilon")))
+            unsupported("LayerNorm (" + key("attention.layer_norm_epsilon") + ")");
         f.fail("metadata '" + eps_key + "' is missing");
     }
     hp.norm_eps = static_cast<float>(*eps);
@@ -326,7 +354,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         hp.sliding_window = u32("attention.sliding_window", 0);
         if (hp.sliding_window > 0) {
             hp.swa_pattern = u32("attention.sliding_window_pattern", desc->swa_pattern);
-            hp.rope_theta_swa = static_cast<float>(f.get_float(key("rope.freq_base_swa")).value_or(desc->rope_theta_swa));
+            hp.rope_theta_swa =
+                static_cast<float>(f.get_float(key("rope.freq_base_swa")).value_or(desc->rope_theta_swa));
             if (desc->rope_theta_swa == 0) hp.rope_theta_swa = 0; // one base for every layer (Gemma 2)
         }
     } else if (f.find(key("attention.sliding_window"))) {
@@ -338,7 +367,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     if (!(hp.attn_softcap >= 0)) f.fail(key("attn_logit_softcapping") + " must be positive");
     hp.final_softcap = static_cast<float>(f.get_float(key("final_logit_softcapping")).value_or(0.0));
     if (!(hp.final_softcap >= 0)) f.fail(key("final_logit_softcapping") + " must be positive");
-    if (const auto g = f.get_uint(key("expert_gating_func")); g && *g != 1) unsupported("expert gating other than softmax");
+    if (const auto g = f.get_uint(key("expert_gating_func")); g && *g != 1)
+        unsupported("expert gating other than softmax");
     hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;
     hp.attention_scale = 0.0f;
     if (desc->embed_scale_sqrt) {
@@ -364,8 +394,10 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     hp.arch = static_cast<uint32_t>(desc->arch);
     p.family = std::string(desc->name());
     hp.qk_norm = static_cast<uint32_t>(desc->blocks.qk);
-    if (hp.n_expert > 0 && f.get_bool(key("expert_weights_norm")).value_or(desc->norm_topk_default)) hp.flags |= flag_norm_topk_prob;
-    if (desc->blocks.shared_experts == shared_experts_kind::ungated && hp.n_expert > 0) { // DeepSeek's routing (model_file checks the groups)
+    if (hp.n_expert > 0 && f.get_bool(key("expert_weights_norm")).value_or(desc->norm_topk_default))
+        hp.flags |= flag_norm_topk_prob;
+    if (desc->blocks.shared_experts == shared_experts_kind::ungated &&
+        hp.n_expert > 0) { // DeepSeek's routing (model_file checks the groups)
         hp.expert_weights_scale = static_cast<float>(f.get_float(key("expert_weights_scale")).value_or(1.0));
         if (!(hp.expert_weights_scale > 0)) f.fail(key("expert_weights_scale") + " must be positive");
         hp.n_expert_group = u32("expert_group_count", 1);
@@ -375,7 +407,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
 
     gguf_planner pl(f, quant, conv);
     const gguf_tensor& embd = pl.get(std::string(names::token_embd));
-    if (embd.ne.size() != 2 || embd.ne[0] != hp.n_embd) f.fail("tensor 'token_embd.weight' does not have rows of " + key("embedding_length"));
+    if (embd.ne.size() != 2 || embd.ne[0] != hp.n_embd)
+        f.fail("tensor 'token_embd.weight' does not have rows of " + key("embedding_length"));
     hp.n_vocab = static_cast<uint32_t>(embd.ne[1]);
     const bool tied = !pl.has(std::string(names::output));
     if (tied) hp.flags |= flag_tie_embeddings;
@@ -387,7 +420,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
     }
     if (pl.has("blk.0.ffn_gate_inp_shexp.weight")) hp.flags |= flag_shared_expert_gate;
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
-        if (pl.has(names::layer(int(il), "exp_probs_b.bias"))) unsupported("an expert score bias (exp_probs_b, DeepSeek-V3's routing)");
+        if (pl.has(names::layer(int(il), "exp_probs_b.bias")))
+            unsupported("an expert score bias (exp_probs_b, DeepSeek-V3's routing)");
     }
     auto rows_of = [&](const std::string& name) { return pl.get(name).torch_shape().end()[-2]; };
 
@@ -397,7 +431,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         const int l = static_cast<int>(il);
         auto n = [l](std::string_view s) { return names::layer(l, s); };
         pl.vector(n(names::blk::attn_norm), n(names::blk::attn_norm), hp.n_embd);
-        if (desc->blocks.layer_norm()) pl.vector(n(names::blk::attn_norm_bias), n(names::blk::attn_norm_bias), hp.n_embd);
+        if (desc->blocks.layer_norm())
+            pl.vector(n(names::blk::attn_norm_bias), n(names::blk::attn_norm_bias), hp.n_embd);
         if (desc->blocks.latent_attention()) {
             plan_latent_attention(pl, hp, l);
         } else {
@@ -407,7 +442,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
             pl.matrix(n(names::blk::attn_v), n(names::blk::attn_v), kv_dim, hp.n_embd);
             pl.matrix(n(names::blk::attn_output), n(names::blk::attn_output), hp.n_embd, q_dim);
         }
-        if (hp.flags & flag_out_bias) pl.vector(n(names::blk::attn_output_bias), n(names::blk::attn_output_bias), hp.n_embd);
+        if (hp.flags & flag_out_bias)
+            pl.vector(n(names::blk::attn_output_bias), n(names::blk::attn_output_bias), hp.n_embd);
         if (hp.flags & flag_attn_bias) {
             if (desc->gguf_permuted_qk) unsupported("q/k biases with llama's rotary row order");
             pl.vector(n(names::blk::attn_q_bias), n(names::blk::attn_q_bias), q_dim);
@@ -430,13 +466,18 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
             const std::string stacked = n("ffn_gate_exps.weight");
             const bool is_stacked = pl.has(stacked);
             // older files: one 2-D tensor per expert, blk.N.ffn_gate.E.weight
-            auto per_expert = [&](std::string_view kind, int e) { return n(std::string(kind) + "." + std::to_string(e) + ".weight"); };
-            if (hp.n_ff_exp == 0) hp.n_ff_exp = static_cast<uint32_t>(is_stacked ? rows_of(stacked) : rows_of(per_expert("ffn_gate", 0)));
+            auto per_expert = [&](std::string_view kind, int e) {
+                return n(std::string(kind) + "." + std::to_string(e) + ".weight");
+            };
+            if (hp.n_ff_exp == 0)
+                hp.n_ff_exp = static_cast<uint32_t>(is_stacked ? rows_of(stacked) : rows_of(per_expert("ffn_gate", 0)));
             for (int e = 0; e < static_cast<int>(hp.n_expert); ++e) {
                 for (std::string_view kind : {names::exp::gate, names::exp::up, names::exp::down}) {
                     const bool down = kind == names::exp::down;
                     const uint64_t rows = down ? hp.n_embd : hp.n_ff_exp, cols = down ? hp.n_ff_exp : hp.n_embd;
-                    if (is_stacked) pl.expert(names::expert(l, e, kind), n(std::string(kind) + "_exps.weight"), e, hp.n_expert, rows, cols);
+                    if (is_stacked)
+                        pl.expert(names::expert(l, e, kind), n(std::string(kind) + "_exps.weight"), e, hp.n_expert,
+                                  rows, cols);
                     else pl.matrix(names::expert(l, e, kind), per_expert(kind, e), rows, cols);
                 }
             }
@@ -446,14 +487,16 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
                 pl.matrix(n(names::blk::ffn_up_shexp), n(names::blk::ffn_up_shexp), hp.n_ff_shexp, hp.n_embd);
                 pl.matrix(n(names::blk::ffn_down_shexp), n(names::blk::ffn_down_shexp), hp.n_embd, hp.n_ff_shexp);
                 if (desc->blocks.shared_experts != shared_experts_kind::ungated) {
-                    if (!(hp.flags & flag_shared_expert_gate)) unsupported("a shared expert without its gate (ffn_gate_inp_shexp)");
+                    if (!(hp.flags & flag_shared_expert_gate))
+                        unsupported("a shared expert without its gate (ffn_gate_inp_shexp)");
                     pl.matrix(n(names::blk::ffn_gate_inp_shexp), n(names::blk::ffn_gate_inp_shexp), 1, hp.n_embd, true);
                 }
             }
         } else {
             // a dense layer (dense Llama, or an MoE family's dense layers)
             const bool gelu = desc->blocks.ffn == ffn_kind::gelu_mlp;
-            if (hp.n_ff == 0) hp.n_ff = static_cast<uint32_t>(rows_of(n(gelu ? names::blk::ffn_up : names::blk::ffn_gate)));
+            if (hp.n_ff == 0)
+                hp.n_ff = static_cast<uint32_t>(rows_of(n(gelu ? names::blk::ffn_up : names::blk::ffn_gate)));
             if (!gelu) pl.matrix(n(names::blk::ffn_gate), n(names::blk::ffn_gate), hp.n_ff, hp.n_embd);
             pl.matrix(n(names::blk::ffn_up), n(names::blk::ffn_up), hp.n_ff, hp.n_embd);
             pl.matrix(n(names::blk::ffn_down), n(names::blk::ffn_down), hp.n_embd, hp.n_ff);
@@ -464,7 +507,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         }
     }
     pl.vector(std::string(names::output_norm), std::string(names::output_norm), hp.n_embd);
-    if (desc->blocks.layer_norm()) pl.vector(std::string(names::output_norm_bias), std::string(names::output_norm_bias), hp.n_embd);
+    if (desc->blocks.layer_norm())
+        pl.vector(std::string(names::output_norm_bias), std::string(names::output_norm_bias), hp.n_embd);
     if (!tied) pl.matrix(std::string(names::output), std::string(names::output), hp.n_vocab, hp.n_embd);
     const uint32_t roped = desc->blocks.latent_attention() ? hp.rope_dim : hp.head_dim;
     if (pl.has(std::string(names::rope_freqs))) {
@@ -478,7 +522,8 @@ gguf_plan plan_gguf(const gguf_file& f, std::optional<quant_choice> quant, std::
         }
     }
     for (const planned& t : pl.plan) { // as blk.0.attn_q is stored (informative)
-        if (t.name == names::layer(0, names::blk::attn_q) || t.name == names::layer(0, names::blk::attn_q_nope)) hp.weight_type = static_cast<uint32_t>(matmul_storage(t.type, t.shape[0]));
+        if (t.name == names::layer(0, names::blk::attn_q) || t.name == names::layer(0, names::blk::attn_q_nope))
+            hp.weight_type = static_cast<uint32_t>(matmul_storage(t.type, t.shape[0]));
     }
     p.tensors = std::move(pl.plan);
     return p;

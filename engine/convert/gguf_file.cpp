@@ -11,15 +11,22 @@ namespace colibri {
 namespace {
 
 constexpr uint8_t gguf_magic[4] = {'G', 'G', 'U', 'F'};
-constexpr int max_dims = 4;         // GGML_MAX_DIMS
-constexpr int max_array_depth = 4;  // arrays of arrays: skipped, never read
+constexpr int max_dims = 4;        // GGML_MAX_DIMS
+constexpr int max_array_depth = 4; // arrays of arrays: skipped, never read
 
 size_t scalar_size(gguf_type t) {
     switch (t) {
-    case gguf_type::u8: case gguf_type::i8: case gguf_type::boolean: return 1;
-    case gguf_type::u16: case gguf_type::i16: return 2;
-    case gguf_type::u32: case gguf_type::i32: case gguf_type::f32: return 4;
-    case gguf_type::u64: case gguf_type::i64: case gguf_type::f64: return 8;
+    case gguf_type::u8:
+    case gguf_type::i8:
+    case gguf_type::boolean: return 1;
+    case gguf_type::u16:
+    case gguf_type::i16: return 2;
+    case gguf_type::u32:
+    case gguf_type::i32:
+    case gguf_type::f32: return 4;
+    case gguf_type::u64:
+    case gguf_type::i64:
+    case gguf_type::f64: return 8;
     default: return 0;
     }
 }
@@ -68,14 +75,16 @@ void read_value(cursor& c, gguf_type t, gguf_value& v, const std::string& key, i
 
 void read_array(cursor& c, gguf_value& v, const std::string& key, int depth, const gguf_file& f) {
     const auto et = c.read<uint32_t>("type of the elements of '" + key + "'");
-    if (et > static_cast<uint32_t>(gguf_type::f64)) f.fail("metadata '" + key + "': unknown array element type " + std::to_string(et));
+    if (et > static_cast<uint32_t>(gguf_type::f64))
+        f.fail("metadata '" + key + "': unknown array element type " + std::to_string(et));
     v.elem = static_cast<gguf_type>(et);
     v.count = c.read<uint64_t>("length of '" + key + "'");
     if (v.elem == gguf_type::string) {
         // every string takes at least its 8-byte length
         c.need(v.count > UINT64_MAX / 8 ? UINT64_MAX : v.count * 8, "strings of '" + key + "'");
         v.strings.reserve(v.count);
-        for (uint64_t k = 0; k < v.count; ++k) v.strings.push_back(c.str("element " + std::to_string(k) + " of '" + key + "'"));
+        for (uint64_t k = 0; k < v.count; ++k)
+            v.strings.push_back(c.str("element " + std::to_string(k) + " of '" + key + "'"));
     } else if (v.elem == gguf_type::array) {
         if (depth >= max_array_depth) f.fail("metadata '" + key + "': arrays nested too deeply");
         c.need(v.count > UINT64_MAX / 12 ? UINT64_MAX : v.count * 12, "arrays of '" + key + "'");
@@ -85,7 +94,8 @@ void read_array(cursor& c, gguf_value& v, const std::string& key, int depth, con
         }
     } else {
         const size_t es = scalar_size(v.elem);
-        if (v.count > UINT64_MAX / es) f.fail("metadata '" + key + "': array length " + std::to_string(v.count) + " overflows");
+        if (v.count > UINT64_MAX / es)
+            f.fail("metadata '" + key + "': array length " + std::to_string(v.count) + " overflows");
         v.elems = c.here();
         c.skip(v.count * es, "elements of '" + key + "'");
     }
@@ -116,14 +126,18 @@ void read_value(cursor& c, gguf_type t, gguf_value& v, const std::string& key, i
     }
 }
 
-bool is_signed(gguf_type t) { return t == gguf_type::i8 || t == gguf_type::i16 || t == gguf_type::i32 || t == gguf_type::i64; }
-bool is_unsigned(gguf_type t) { return t == gguf_type::u8 || t == gguf_type::u16 || t == gguf_type::u32 || t == gguf_type::u64; }
+bool is_signed(gguf_type t) {
+    return t == gguf_type::i8 || t == gguf_type::i16 || t == gguf_type::i32 || t == gguf_type::i64;
+}
+bool is_unsigned(gguf_type t) {
+    return t == gguf_type::u8 || t == gguf_type::u16 || t == gguf_type::u32 || t == gguf_type::u64;
+}
 
 } // namespace
 
 std::string_view gguf_type_name(gguf_type t) {
-    static constexpr std::string_view names[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-                                                 "bool", "string", "array", "uint64", "int64", "float64"};
+    static constexpr std::string_view names[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                                 "bool",  "string", "array",  "uint64", "int64",  "float64"};
     const auto i = static_cast<uint32_t>(t);
     return i < std::size(names) ? names[i] : "unknown";
 }
@@ -143,18 +157,21 @@ gguf_file::gguf_file(const std::string& path) : file_(path) {
     c.skip(4, "magic");
     version_ = c.read<uint32_t>("version");
     if (version_ == 1) fail("GGUF version 1 is not supported (versions 2 and 3 are)");
-    if (version_ != 2 && version_ != 3) fail("unknown GGUF version " + std::to_string(version_) + " (versions 2 and 3 are read)");
+    if (version_ != 2 && version_ != 3)
+        fail("unknown GGUF version " + std::to_string(version_) + " (versions 2 and 3 are read)");
     const auto n_tensors = c.read<uint64_t>("tensor count");
     const auto n_kv = c.read<uint64_t>("metadata count");
     // every entry takes at least 8 (name length) + 4 bytes: reject absurd counts before reserving
     if (n_kv > file_.size() / 12) fail("metadata count " + std::to_string(n_kv) + " is larger than the file allows");
-    if (n_tensors > file_.size() / 12) fail("tensor count " + std::to_string(n_tensors) + " is larger than the file allows");
+    if (n_tensors > file_.size() / 12)
+        fail("tensor count " + std::to_string(n_tensors) + " is larger than the file allows");
 
     kv_.reserve(n_kv);
     for (uint64_t k = 0; k < n_kv; ++k) {
         const std::string key(c.str("name of metadata entry " + std::to_string(k)));
         const auto t = c.read<uint32_t>("type of '" + key + "'");
-        if (t > static_cast<uint32_t>(gguf_type::f64)) fail("metadata '" + key + "': unknown value type " + std::to_string(t));
+        if (t > static_cast<uint32_t>(gguf_type::f64))
+            fail("metadata '" + key + "': unknown value type " + std::to_string(t));
         gguf_value v;
         read_value(c, static_cast<gguf_type>(t), v, key, 0, *this);
         if (!kv_index_.emplace(key, kv_.size()).second) fail("metadata '" + key + "' appears twice");
@@ -189,11 +206,14 @@ gguf_file::gguf_file(const std::string& path) : file_(path) {
         const ggml::type_info* ti = ggml::find_type(t.type);
         if (ti == nullptr) fail(where + " has unknown ggml type id " + std::to_string(t.type));
         if (t.ne[0] % ti->block != 0) {
-            fail(where + ": rows of " + std::to_string(t.ne[0]) + " elements are not whole " + std::string(ti->name) + " blocks");
+            fail(where + ": rows of " + std::to_string(t.ne[0]) + " elements are not whole " + std::string(ti->name) +
+                 " blocks");
         }
         t.size = n / ti->block * ti->block_bytes;
         const auto offset = c.read<uint64_t>("offset of " + where);
-        if (offset % alignment_ != 0) fail(where + ": data offset " + std::to_string(offset) + " is not aligned to " + std::to_string(alignment_));
+        if (offset % alignment_ != 0)
+            fail(where + ": data offset " + std::to_string(offset) + " is not aligned to " +
+                 std::to_string(alignment_));
         if (!tensor_index_.emplace(t.name, tensors_.size()).second) fail(where + " appears twice");
         infos.push_back({offset});
         tensors_.push_back(std::move(t));
@@ -224,7 +244,8 @@ const gguf_tensor* gguf_file::find_tensor(std::string_view name) const {
 std::optional<std::string> gguf_file::get_string(std::string_view key) const {
     const gguf_value* v = find(key);
     if (v == nullptr) return std::nullopt;
-    if (v->type != gguf_type::string) fail("metadata '" + std::string(key) + "' is a " + std::string(gguf_type_name(v->type)) + ", not a string");
+    if (v->type != gguf_type::string)
+        fail("metadata '" + std::string(key) + "' is a " + std::string(gguf_type_name(v->type)) + ", not a string");
     return std::string(v->s);
 }
 
@@ -267,7 +288,8 @@ uint64_t gguf_file::uint_of(std::string_view key) const {
 std::vector<std::string_view> gguf_file::string_array(std::string_view key) const {
     const gguf_value* v = find(key);
     if (v == nullptr) return {};
-    if (v->type != gguf_type::array || v->elem != gguf_type::string) fail("metadata '" + std::string(key) + "' is not an array of strings");
+    if (v->type != gguf_type::array || v->elem != gguf_type::string)
+        fail("metadata '" + std::string(key) + "' is not an array of strings");
     return v->strings;
 }
 
@@ -300,7 +322,7 @@ std::vector<int64_t> gguf_file::int_array(std::string_view key) const {
     std::vector<int64_t> out(v->count);
     for (uint64_t k = 0; k < v->count; ++k) {
         uint64_t raw = 0;
-        std::memcpy(&raw, v->elems + es * k, es); // little-endian
+        std::memcpy(&raw, v->elems + es * k, es);                                                // little-endian
         if (is_signed(v->elem) && es < 8 && (raw >> (8 * es - 1)) & 1) raw |= ~0ull << (8 * es); // sign-extend
         out[k] = static_cast<int64_t>(raw);
     }

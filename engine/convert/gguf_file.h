@@ -15,21 +15,32 @@ namespace colibri {
 
 /// Value types of GGUF metadata.
 enum class gguf_type : uint32_t {
-    u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7,
-    string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12,
+    u8 = 0,
+    i8 = 1,
+    u16 = 2,
+    i16 = 3,
+    u32 = 4,
+    i32 = 5,
+    f32 = 6,
+    boolean = 7,
+    string = 8,
+    array = 9,
+    u64 = 10,
+    i64 = 11,
+    f64 = 12,
 };
 std::string_view gguf_type_name(gguf_type t);
 
 /// One metadata value. Scalars are held decoded; arrays as a view into the mapping.
 struct gguf_value {
     gguf_type type = gguf_type::u8;
-    uint64_t u = 0;          // unsigned integers and bool
-    int64_t i = 0;           // signed integers
-    double f = 0;            // f32 / f64
-    std::string_view s;      // string
-    gguf_type elem = gguf_type::u8; // arrays: element type
-    uint64_t count = 0;      // arrays: elements
-    const uint8_t* elems = nullptr; // arrays of numbers: the packed little-endian elements
+    uint64_t u = 0;                        // unsigned integers and bool
+    int64_t i = 0;                         // signed integers
+    double f = 0;                          // f32 / f64
+    std::string_view s;                    // string
+    gguf_type elem = gguf_type::u8;        // arrays: element type
+    uint64_t count = 0;                    // arrays: elements
+    const uint8_t* elems = nullptr;        // arrays of numbers: the packed little-endian elements
     std::vector<std::string_view> strings; // arrays of strings
 };
 
@@ -39,7 +50,7 @@ struct gguf_tensor {
     uint32_t type = 0;        // ggml type id (convert/ggml_quants.h)
     std::vector<uint64_t> ne; // innermost first
     const uint8_t* data = nullptr;
-    uint64_t size = 0;        // bytes
+    uint64_t size = 0; // bytes
 
     uint64_t n_elements() const;
     /// Shape outermost first (PyTorch order), as the .colibri directory writes it.

@@ -79,20 +79,20 @@ const pre_step gpt2_byte_level{pre_step::byte_level, nullptr, false};
 /// One known pre-tokenizer name (llama.cpp's tokenizer.ggml.pre): the normalizer, pre-tokenizer
 /// steps and model flags of the Hugging Face tokenizer.json it stands for.
 struct pre_desc {
-    std::string_view names;     // space-separated names of tokenizer.ggml.pre
-    bool nfc;                   // an NFC normalizer (Qwen2)
+    std::string_view names;      // space-separated names of tokenizer.ggml.pre
+    bool nfc;                    // an NFC normalizer (Qwen2)
     std::vector<pre_step> steps; // then ByteLevel(use_regex=false) unless a step was ByteLevel
-    bool ignore_merges;         // a word in the vocabulary is one token (Llama 3, Tekken)
+    bool ignore_merges;          // a word in the vocabulary is one token (Llama 3, Tekken)
 };
 
 // GPT-2's pattern as the Llama 3 and Qwen families extend it.
 #define COLIBRI_PRE_CONTRACTIONS "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-const char* const llama3_regex =
-    COLIBRI_PRE_CONTRACTIONS R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const llama3_regex = COLIBRI_PRE_CONTRACTIONS
+    R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const qwen2_regex =
     COLIBRI_PRE_CONTRACTIONS R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-const char* const qwen35_regex =
-    COLIBRI_PRE_CONTRACTIONS R"(|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const qwen35_regex = COLIBRI_PRE_CONTRACTIONS
+    R"(|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const seed_coder_regex =
     COLIBRI_PRE_CONTRACTIONS R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+)";
 #undef COLIBRI_PRE_CONTRACTIONS
@@ -108,30 +108,44 @@ const std::vector<pre_desc>& pre_table() {
         {"qwen2 deepseek-r1-qwen", true, {split(qwen2_regex)}, false},
         {"qwen35", false, {split(qwen35_regex)}, false},
         {"llama-bpe llama3 llama-v3", false, {split(llama3_regex)}, true},
-        {"deepseek-v3", false,
+        {"deepseek-v3",
+         false,
          {split(R"(\p{N}{1,3})"), split("[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"),
-          split(R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)")},
+          split(
+              R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)")},
          false},
-        {"deepseek-coder", false,
-         {split(R"([\r\n])"), split(R"(\s?\p{L}+)"), split(R"(\s?\p{P}+)"), split(cjk_hangul), digits(true)}, false},
-        {"deepseek-llm", false,
+        {"deepseek-coder",
+         false,
+         {split(R"([\r\n])"), split(R"(\s?\p{L}+)"), split(R"(\s?\p{P}+)"), split(cjk_hangul), digits(true)},
+         false},
+        {"deepseek-llm",
+         false,
          {split(R"([\r\n])"),
-          split("\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373"
-                "\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f"
-                "\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77"
-                "\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d"
-                "\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4"
-                "\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
-                "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d"
-                "\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a"
-                "\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2"
-                "\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+"),
-          split("\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+"), split(R"(\s+$)"), split(cjk_hangul),
-          digits(true)},
+          split(
+              "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-"
+              "\u0373"
+              "\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-"
+              "\u052f"
+              "\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77"
+              "\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-"
+              "\u1f7d"
+              "\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-"
+              "\u1ff4"
+              "\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-"
+              "\u2134\u2139"
+              "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-"
+              "\ua66d"
+              "\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a"
+              "\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2"
+              "\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+"),
+          split("\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+"), split(R"(\s+$)"),
+          split(cjk_hangul), digits(true)},
          false},
         // Punctuation(Contiguous) as the split of Unicode punctuation and ASCII symbols it is
-        {"falcon", false,
-         {split(R"([\p{P}$+<=>^~|`]+)"), gpt2_byte_level, digits(false), split("[0-9][0-9][0-9]")}, false},
+        {"falcon",
+         false,
+         {split(R"([\p{P}$+<=>^~|`]+)"), gpt2_byte_level, digits(false), split("[0-9][0-9][0-9]")},
+         false},
         {"tekken", false, {split(tekken_regex)}, true},
         {"seed-coder", false, {split(seed_coder_regex)}, false},
     };
@@ -162,7 +176,8 @@ void fill_header(const gguf_file& f, tokenizer_section& sec, bool add_bos_defaul
     th.bos_id = special_id(f, "tokenizer.ggml.bos_token_id", sec.n_tokens);
     th.eos_id = special_id(f, "tokenizer.ggml.eos_token_id", sec.n_tokens);
     th.pad_id = special_id(f, "tokenizer.ggml.padding_token_id", sec.n_tokens);
-    if (f.get_bool("tokenizer.ggml.add_bos_token").value_or(add_bos_default) && th.bos_id >= 0) th.flags |= format::tok_add_bos;
+    if (f.get_bool("tokenizer.ggml.add_bos_token").value_or(add_bos_default) && th.bos_id >= 0)
+        th.flags |= format::tok_add_bos;
     if (f.get_bool("tokenizer.ggml.add_eos_token").value_or(false) && th.eos_id >= 0) th.flags |= format::tok_add_eos;
     th.payload_size = sec.payload.size();
 }
@@ -172,14 +187,18 @@ void fill_header(const gguf_file& f, tokenizer_section& sec, bool add_bos_defaul
 tokenizer_section sentencepiece_section(const gguf_file& f, const std::vector<std::string_view>& tokens) {
     const std::vector<float> scores = f.float_array("tokenizer.ggml.scores");
     const std::vector<int64_t> types = f.int_array("tokenizer.ggml.token_type");
-    if (scores.size() != tokens.size()) f.fail("tokenizer.ggml.scores has " + std::to_string(scores.size()) + " entries for " + std::to_string(tokens.size()) + " tokens");
-    if (!types.empty() && types.size() != tokens.size()) f.fail("tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " + std::to_string(tokens.size()) + " tokens");
+    if (scores.size() != tokens.size())
+        f.fail("tokenizer.ggml.scores has " + std::to_string(scores.size()) + " entries for " +
+               std::to_string(tokens.size()) + " tokens");
+    if (!types.empty() && types.size() != tokens.size())
+        f.fail("tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " +
+               std::to_string(tokens.size()) + " tokens");
     // Sentencepiece has one unknown piece: tokenizer.ggml.unknown_token_id's (Gemma 3 types
     // it control), else the first of that type; others of the type (Phi-3's padding) become
     // unused pieces, as llama.cpp never produces them either.
     size_t unk = tokens.size();
-    if (const auto id = f.get_uint("tokenizer.ggml.unknown_token_id"); id && *id < types.size() &&
-                                                                        (types[*id] == tt_unknown || types[*id] == tt_control)) {
+    if (const auto id = f.get_uint("tokenizer.ggml.unknown_token_id");
+        id && *id < types.size() && (types[*id] == tt_unknown || types[*id] == tt_control)) {
         unk = *id;
     }
     for (size_t i = 0; i < types.size() && unk == tokens.size(); ++i) {
@@ -189,7 +208,8 @@ tokenizer_section sentencepiece_section(const gguf_file& f, const std::vector<st
     bool has_byte = false, has_unk = false;
     for (size_t i = 0; i < tokens.size(); ++i) {
         int64_t type = types.empty() ? tt_normal : types[i];
-        if (type < tt_normal || type > tt_byte) f.fail("token " + std::to_string(i) + " has unknown token type " + std::to_string(type));
+        if (type < tt_normal || type > tt_byte)
+            f.fail("token " + std::to_string(i) + " has unknown token type " + std::to_string(type));
         if (i == unk) type = tt_unknown;
         else if (type == tt_unknown) type = tt_unused;
         has_byte |= type == tt_byte;
@@ -210,7 +230,9 @@ tokenizer_section sentencepiece_section(const gguf_file& f, const std::vector<st
         return id && *id < tokens.size() ? tokens[*id] : std::string_view();
     };
     // bos_id()/eos_id() of the processor look up these pieces; -1 when absent
-    const std::pair<uint32_t, const char*> specials[] = {{46, "tokenizer.ggml.bos_token_id"}, {47, "tokenizer.ggml.eos_token_id"}, {48, "tokenizer.ggml.padding_token_id"}};
+    const std::pair<uint32_t, const char*> specials[] = {{46, "tokenizer.ggml.bos_token_id"},
+                                                         {47, "tokenizer.ggml.eos_token_id"},
+                                                         {48, "tokenizer.ggml.padding_token_id"}};
     for (const auto& [field, key] : specials) {
         if (const std::string_view p = piece_of(key); !p.empty()) trainer.bytes_field(field, p);
     }
@@ -240,11 +262,14 @@ tokenizer_section bpe_section(const gguf_file& f, const std::vector<std::string_
     const std::string pre = spm_style ? "gemma4" : f.get_string("tokenizer.ggml.pre").value_or("default");
     const pre_desc* pd = spm_style ? &gemma4_pre : find_pre(pre);
     if (pd == nullptr) {
-        throw error(errc::unsupported, f.path() + ": pre-tokenizer '" + pre + "' (tokenizer.ggml.pre) is not supported (supported: " +
+        throw error(errc::unsupported, f.path() + ": pre-tokenizer '" + pre +
+                                           "' (tokenizer.ggml.pre) is not supported (supported: " +
                                            std::string(gguf_known_pre_tokenizers()) + ")");
     }
     const std::vector<int64_t> types = f.int_array("tokenizer.ggml.token_type");
-    if (!types.empty() && types.size() != tokens.size()) f.fail("tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " + std::to_string(tokens.size()) + " tokens");
+    if (!types.empty() && types.size() != tokens.size())
+        f.fail("tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " +
+               std::to_string(tokens.size()) + " tokens");
     const std::vector<std::string_view> merges = f.string_array("tokenizer.ggml.merges");
     if (merges.empty()) f.fail("tokenizer.ggml.merges is missing (a gpt2 vocabulary needs its merges)");
 
@@ -259,7 +284,8 @@ tokenizer_section bpe_section(const gguf_file& f, const std::vector<std::string_
     w.u32(version);
     w.u32((pd->ignore_merges ? model_ignore_merges : 0u) | (spm_style ? model_byte_fallback : 0u));
     const auto unk = f.get_uint("tokenizer.ggml.unknown_token_id");
-    w.u32(spm_style && unk && *unk < tokens.size() ? static_cast<uint32_t>(*unk) : static_cast<uint32_t>(-1)); // byte-level: every byte has a token
+    w.u32(spm_style && unk && *unk < tokens.size() ? static_cast<uint32_t>(*unk)
+                                                   : static_cast<uint32_t>(-1)); // byte-level: every byte has a token
     w.u32(static_cast<uint32_t>(tokens.size()));
     for (std::string_view t : tokens) w.str(t);
     w.u32(static_cast<uint32_t>(merges.size()));
@@ -270,7 +296,8 @@ tokenizer_section bpe_section(const gguf_file& f, const std::vector<std::string_
         const std::string a(m.substr(0, sp)), b(m.substr(sp + 1)), ab = a + b;
         for (const std::string* s : {&a, &b, &ab}) {
             auto it = ids.find(*s);
-            if (it == ids.end()) f.fail("merge " + std::to_string(k) + " (" + std::string(m) + "): '" + *s + "' is not a token");
+            if (it == ids.end())
+                f.fail("merge " + std::to_string(k) + " (" + std::string(m) + "): '" + *s + "' is not a token");
             w.u32(it->second);
         }
     }
@@ -294,8 +321,9 @@ tokenizer_section bpe_section(const gguf_file& f, const std::vector<std::string_
         w.str(" ");
         w.str("\u2581");
     }
-    const bool byte_level_step =
-        spm_style || std::any_of(pd->steps.begin(), pd->steps.end(), [](const pre_step& s) { return s.k == pre_step::byte_level; });
+    const bool byte_level_step = spm_style || std::any_of(pd->steps.begin(), pd->steps.end(), [](const pre_step& s) {
+                                     return s.k == pre_step::byte_level;
+                                 });
     w.u32(static_cast<uint32_t>(pd->steps.size()) + (byte_level_step ? 0 : 1));
     for (const pre_step& step : pd->steps) {
         switch (step.k) {
@@ -357,8 +385,9 @@ tokenizer_section import_gguf_tokenizer(const gguf_file& f) {
     if (!model) f.fail("no tokenizer (tokenizer.ggml.model is missing)");
     const std::vector<std::string_view> tokens = f.string_array("tokenizer.ggml.tokens");
     if (*model != "llama" && *model != "gpt2" && *model != "gemma4") {
-        throw error(errc::unsupported, f.path() + ": tokenizer model '" + *model +
-                                           "' (tokenizer.ggml.model) is not supported (supported: llama, gpt2, gemma4)");
+        throw error(errc::unsupported,
+                    f.path() + ": tokenizer model '" + *model +
+                        "' (tokenizer.ggml.model) is not supported (supported: llama, gpt2, gemma4)");
     }
     if (tokens.empty()) f.fail("tokenizer.ggml.tokens is missing or empty");
     if (tokens.size() >= (1u << 24)) f.fail("tokenizer.ggml.tokens has too many tokens");

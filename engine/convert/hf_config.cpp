@@ -5,8 +5,8 @@
 #include "convert/latent_rows.h"
 #include "convert/rope_scaling.h"
 #include "convert/safetensors.h"
-#include "core/half.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "format/tensor_names.h"
 #include "model/family_registry.h"
 
@@ -80,12 +80,13 @@ std::string shape_text(const std::vector<uint64_t>& s) {
 
 class planner {
 public:
-    planner(const safetensors_checkpoint& ckpt, const quant_choice& quant, const mix_shape& shape, checkpoint_plan& plan)
+    planner(const safetensors_checkpoint& ckpt, const quant_choice& quant, const mix_shape& shape,
+            checkpoint_plan& plan)
         : ckpt_(ckpt), quant_(quant), shape_(shape), plan_(plan) {}
 
     /// A matrix [rows, cols] from rows row0.. of matrix `index` of `src`.
-    void matrix(const std::string& name, const std::string& src, uint64_t rows, uint64_t cols,
-                uint64_t index = 0, uint64_t row0 = 0, bool keep_f32 = false) {
+    void matrix(const std::string& name, const std::string& src, uint64_t rows, uint64_t cols, uint64_t index = 0,
+                uint64_t row0 = 0, bool keep_f32 = false) {
         const st_tensor& t = ckpt_.get(src);
         bool ok;
         if (t.shape.size() == 3) ok = index < t.shape[0] && row0 + rows <= t.shape[1] && t.shape[2] == cols;
@@ -97,11 +98,15 @@ public:
 
     /// A matrix of the given rows of `src` [*, cols]; `small`: f32 or f16 as the source is
     /// (latent attention's per-head matrices), else a matrix of quant's type.
-    void rows(const std::string& name, const std::string& src, std::vector<uint64_t> rows, uint64_t cols, bool small = false) {
+    void rows(const std::string& name, const std::string& src, std::vector<uint64_t> rows, uint64_t cols,
+              bool small = false) {
         const st_tensor& t = ckpt_.get(src);
         const bool ok = t.shape.size() == 2 && t.shape[1] == cols &&
                         std::all_of(rows.begin(), rows.end(), [&](uint64_t r) { return r < t.shape[0]; });
-        if (!ok) bad_shape(src, t, "[" + std::to_string(*std::max_element(rows.begin(), rows.end()) + 1) + "+, " + std::to_string(cols) + "]");
+        if (!ok)
+            bad_shape(src, t,
+                      "[" + std::to_string(*std::max_element(rows.begin(), rows.end()) + 1) + "+, " +
+                          std::to_string(cols) + "]");
         const uint64_t n = rows.size();
         const dtype type = small ? small_type(t) : quant_.matrix_type(name, cols, shape_);
         plan_.tensors.push_back({name, type, {n, cols}, {src, 0, 0, std::move(rows)}, {}});
@@ -112,7 +117,8 @@ public:
     void transposed_heads(const std::string& name, const std::string& src, uint64_t n_head, uint64_t nope, uint64_t v,
                           uint64_t lora) {
         const st_tensor& t = ckpt_.get(src);
-        if (t.shape != std::vector<uint64_t>{n_head * (nope + v), lora}) bad_shape(src, t, shape_text({n_head * (nope + v), lora}));
+        if (t.shape != std::vector<uint64_t>{n_head * (nope + v), lora})
+            bad_shape(src, t, shape_text({n_head * (nope + v), lora}));
         tensor_plan tp{name, small_type(t), {n_head * lora, nope}, {}, {}};
         tp.values.resize(n_head * lora * nope);
         for (uint64_t h = 0; h < n_head; ++h) {
@@ -152,8 +158,8 @@ public:
 private:
     static dtype small_type(const st_tensor& t) { return t.type == st_dtype::f32 ? dtype::f32 : dtype::f16; }
     [[noreturn]] static void bad_shape(const std::string& src, const st_tensor& t, const std::string& expected) {
-        throw error(errc::format, t.file + ": tensor '" + src + "' has shape " + shape_text(t.shape) +
-                                      ", expected " + expected);
+        throw error(errc::format,
+                    t.file + ": tensor '" + src + "' has shape " + shape_text(t.shape) + ", expected " + expected);
     }
 
     const safetensors_checkpoint& ckpt_;
@@ -162,7 +168,8 @@ private:
     checkpoint_plan& plan_;
 };
 
-checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, const quant_choice& quant);
+checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt,
+                                 const quant_choice& quant);
 
 // rope_scaling (rope_parameters in newer configs, which also hold rope_theta): the types
 // transformers computes frequencies for that the runtime can express.
@@ -204,7 +211,8 @@ rope_scaling read_rope_scaling(const config_reader& cfg, hparams& hp) {
                 if (!fallback) cfg.fail(std::string(key) + "." + field, "is missing");
                 return *fallback;
             }
-            if (!r[field].is_number() || !(r[field].get<double>() > 0)) cfg.fail(std::string(key) + "." + field, "is not a positive number");
+            if (!r[field].is_number() || !(r[field].get<double>() > 0))
+                cfg.fail(std::string(key) + "." + field, "is not a positive number");
             return r[field].get<double>();
         };
         rs.factor = number("factor", std::nullopt);
@@ -215,15 +223,19 @@ rope_scaling read_rope_scaling(const config_reader& cfg, hparams& hp) {
             rs.low_freq_factor = number("low_freq_factor", std::nullopt);
             rs.high_freq_factor = number("high_freq_factor", std::nullopt);
             rs.original_ctx = number("original_max_position_embeddings", std::nullopt);
-            if (!(rs.high_freq_factor > rs.low_freq_factor)) cfg.fail(std::string(key) + ".high_freq_factor", "must exceed low_freq_factor");
+            if (!(rs.high_freq_factor > rs.low_freq_factor))
+                cfg.fail(std::string(key) + ".high_freq_factor", "must exceed low_freq_factor");
         } else if (type == "yarn") {
             rs.type = rope_scaling::kind::yarn;
             rs.original_ctx = number("original_max_position_embeddings", double(hp.n_ctx));
             rs.beta_fast = number("beta_fast", 32.0);
             rs.beta_slow = number("beta_slow", 1.0);
-            if (r.contains("attention_factor") && !r["attention_factor"].is_null()) rs.attention_factor = number("attention_factor", std::nullopt);
+            if (r.contains("attention_factor") && !r["attention_factor"].is_null())
+                rs.attention_factor = number("attention_factor", std::nullopt);
             rs.mscale = r.contains("mscale") && !r["mscale"].is_null() ? number("mscale", std::nullopt) : 0.0;
-            rs.mscale_all_dim = r.contains("mscale_all_dim") && !r["mscale_all_dim"].is_null() ? number("mscale_all_dim", std::nullopt) : 0.0;
+            rs.mscale_all_dim = r.contains("mscale_all_dim") && !r["mscale_all_dim"].is_null()
+                                    ? number("mscale_all_dim", std::nullopt)
+                                    : 0.0;
             if (r.contains("truncate") && r["truncate"].is_boolean()) rs.truncate = r["truncate"].get<bool>();
         } else {
             cfg.unsupported(std::string(key) + " of type '" + type + "' is not supported (linear, llama3, yarn)");
@@ -242,10 +254,11 @@ void read_deepseek_moe(const config_reader& cfg, hparams& hp) {
     if (method == "group_limited_greedy") {
         hp.n_expert_group = cfg.u32("n_group");
         hp.n_group_used = cfg.u32("topk_group");
-        if (hp.n_expert_group == 0 || hp.n_expert_group > 64 || hp.n_expert % hp.n_expert_group != 0 || hp.n_group_used == 0 ||
-            hp.n_group_used > hp.n_expert_group ||
+        if (hp.n_expert_group == 0 || hp.n_expert_group > 64 || hp.n_expert % hp.n_expert_group != 0 ||
+            hp.n_group_used == 0 || hp.n_group_used > hp.n_expert_group ||
             uint64_t(hp.n_group_used) * (hp.n_expert / hp.n_expert_group) < hp.n_expert_used) {
-            cfg.fail("n_group", "and topk_group must split the experts into at most 64 groups that hold num_experts_per_tok");
+            cfg.fail("n_group",
+                     "and topk_group must split the experts into at most 64 groups that hold num_experts_per_tok");
         }
         if (hp.n_expert_group == 1) hp.n_expert_group = hp.n_group_used = 0;
     } else if (method != "greedy") {
@@ -293,7 +306,8 @@ checkpoint_plan plan_checkpoint(const std::string& dir, const safetensors_checkp
 
 namespace {
 
-checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt, const quant_choice& quant) {
+checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_checkpoint& ckpt,
+                                 const quant_choice& quant) {
     std::ifstream in(cfg_path);
     if (!in) throw error(errc::io, cfg_path + ": cannot open");
     json j;
@@ -333,10 +347,12 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         hp.rope_dim = cfg.u32("qk_rope_head_dim");
         hp.v_head_dim = cfg.u32("v_head_dim");
         hp.head_dim = cfg.u32("qk_nope_head_dim") + hp.rope_dim;
-        if (hp.kv_lora_rank == 0 || hp.rope_dim == 0 || hp.rope_dim % 2 != 0 || hp.head_dim == hp.rope_dim || hp.v_head_dim == 0) {
+        if (hp.kv_lora_rank == 0 || hp.rope_dim == 0 || hp.rope_dim % 2 != 0 || hp.head_dim == hp.rope_dim ||
+            hp.v_head_dim == 0) {
             cfg.fail("kv_lora_rank", "and qk_nope_head_dim, qk_rope_head_dim (even), v_head_dim must be positive");
         }
-        if (cfg.boolean("attention_bias", false)) cfg.unsupported("attention_bias with latent attention is not supported");
+        if (cfg.boolean("attention_bias", false))
+            cfg.unsupported("attention_bias with latent attention is not supported");
     }
     hp.n_vocab = cfg.u32("vocab_size");
     hp.n_ctx = cfg.u32("max_position_embeddings", 4096);
@@ -348,7 +364,8 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     // Gemma names it hidden_activation
     const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string("silu")));
     const bool gelu = fam->blocks.ffn == ffn_kind::gelu_mlp, uses_gelu = fam->blocks.ffn != ffn_kind::swiglu;
-    if (uses_gelu && act != "gelu_pytorch_tanh") cfg.unsupported("hidden_act '" + act + "' is not supported (gelu_pytorch_tanh)");
+    if (uses_gelu && act != "gelu_pytorch_tanh")
+        cfg.unsupported("hidden_act '" + act + "' is not supported (gelu_pytorch_tanh)");
     if (!uses_gelu && act != "silu") cfg.unsupported("hidden_act '" + act + "' is not supported (silu)");
     if (gelu) hp.flags |= flag_gelu_mlp;
     if (fam->blocks.ffn == ffn_kind::geglu) hp.flags |= flag_geglu;
@@ -377,7 +394,7 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (fam->embed_scale_sqrt) { // in the embeddings' type, as the reference multiplies
         const float s = std::sqrt(float(hp.n_embd));
         const st_tensor& embd = ckpt.get("model.embed_tokens.weight");
-        hp.embedding_scale = embd.type == st_dtype::bf16 ? bf16_to_f32(f32_to_bf16(s))
+        hp.embedding_scale = embd.type == st_dtype::bf16  ? bf16_to_f32(f32_to_bf16(s))
                              : embd.type == st_dtype::f16 ? f16_to_f32(f32_to_f16(s))
                                                           : s;
     }
@@ -400,7 +417,8 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     } else {
         // newer transformers write num_local_experts where older configs had num_experts
         const std::string_view other = moe_names.n_expert_key == "num_experts" ? "num_local_experts" : "num_experts";
-        hp.n_expert = cfg.has(moe_names.n_expert_key) || !cfg.has(other) ? cfg.u32(moe_names.n_expert_key) : cfg.u32(other);
+        hp.n_expert =
+            cfg.has(moe_names.n_expert_key) || !cfg.has(other) ? cfg.u32(moe_names.n_expert_key) : cfg.u32(other);
         hp.n_expert_used = cfg.u32("num_experts_per_tok");
         hp.n_ff_exp = cfg.u32(moe_names.n_ff_exp_key);
         if (hp.n_expert == 0 || hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert) {
@@ -426,8 +444,9 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (out_bias) hp.flags |= flag_out_bias;
 
     const mix_shape shape{hp.n_layer, hp.n_expert, tied};
-    hp.weight_type = static_cast<uint32_t>(matmul_storage(quant.matrix_type(names::layer(0, names::blk::attn_q), hp.n_embd, shape),
-                                                          hp.n_head * hp.head_dim)); // as blk.0.attn_q is stored
+    hp.weight_type =
+        static_cast<uint32_t>(matmul_storage(quant.matrix_type(names::layer(0, names::blk::attn_q), hp.n_embd, shape),
+                                             hp.n_head * hp.head_dim)); // as blk.0.attn_q is stored
     planner p(ckpt, quant, shape, plan);
     const uint64_t q_dim = uint64_t(hp.n_head) * hp.head_dim, kv_dim = uint64_t(hp.n_head_kv) * hp.head_dim;
     p.matrix(std::string(names::token_embd), "model.embed_tokens.weight", hp.n_vocab, hp.n_embd);
@@ -437,7 +456,8 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         auto name = [l](std::string_view s) { return names::layer(l, s); };
         const bool plus_one = fam->blocks.norm_plus_one();
         p.norm(name(names::blk::attn_norm), pre + "input_layernorm.weight", hp.n_embd, plus_one);
-        if (fam->blocks.layer_norm()) p.vector(name(names::blk::attn_norm_bias), pre + "input_layernorm.bias", hp.n_embd);
+        if (fam->blocks.layer_norm())
+            p.vector(name(names::blk::attn_norm_bias), pre + "input_layernorm.bias", hp.n_embd);
         if (fam->blocks.latent_attention()) {
             plan_latent_attention(p, hp, l, pre + "self_attn.");
         } else {
@@ -466,7 +486,8 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         } else {
             p.vector(name(names::blk::ffn_norm), pre + "post_attention_layernorm.weight", hp.n_embd);
         }
-        if (fam->blocks.layer_norm()) p.vector(name(names::blk::ffn_norm_bias), pre + "post_attention_layernorm.bias", hp.n_embd);
+        if (fam->blocks.layer_norm())
+            p.vector(name(names::blk::ffn_norm_bias), pre + "post_attention_layernorm.bias", hp.n_embd);
 
         const std::string moe = pre + std::string(moe_names.prefix) + ".";
         const std::string router = moe + std::string(moe_names.router);
@@ -474,29 +495,39 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
             p.matrix(name(names::blk::ffn_gate_inp), router, hp.n_expert, hp.n_embd, 0, 0, true);
             for (int e = 0; e < static_cast<int>(hp.n_expert); ++e) {
                 if (moe_names.expert_gate.empty()) { // input_linear [E, 2*n_ff, n_embd]: gate rows, then up rows
-                    p.matrix(names::expert(l, e, names::exp::gate), moe + "input_linear.weight", hp.n_ff_exp, hp.n_embd, e, 0);
-                    p.matrix(names::expert(l, e, names::exp::up), moe + "input_linear.weight", hp.n_ff_exp, hp.n_embd, e, hp.n_ff_exp);
-                    p.matrix(names::expert(l, e, names::exp::down), moe + "output_linear.weight", hp.n_embd, hp.n_ff_exp, e, 0);
+                    p.matrix(names::expert(l, e, names::exp::gate), moe + "input_linear.weight", hp.n_ff_exp, hp.n_embd,
+                             e, 0);
+                    p.matrix(names::expert(l, e, names::exp::up), moe + "input_linear.weight", hp.n_ff_exp, hp.n_embd,
+                             e, hp.n_ff_exp);
+                    p.matrix(names::expert(l, e, names::exp::down), moe + "output_linear.weight", hp.n_embd,
+                             hp.n_ff_exp, e, 0);
                 } else {
-                    p.matrix(names::expert(l, e, names::exp::gate), moe + with_expert(moe_names.expert_gate, e), hp.n_ff_exp, hp.n_embd);
-                    p.matrix(names::expert(l, e, names::exp::up), moe + with_expert(moe_names.expert_up, e), hp.n_ff_exp, hp.n_embd);
-                    p.matrix(names::expert(l, e, names::exp::down), moe + with_expert(moe_names.expert_down, e), hp.n_embd, hp.n_ff_exp);
+                    p.matrix(names::expert(l, e, names::exp::gate), moe + with_expert(moe_names.expert_gate, e),
+                             hp.n_ff_exp, hp.n_embd);
+                    p.matrix(names::expert(l, e, names::exp::up), moe + with_expert(moe_names.expert_up, e),
+                             hp.n_ff_exp, hp.n_embd);
+                    p.matrix(names::expert(l, e, names::exp::down), moe + with_expert(moe_names.expert_down, e),
+                             hp.n_embd, hp.n_ff_exp);
                 }
             }
             if (hp.n_ff_shexp > 0) { // Qwen2-MoE's gated shared_expert, or DeepSeek's shared_experts
-                const std::string shared = moe + (fam->blocks.shared_experts == shared_experts_kind::ungated ? "shared_experts." : "shared_expert.");
+                const std::string shared =
+                    moe +
+                    (fam->blocks.shared_experts == shared_experts_kind::ungated ? "shared_experts." : "shared_expert.");
                 p.matrix(name(names::blk::ffn_gate_shexp), shared + "gate_proj.weight", hp.n_ff_shexp, hp.n_embd);
                 p.matrix(name(names::blk::ffn_up_shexp), shared + "up_proj.weight", hp.n_ff_shexp, hp.n_embd);
                 p.matrix(name(names::blk::ffn_down_shexp), shared + "down_proj.weight", hp.n_embd, hp.n_ff_shexp);
                 if (hp.flags & flag_shared_expert_gate) {
-                    p.matrix(name(names::blk::ffn_gate_inp_shexp), moe + "shared_expert_gate.weight", 1, hp.n_embd, 0, 0, true);
+                    p.matrix(name(names::blk::ffn_gate_inp_shexp), moe + "shared_expert_gate.weight", 1, hp.n_embd, 0,
+                             0, true);
                 }
             }
         } else {
             // a dense layer (dense Llama, or an MoE family's mlp_only_layers)
             if (hp.n_ff == 0) hp.n_ff = cfg.u32("intermediate_size");
             const std::string mlp = pre + "mlp.";
-            if (!gelu) p.matrix(name(names::blk::ffn_gate), mlp + std::string(fam->hf_gate()) + ".weight", hp.n_ff, hp.n_embd);
+            if (!gelu)
+                p.matrix(name(names::blk::ffn_gate), mlp + std::string(fam->hf_gate()) + ".weight", hp.n_ff, hp.n_embd);
             p.matrix(name(names::blk::ffn_up), mlp + std::string(fam->hf_up()) + ".weight", hp.n_ff, hp.n_embd);
             p.matrix(name(names::blk::ffn_down), mlp + std::string(fam->hf_down()) + ".weight", hp.n_embd, hp.n_ff);
             if (out_bias) {

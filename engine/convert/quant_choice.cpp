@@ -45,8 +45,9 @@ quant_choice quant_choice::parse(std::string_view s) {
     } else if (s == "int4" || s == "q4") {
         q.base_ = dtype::q4_0;
     } else {
-        throw error(errc::invalid_argument, "unknown --quant '" + std::string(s) +
-                                                "' (f32, f16, bf16, q8_0 (int8), q4_0 (int4), q4_k, q5_k, q6_k, q4_k_m, q5_k_m)");
+        throw error(errc::invalid_argument,
+                    "unknown --quant '" + std::string(s) +
+                        "' (f32, f16, bf16, q8_0 (int8), q4_0 (int4), q4_k, q5_k, q6_k, q4_k_m, q5_k_m)");
     }
     return q;
 }

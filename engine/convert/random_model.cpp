@@ -39,8 +39,9 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     hp.rope_dim = o.rope_dim;
     hp.v_head_dim = o.v_head_dim;
     const mix_shape shape{o.n_layer, o.n_expert, false};
-    hp.weight_type = static_cast<uint32_t>(matmul_storage(quant.matrix_type(names::layer(0, names::blk::attn_q), o.n_embd, shape),
-                                                          uint64_t(o.n_head) * o.head_dim)); // as blk.0.attn_q is stored
+    hp.weight_type =
+        static_cast<uint32_t>(matmul_storage(quant.matrix_type(names::layer(0, names::blk::attn_q), o.n_embd, shape),
+                                             uint64_t(o.n_head) * o.head_dim)); // as blk.0.attn_q is stored
     hp.rope_theta = 10000.0f;
     hp.norm_eps = 1e-5f;
     hp.embedding_scale = hp.residual_scale = hp.logit_scale = 1.0f;
@@ -48,7 +49,8 @@ convert_summary write_random_model(const random_model_options& o, const std::str
         o.head_dim == 0 || o.head_dim % 2 || o.n_vocab == 0 || (o.n_expert == 0 && o.n_ff == 0) ||
         (o.n_expert > 0 && (o.n_expert_used == 0 || o.n_expert_used > o.n_expert || o.n_ff_exp == 0)) ||
         (o.n_dense_lead > 0 && o.n_ff == 0) ||
-        (latent && (o.n_head_kv != 1 || o.rope_dim == 0 || o.rope_dim % 2 || o.rope_dim >= o.head_dim || o.v_head_dim == 0))) {
+        (latent &&
+         (o.n_head_kv != 1 || o.rope_dim == 0 || o.rope_dim % 2 || o.rope_dim >= o.head_dim || o.v_head_dim == 0))) {
         throw error(errc::invalid_argument, "random model: inconsistent shape");
     }
     if (o.tokenizer_model.empty()) throw error(errc::invalid_argument, "random model: a tokenizer model is required");
@@ -65,7 +67,8 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     } else {
         proto = read_file_bytes(o.tokenizer_model);
         sentencepiece::SentencePieceProcessor sp;
-        if (!sp.LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(proto.data()), proto.size())).ok() ||
+        if (!sp.LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(proto.data()), proto.size()))
+                 .ok() ||
             static_cast<uint32_t>(sp.GetPieceSize()) > o.n_vocab) {
             throw error(errc::format, o.tokenizer_model + ": not a sentencepiece model that fits the vocabulary");
         }

@@ -42,11 +42,13 @@ std::vector<float> rope_freq_factors(const rope_scaling& s, double theta, int he
         case rope_scaling::kind::linear: divisor = s.factor; break;
         case rope_scaling::kind::llama3: { // long wavelengths scaled, short ones kept, smooth between
             const double wavelen = 2 * std::numbers::pi / freq;
-            const double low_wavelen = s.original_ctx / s.low_freq_factor, high_wavelen = s.original_ctx / s.high_freq_factor;
+            const double low_wavelen = s.original_ctx / s.low_freq_factor,
+                         high_wavelen = s.original_ctx / s.high_freq_factor;
             if (wavelen > low_wavelen) {
                 divisor = s.factor;
             } else if (wavelen >= high_wavelen) {
-                const double smooth = (s.original_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                const double smooth =
+                    (s.original_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
                 divisor = 1.0 / ((1 - smooth) / s.factor + smooth);
             }
             break;

@@ -11,12 +11,12 @@ struct rope_scaling {
     enum class kind { none, linear, llama3, yarn };
     kind type = kind::none;
     double factor = 1.0;
-    double original_ctx = 0.0;         ///< llama3, yarn: original_max_position_embeddings
-    double low_freq_factor = 1.0;      ///< llama3
-    double high_freq_factor = 4.0;     ///< llama3
-    double beta_fast = 32.0;           ///< yarn: the ramp's bounds, in rotations
+    double original_ctx = 0.0;     ///< llama3, yarn: original_max_position_embeddings
+    double low_freq_factor = 1.0;  ///< llama3
+    double high_freq_factor = 4.0; ///< llama3
+    double beta_fast = 32.0;       ///< yarn: the ramp's bounds, in rotations
     double beta_slow = 1.0;
-    bool truncate = true;              ///< yarn: the ramp's bounds rounded outwards to whole pairs
+    bool truncate = true;                   ///< yarn: the ramp's bounds rounded outwards to whole pairs
     std::optional<double> attention_factor; ///< yarn; by default from factor, mscale, mscale_all_dim
     double mscale = 0.0, mscale_all_dim = 0.0;
 };

@@ -31,7 +31,8 @@ safetensors_checkpoint::safetensors_checkpoint(const std::string& dir) {
             throw error(errc::format, index.string() + ": no weight_map object");
         }
         for (const auto& [name, file] : j["weight_map"].items()) {
-            if (!file.is_string()) throw error(errc::format, index.string() + ": weight_map['" + name + "'] is not a file name");
+            if (!file.is_string())
+                throw error(errc::format, index.string() + ": weight_map['" + name + "'] is not a file name");
             shards.insert((fs::path(dir) / file.get<std::string>()).string());
         }
     } else {
@@ -49,7 +50,8 @@ void safetensors_checkpoint::open_shard(const std::string& path) {
     uint64_t header_len = 0;
     if (n < 8) throw error(errc::format, path + ": truncated safetensors file");
     std::memcpy(&header_len, f->data(), 8);
-    if (header_len > n - 8) throw error(errc::format, path + ": header length " + std::to_string(header_len) + " past the end of the file");
+    if (header_len > n - 8)
+        throw error(errc::format, path + ": header length " + std::to_string(header_len) + " past the end of the file");
     json j;
     try {
         j = json::parse(f->data() + 8, f->data() + 8 + header_len);
@@ -59,38 +61,45 @@ void safetensors_checkpoint::open_shard(const std::string& path) {
     const uint64_t data_begin = 8 + header_len;
     if (!j.is_object()) throw error(errc::format, path + ": safetensors header is not a JSON object");
     try {
-    for (const auto& [name, v] : j.items()) {
-        if (name == "__metadata__") continue;
-        const std::string where = path + ": tensor '" + name + "': ";
-        if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
-            throw error(errc::format, where + "incomplete entry");
-        }
-        st_tensor t;
-        t.name = name;
-        t.file = path;
-        const std::string dt = v["dtype"].get<std::string>();
-        uint64_t elem = 0;
-        if (dt == "F32") { t.type = st_dtype::f32; elem = 4; }
-        else if (dt == "F16") { t.type = st_dtype::f16; elem = 2; }
-        else if (dt == "BF16") { t.type = st_dtype::bf16; elem = 2; }
-        else throw error(errc::unsupported, where + "dtype " + dt + " is not supported (F32, F16, BF16)");
-        uint64_t count = 1;
-        for (const auto& d : v["shape"]) {
-            t.shape.push_back(d.get<uint64_t>());
-            if (t.shape.back() != 0 && count > UINT64_MAX / 8 / t.shape.back()) {
-                throw error(errc::format, where + "shape is too large");
+        for (const auto& [name, v] : j.items()) {
+            if (name == "__metadata__") continue;
+            const std::string where = path + ": tensor '" + name + "': ";
+            if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
+                throw error(errc::format, where + "incomplete entry");
             }
-            count *= t.shape.back();
+            st_tensor t;
+            t.name = name;
+            t.file = path;
+            const std::string dt = v["dtype"].get<std::string>();
+            uint64_t elem = 0;
+            if (dt == "F32") {
+                t.type = st_dtype::f32;
+                elem = 4;
+            } else if (dt == "F16") {
+                t.type = st_dtype::f16;
+                elem = 2;
+            } else if (dt == "BF16") {
+                t.type = st_dtype::bf16;
+                elem = 2;
+            } else throw error(errc::unsupported, where + "dtype " + dt + " is not supported (F32, F16, BF16)");
+            uint64_t count = 1;
+            for (const auto& d : v["shape"]) {
+                t.shape.push_back(d.get<uint64_t>());
+                if (t.shape.back() != 0 && count > UINT64_MAX / 8 / t.shape.back()) {
+                    throw error(errc::format, where + "shape is too large");
+                }
+                count *= t.shape.back();
+            }
+            const auto off = v["data_offsets"];
+            if (!off.is_array() || off.size() != 2) throw error(errc::format, where + "bad data_offsets");
+            const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+            if (b > e || e > n - data_begin) throw error(errc::format, where + "data lies outside the file");
+            if (e - b != count * elem) throw error(errc::format, where + "byte size does not match its shape");
+            t.data = f->data() + data_begin + b;
+            t.size = e - b;
+            if (!tensors_.emplace(name, std::move(t)).second)
+                throw error(errc::format, where + "appears in two shards");
         }
-        const auto off = v["data_offsets"];
-        if (!off.is_array() || off.size() != 2) throw error(errc::format, where + "bad data_offsets");
-        const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-        if (b > e || e > n - data_begin) throw error(errc::format, where + "data lies outside the file");
-        if (e - b != count * elem) throw error(errc::format, where + "byte size does not match its shape");
-        t.data = f->data() + data_begin + b;
-        t.size = e - b;
-        if (!tensors_.emplace(name, std::move(t)).second) throw error(errc::format, where + "appears in two shards");
-    }
     } catch (const json::exception& e) { // a field of the wrong JSON type
         throw error(errc::format, path + ": invalid safetensors header: " + e.what());
     }

@@ -24,7 +24,8 @@ std::unique_ptr<tokenizer> load_tokenizer_file(const std::string& path) {
     if (std::ifstream in(path, std::ios::binary); in) {
         char m[sizeof format::magic] = {};
         if (!in.read(m, sizeof m) || std::memcmp(m, format::magic, sizeof m) != 0)
-            throw error(errc::format, path + ": neither a GGUF file, a Hugging Face tokenizer.json nor a .colibri model");
+            throw error(errc::format,
+                        path + ": neither a GGUF file, a Hugging Face tokenizer.json nor a .colibri model");
     }
     const model_file mf(path); // reports a file it cannot open
     return make_tokenizer(mf);

@@ -33,5 +33,4 @@ private:
 } // namespace colibri
 
 /// Programmer-error check that stays on in release builds. Never used for bad input.
-#define COLIBRI_ASSERT(expr) \
-    ((expr) ? (void)0 : ::colibri::assert_fail(#expr, __FILE__, __LINE__))
+#define COLIBRI_ASSERT(expr) ((expr) ? (void)0 : ::colibri::assert_fail(#expr, __FILE__, __LINE__))

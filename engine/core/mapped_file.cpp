@@ -28,8 +28,8 @@ mapped_file::mapped_file(const std::string& path) : path_(path) {
     }
     if (!S_ISREG(st.st_mode)) {
         reset();
-        throw error(errc::io, path + ": not a regular file" +
-                                  std::string(S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
+        throw error(errc::io,
+                    path + ": not a regular file" + std::string(S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
     }
     size_ = static_cast<size_t>(st.st_size);
     if (size_ == 0) {
@@ -48,8 +48,8 @@ mapped_file::mapped_file(const std::string& path) : path_(path) {
 mapped_file::~mapped_file() { reset(); }
 
 mapped_file::mapped_file(mapped_file&& other) noexcept
-    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)),
-      data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
 
 mapped_file& mapped_file::operator=(mapped_file&& other) noexcept {
     if (this != &other) {

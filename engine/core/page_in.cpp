@@ -51,7 +51,8 @@ void page_in::walk(method how) {
             }
         } else {
             unsigned sum = 0;
-            for (size_t off = 0; off < n; off += page) sum += *reinterpret_cast<const volatile unsigned char*>(at + off);
+            for (size_t off = 0; off < n; off += page)
+                sum += *reinterpret_cast<const volatile unsigned char*>(at + off);
             (void)sum;
         }
         covered += n;

@@ -111,14 +111,15 @@ void cpu_backend::attention(const attention_args& a) {
             const int64_t next = item + nth < items ? (item + nth) / parts : -1;
             if (a.kv_f16) {
                 const auto* k = static_cast<const uint16_t*>(a.k_cache);
-                kt_.attend_f16(a.q + head0, h1 - h0, k + kv_off(job), static_cast<const uint16_t*>(a.v_cache) + kv_off(job),
-                               keys(job), a.head_dim, a.scale, scores, a.out + head0,
-                               next >= 0 ? k + kv_off(next) : nullptr, next >= 0 ? keys(next) : 0);
+                kt_.attend_f16(a.q + head0, h1 - h0, k + kv_off(job),
+                               static_cast<const uint16_t*>(a.v_cache) + kv_off(job), keys(job), a.head_dim, a.scale,
+                               scores, a.out + head0, next >= 0 ? k + kv_off(next) : nullptr,
+                               next >= 0 ? keys(next) : 0);
             } else {
                 const auto* k = static_cast<const float*>(a.k_cache);
                 kt_.attend(a.q + head0, h1 - h0, k + kv_off(job), static_cast<const float*>(a.v_cache) + kv_off(job),
-                           keys(job), a.head_dim, a.scale, scores, a.out + head0, next >= 0 ? k + kv_off(next) : nullptr,
-                           next >= 0 ? keys(next) : 0);
+                           keys(job), a.head_dim, a.scale, scores, a.out + head0,
+                           next >= 0 ? k + kv_off(next) : nullptr, next >= 0 ? keys(next) : 0);
             }
         }
     };

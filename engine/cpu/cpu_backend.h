@@ -45,7 +45,8 @@ public:
                    float* out) override;
 
     // cpu_elementwise.cpp
-    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int cols) override;
+    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                   int cols) override;
     void gelu(float* x, int64_t n) override;
     void geglu(float* gate, const float* up, int64_t n) override;
     void softcap(float* x, int64_t n, float cap) override;
@@ -58,11 +59,11 @@ private:
     // Streamed jobs in order (matmul_streamed, ffn_streamed), then one past them (begin:
     // their total groups).
     struct segment {
-        int64_t begin;                 // its first group among all streamed groups
-        const uint8_t* w;              // the job's weights
+        int64_t begin;    // its first group among all streamed groups
+        const uint8_t* w; // the job's weights
         uint64_t group_bytes;
-        const block_q8_x* x;           // its quantised activations
-        float* y;                      // its outputs
+        const block_q8_x* x; // its quantised activations
+        float* y;            // its outputs
         int64_t groups, cols;
         decltype(kernel_table::streams_q4_0x8) streams;
         decltype(kernel_table::tile_q4_0x8) tile;
@@ -89,7 +90,8 @@ private:
 
     // cpu_matmul_streams.cpp
     bool matmul_streamed(const matmul_job* jobs, int n_jobs, int64_t work);
-    void add_segment(std::vector<segment>& segs, int64_t& groups, const tensor_view& w, const block_q8_x* x, float* y) const;
+    void add_segment(std::vector<segment>& segs, int64_t& groups, const tensor_view& w, const block_q8_x* x,
+                     float* y) const;
     static void end_segments(std::vector<segment>& segs, int64_t groups);
     void other_job_rows(const matmul_job* jobs, int n_jobs, int64_t r0, int64_t r1) const;
     void run_steps(const std::vector<segment>& segs, int64_t pb, int64_t pe, int64_t k0, int64_t k1) const;
@@ -137,24 +139,24 @@ private:
     int64_t max_cols_;
     const kernel_table& kt_;
     bool int8_activations_;
-    std::vector<block_q8_x> xq_;      // quantised activations of every job
-    struct quant_source {             // rows quantised into xq_
+    std::vector<block_q8_x> xq_; // quantised activations of every job
+    struct quant_source {        // rows quantised into xq_
         const float* x;
         int64_t rows, cols;
-        size_t xq_at;                 // its first block
-        bool indexed;                 // rows that jobs take by index (copied to them after)
+        size_t xq_at; // its first block
+        bool indexed; // rows that jobs take by index (copied to them after)
     };
     std::vector<quant_source> quant_src_;
     std::vector<int64_t> quant_rows_; // the rows before each source, then their total
     struct indexed_job {              // a job that copies its blocks from a source
         int job;
         size_t source;
-        int64_t first_row;            // its rows' place among all copied rows
+        int64_t first_row; // its rows' place among all copied rows
     };
     std::vector<indexed_job> indexed_;
-    std::vector<float> f32_rows_;     // rows taken by index for the f32 kernels
+    std::vector<float> f32_rows_; // rows taken by index for the f32 kernels
     std::vector<matmul_job> local_jobs_;
-    std::vector<int64_t> row_begin_;  // [n_jobs + 1] first global row of each job
+    std::vector<int64_t> row_begin_; // [n_jobs + 1] first global row of each job
     std::vector<segment> segments_;
     std::vector<matmul_job> ffn_products_; // ffn_many's products, stepwise
     // ffn_many's decode: each thread's first job (then n_jobs), the first block of each
@@ -162,7 +164,7 @@ private:
     std::vector<int> ffn_first_;
     std::vector<size_t> ffn_xq_at_;
     std::vector<segment> ffn_gate_up_, ffn_down_;
-    std::vector<size_t> xq_begin_;    // [n_jobs] first block of each job in xq_
+    std::vector<size_t> xq_begin_; // [n_jobs] first block of each job in xq_
     // rotary angles of the last positions seen: [n][cos of half pairs, sin of half pairs]
     std::vector<int32_t> rope_pos_;
     std::vector<float> rope_cs_;

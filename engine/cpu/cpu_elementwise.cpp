@@ -9,8 +9,10 @@
 
 namespace colibri {
 
-void cpu_backend::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int cols) {
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * size_t(cols));
+void cpu_backend::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                            int cols) {
+    for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * size_t(cols));
 }
 
 void cpu_backend::gelu(float* x, int64_t n) {

@@ -85,7 +85,8 @@ const matmul_job* cpu_backend::f32_rows_gathered(const matmul_job* jobs, int n_j
             jb.x = local_jobs_[size_t(same - jobs)].x;
         } else {
             float* dst = f32_rows_.data() + at;
-            for (int t = 0; t < jb.n; ++t) std::memcpy(dst + size_t(t) * cols, jb.x + size_t(jb.x_rows[t]) * cols, cols * sizeof(float));
+            for (int t = 0; t < jb.n; ++t)
+                std::memcpy(dst + size_t(t) * cols, jb.x + size_t(jb.x_rows[t]) * cols, cols * sizeof(float));
             jb.x = dst;
             at += size_t(jb.n) * cols;
         }
@@ -145,7 +146,8 @@ void cpu_backend::matmul_rows(const matmul_job& jb, const block_q8_x* xq, int64_
                     for (int t = t0; t < t1; t += 4) {
                         const int nt = std::min(4, t1 - t);
                         tile(w.data + r * rb, rb, xq + size_t(t) * nb, nb, nt, cols, out);
-                        for (int k = 0; k < nt; ++k) std::memcpy(y + (t + k) * rows + r, out + 4 * k, 4 * sizeof(float));
+                        for (int k = 0; k < nt; ++k)
+                            std::memcpy(y + (t + k) * rows + r, out + 4 * k, 4 * sizeof(float));
                     }
                 }
             }
@@ -158,12 +160,15 @@ void cpu_backend::matmul_rows(const matmul_job& jb, const block_q8_x* xq, int64_
     } else if (format::is_quantized(w.type) && n == 1) {
         auto dot4 = q8 ? kt_.dot4_q8_0_f32 : kt_.dot4_q4_0_f32;
         auto dot1 = q8 ? kt_.dot_q8_0_f32 : kt_.dot_q4_0_f32;
-        four_streams(r0, r1, y, [&](int64_t r, int64_t q, float* out) { dot4(w.data + r * rb, size_t(q) * rb, x, cols, out); },
-                     [&](int64_t r) { return dot1(w.data + r * rb, x, cols); });
+        four_streams(
+            r0, r1, y, [&](int64_t r, int64_t q, float* out) { dot4(w.data + r * rb, size_t(q) * rb, x, cols, out); },
+            [&](int64_t r) { return dot1(w.data + r * rb, x, cols); });
     } else if (w.type == format::dtype::f32 && n == 1) { // decode's router
         const auto* wf = reinterpret_cast<const float*>(w.data);
-        four_streams(r0, r1, y, [&](int64_t r, int64_t q, float* out) { kt_.dot4_f32(wf + r * cols, size_t(q * cols), x, cols, out); },
-                     [&](int64_t r) { return kt_.dot_f32(wf + r * cols, x, cols); });
+        four_streams(
+            r0, r1, y,
+            [&](int64_t r, int64_t q, float* out) { kt_.dot4_f32(wf + r * cols, size_t(q * cols), x, cols, out); },
+            [&](int64_t r) { return kt_.dot_f32(wf + r * cols, x, cols); });
     } else if (format::is_quantized(w.type)) {
         // prefill: each row is converted once per block for four tokens at a time
         for (int64_t r = r0; r < r1; ++r) f32_row_tokens(w.type, w.data + r * rb, jb, r);
@@ -173,7 +178,8 @@ void cpu_backend::matmul_rows(const matmul_job& jb, const block_q8_x* xq, int64_
         if (w.type == format::dtype::f32) {
             for (float out[4]; t0 + 4 <= n; t0 += 4) {
                 for (int64_t r = r0; r < r1; ++r) {
-                    kt_.dotx4_f32(reinterpret_cast<const float*>(w.data + r * rb), x + t0 * cols, size_t(cols), cols, out);
+                    kt_.dotx4_f32(reinterpret_cast<const float*>(w.data + r * rb), x + t0 * cols, size_t(cols), cols,
+                                  out);
                     for (int k = 0; k < 4; ++k) y[(t0 + k) * rows + r] = out[k];
                 }
             }
@@ -227,7 +233,8 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
         const uint64_t rb = gb / format::x8_rows;
         std::vector<uint8_t> plain(gb);
         for (int64_t g = g0; g < g1; ++g) {
-            for (int r = 0; r < 8; ++r) format::x8_row(w.type, w.data, w.cols(), uint64_t(g * 8 + r), plain.data() + r * rb);
+            for (int r = 0; r < 8; ++r)
+                format::x8_row(w.type, w.data, w.cols(), uint64_t(g * 8 + r), plain.data() + r * rb);
             for (int r = 0; r < 8; ++r) f32_row_tokens(format::row_type(w.type), plain.data() + r * rb, jb, g * 8 + r);
         }
         return;
@@ -243,7 +250,8 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
         for (int64_t i = 0; i < q; ++i) {
             tile(w.data + uint64_t(g0 + i) * gb, size_t(q) * gb, streams, xq, nb, n, cols, out);
             for (int t = 0; t < n; ++t) {
-                for (int s = 0; s < streams; ++s) std::memcpy(y_at(t, (g0 + i + s * q) * 8), out + (t * streams + s) * 8, 8 * sizeof(float));
+                for (int s = 0; s < streams; ++s)
+                    std::memcpy(y_at(t, (g0 + i + s * q) * 8), out + (t * streams + s) * 8, 8 * sizeof(float));
             }
         }
         // the groups left over (fewer than `streams`), together
@@ -251,7 +259,8 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
         const int rest = static_cast<int>(g1 - g);
         if (rest > 0) {
             tile(w.data + uint64_t(g) * gb, gb, rest, xq, nb, n, cols, out);
-            for (int t = 0; t < n; ++t) std::memcpy(y_at(t, g * 8), out + t * rest * 8, size_t(rest) * 8 * sizeof(float));
+            for (int t = 0; t < n; ++t)
+                std::memcpy(y_at(t, g * 8), out + t * rest * 8, size_t(rest) * 8 * sizeof(float));
         }
         return;
     }
@@ -269,7 +278,8 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
                     tile(w.data + uint64_t(g) * gb, gb, ng, xq + size_t(t) * nb, nb, nt, cols, out);
                     for (int k = 0; k < nt; ++k) {
                         // a row group at a time: a copy of constant size is a few vector moves
-                        for (int i = 0; i < ng; ++i) std::memcpy(y_at(t + k, (g + i) * 8), out + (k * ng + i) * 8, 8 * sizeof(float));
+                        for (int i = 0; i < ng; ++i)
+                            std::memcpy(y_at(t + k, (g + i) * 8), out + (k * ng + i) * 8, 8 * sizeof(float));
                     }
                 }
             }
@@ -277,7 +287,8 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
     }
 }
 
-void cpu_backend::head_matmul(const tensor_view& w, int n_head, const float* x, int64_t x_stride, int n, float* y, int64_t y_stride) {
+void cpu_backend::head_matmul(const tensor_view& w, int n_head, const float* x, int64_t x_stride, int n, float* y,
+                              int64_t y_stride) {
     const int64_t rows = int64_t(w.rows()) / n_head, cols = int64_t(w.cols());
     const int64_t rb = int64_t(format::row_bytes(w.type, uint64_t(cols)));
     const bool f16 = w.type == format::dtype::f16;

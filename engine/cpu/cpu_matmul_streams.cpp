@@ -49,7 +49,8 @@ bool cpu_backend::matmul_streamed(const matmul_job* jobs, int n_jobs, int64_t wo
 }
 
 // A streamed job's groups after the `groups` before it.
-void cpu_backend::add_segment(std::vector<segment>& segs, int64_t& groups, const tensor_view& w, const block_q8_x* x, float* y) const {
+void cpu_backend::add_segment(std::vector<segment>& segs, int64_t& groups, const tensor_view& w, const block_q8_x* x,
+                              float* y) const {
     const int64_t g = static_cast<int64_t>(w.rows()) / 8;
     const x8_kernels k = int8_x8_kernels(kt_, w.type);
     segs.push_back({groups, w.data, format::x8_rows * format::row_bytes(w.type, w.cols()), x, y, g,
@@ -89,8 +90,9 @@ void cpu_backend::run_steps(const std::vector<segment>& segs, int64_t pb, int64_
     for (int s = 0; s < 4; ++s) {
         const int64_t q0 = pb + s * len / 4, q1 = pb + (s + 1) * len / 4; // quarter s
         const int64_t at = std::min(q0 + k0, q1);
-        c[s].seg = &*std::upper_bound(segs.begin(), segs.end(), at,
-                                      [](int64_t v, const segment& sg) { return v < sg.begin; }) - 1;
+        c[s].seg = &*std::upper_bound(segs.begin(), segs.end(), at, [](int64_t v, const segment& sg) {
+            return v < sg.begin;
+        }) - 1;
         const int64_t g = at - c[s].seg->begin;
         c[s].w = c[s].seg->w + uint64_t(g) * c[s].seg->group_bytes;
         c[s].y = c[s].seg->y + g * 8;
@@ -101,7 +103,8 @@ void cpu_backend::run_steps(const std::vector<segment>& segs, int64_t pb, int64_
     for (int64_t k = 0; k < k1 - k0; ++k) {
         bool alike = true; // four groups of one type and width: one call
         for (int s = 0; s < 4; ++s) {
-            alike = alike && k < c[s].count && c[s].seg->streams == c[0].seg->streams && c[s].seg->cols == c[0].seg->cols;
+            alike =
+                alike && k < c[s].count && c[s].seg->streams == c[0].seg->streams && c[s].seg->cols == c[0].seg->cols;
         }
         if (alike) {
             const void* group[4] = {c[0].w, c[1].w, c[2].w, c[3].w};

@@ -27,7 +27,8 @@ void cpu_backend::ffn_many(const ffn_job* jobs, int n_jobs) {
         const auto len = [&](int i) { return int64_t(jobs[i].n) * int64_t(jobs[i].gate->rows()); };
         int64_t n = len(j);
         int e = j + 1;
-        for (; e < n_jobs && jobs[e].g == jobs[j].g + n && jobs[e].u == jobs[j].u + n && jobs[e].gelu == jobs[j].gelu; ++e) {
+        for (; e < n_jobs && jobs[e].g == jobs[j].g + n && jobs[e].u == jobs[j].u + n && jobs[e].gelu == jobs[j].gelu;
+             ++e) {
             n += len(e);
         }
         if (jobs[j].gelu) geglu(jobs[j].g, jobs[j].u, n);
@@ -113,7 +114,9 @@ bool cpu_backend::ffn_streamed(const ffn_job* jobs, int n_jobs) {
         }
     };
     const auto down_steps = [&](int p) { return (down_begin(p + 1) - down_begin(p) + 3) / 4; };
-    const auto down = [&](int p, int64_t k0, int64_t k1) { run_steps(ffn_down_, down_begin(p), down_begin(p + 1), k0, k1); };
+    const auto down = [&](int p, int64_t k0, int64_t k1) {
+        run_steps(ffn_down_, down_begin(p), down_begin(p + 1), k0, k1);
+    };
     if (nth == 1) {
         gate_up(0);
         down(0, 0, down_steps(0));
@@ -123,12 +126,14 @@ bool cpu_backend::ffn_streamed(const ffn_job* jobs, int n_jobs) {
     return true;
 }
 
-void cpu_backend::weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k, int dim) {
+void cpu_backend::weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n,
+                                    int k, int dim) {
     split(n, int64_t(n) * k * dim, 4, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             float* o = out + t * dim;
             std::fill_n(o, dim, 0.0f);
-            for (int i = 0; i < k; ++i) add_scaled_row(o, rows + int64_t(index[t * k + i]) * dim, dim, weight[t * k + i]);
+            for (int i = 0; i < k; ++i)
+                add_scaled_row(o, rows + int64_t(index[t * k + i]) * dim, dim, weight[t * k + i]);
         }
     });
 }

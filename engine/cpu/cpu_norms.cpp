@@ -14,7 +14,8 @@ void cpu_backend::rmsnorm(const float* x, const tensor_view& w, int n, int dim, 
     });
 }
 
-void cpu_backend::layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps, float* out) {
+void cpu_backend::layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps,
+                            float* out) {
     const auto* wf = reinterpret_cast<const float*>(w.data);
     const auto* bf = reinterpret_cast<const float*>(b.data);
     split(n, 4LL * n * dim, 1, [&](int64_t t0, int64_t t1) {

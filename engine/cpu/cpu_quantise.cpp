@@ -20,7 +20,8 @@ void cpu_backend::quantise_activations(const matmul_job* jobs, int n_jobs, size_
         if (!uses_int8(*jb.w)) continue;
         const int64_t cols = static_cast<int64_t>(jb.w->cols());
         const auto same = std::find_if(jobs, jobs + j, [&](const matmul_job& o) {
-            return uses_int8(*o.w) && o.x == jb.x && o.x_rows == jb.x_rows && o.n == jb.n && int64_t(o.w->cols()) == cols;
+            return uses_int8(*o.w) && o.x == jb.x && o.x_rows == jb.x_rows && o.n == jb.n &&
+                   int64_t(o.w->cols()) == cols;
         });
         if (same != jobs + j) {
             xq_begin_[size_t(j)] = xq_begin_[size_t(same - jobs)];
@@ -60,7 +61,8 @@ void cpu_backend::quantise_activations(const matmul_job* jobs, int n_jobs, size_
             while (r >= quant_rows_[q + 1]) ++q;
             const quant_source& src = quant_src_[q];
             const int64_t t = r - quant_rows_[q];
-            kt_.quantize_x(src.x + t * src.cols, xq_.data() + src.xq_at + size_t(t) * size_t(src.cols / format::qk), src.cols);
+            kt_.quantize_x(src.x + t * src.cols, xq_.data() + src.xq_at + size_t(t) * size_t(src.cols / format::qk),
+                           src.cols);
         }
     });
     // then each indexed job's rows copied from its source, across the threads too (a
@@ -73,7 +75,8 @@ void cpu_backend::quantise_activations(const matmul_job* jobs, int n_jobs, size_
     if (copies == 0) return;
     split(copies, copies * (elements / std::max<int64_t>(rows, 1)), 16, [&](int64_t r0, int64_t r1) {
         auto ij = std::upper_bound(indexed_.begin(), indexed_.end(), r0,
-                                   [](int64_t v, const indexed_job& o) { return v < o.first_row; }) - 1;
+                                   [](int64_t v, const indexed_job& o) { return v < o.first_row; }) -
+                  1;
         for (int64_t r = r0; r < r1; ++r) {
             while (ij + 1 != indexed_.end() && r >= (ij + 1)->first_row) ++ij;
             const quant_source& src = quant_src_[ij->source];

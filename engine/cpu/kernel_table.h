@@ -34,36 +34,48 @@ struct kernel_table {
     /// two sums; q4_0: even and odd blocks in two sums; then the two added), the same in
     /// every table and for every tile, so SIMD tables match the reference bit for bit and
     /// batching never changes a result.
-    void (*tile_q8_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    void (*tile_q4_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q8_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
+    void (*tile_q4_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
     /// The same for K-quant rows (n a multiple of 256). Each 32-element sub-block's integer
     /// sums with its activation block are exact and scaled in f32; a super-block's eight
     /// are added in a fixed tree, and the super-blocks one after another (kernel_table_scalar.cpp's
     /// dot_k).
-    void (*tile_q4_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    void (*tile_q5_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    void (*tile_q6_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q4_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
+    void (*tile_q5_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
+    void (*tile_q6_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
     /// The same for the types kept as GGUF files store them (format::is_read_only). iq4_xs,
     /// q2_k and q3_k rows (n a multiple of 256) go as the K-quants'. q4_1, q5_0, q5_1 and iq4_nl rows take
     /// their 32-element blocks eight at a time as if they were a super-block's sub-blocks,
     /// a last short group padded with zeros (kernel_table_scalar.cpp's dot_b32).
-    void (*tile_q4_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    void (*tile_q5_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    void (*tile_q5_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    void (*tile_iq4_nl)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    void (*tile_iq4_xs)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    void (*tile_q2_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
-    void (*tile_q3_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out);
+    void (*tile_q4_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
+    void (*tile_q5_0)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
+    void (*tile_q5_1)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
+    void (*tile_iq4_nl)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                        float* out);
+    void (*tile_iq4_xs)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                        float* out);
+    void (*tile_q2_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
+    void (*tile_q3_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                      float* out);
     /// Integer dot products of q4_0x8 row groups: n_groups (1..4) groups of eight rows
     /// (`stride` bytes apart) with n_tok (1..8) quantised activation vectors (`x_stride`
     /// blocks apart): out[(t * n_groups + g) * 8 + r] = row r of group g . x_t.
     /// Each block's integer sum is exact; each row's blocks are scaled and added in f32 one
     /// after another, in one sum, the same in every table.
-    void (*tile_q4_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                        int64_t n, float* out);
+    void (*tile_q4_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
     /// The same for q8_0x8 groups.
-    void (*tile_q8_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                        int64_t n, float* out);
+    void (*tile_q8_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
     /// Decode's four streams: group s of eight q4_0x8 rows at groups[s], each with its own
     /// activation vector x[s], all of n columns: out[s * 8 + r] = row r of group s . x[s],
     /// each bit-identical to tile_q4_0x8 on that group alone. The streams may lie anywhere
@@ -73,29 +85,29 @@ struct kernel_table {
     void (*streams_q8_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     /// tile_q4_0x8 and streams_q4_0x8 for the interleaved K-quants (n a multiple of 256),
     /// each row's result bit-identical to tile_q4_k's (tile_q5_k's, tile_q6_k's) on it.
-    void (*tile_q4_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                        int64_t n, float* out);
-    void (*tile_q5_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                        int64_t n, float* out);
-    void (*tile_q6_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                        int64_t n, float* out);
+    void (*tile_q4_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
+    void (*tile_q5_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
+    void (*tile_q6_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
     void (*streams_q4_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     void (*streams_q5_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     void (*streams_q6_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     /// The same for iq4_xsx8, each row's result bit-identical to tile_iq4_xs's on it.
-    void (*tile_iq4_xsx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                          int64_t n, float* out);
+    void (*tile_iq4_xsx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                          int n_tok, int64_t n, float* out);
     void (*streams_iq4_xsx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     /// The same for q4_1x8, q5_0x8, q5_1x8 and iq4_nlx8 (n a multiple of 32), each row's
     /// result bit-identical to its plain type's tile on it.
-    void (*tile_q4_1x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                        int64_t n, float* out);
-    void (*tile_q5_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                        int64_t n, float* out);
-    void (*tile_q5_1x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                        int64_t n, float* out);
-    void (*tile_iq4_nlx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                          int64_t n, float* out);
+    void (*tile_q4_1x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
+    void (*tile_q5_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
+    void (*tile_q5_1x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
+    void (*tile_iq4_nlx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                          int n_tok, int64_t n, float* out);
     void (*streams_q4_1x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     void (*streams_q5_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     void (*streams_q5_1x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);

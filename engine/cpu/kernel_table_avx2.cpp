@@ -1,16 +1,16 @@
 // AVX2 + FMA + F16C row kernels. This file alone is compiled with those instruction sets;
 // it is only called after the CPU reported them.
 
-#include "cpu/kernels.h"
 #include "cpu/kernel_table.h"
+#include "cpu/kernels.h"
 #include "cpu/kquant_tiles_x86.h"
 #include "cpu/simd_x86.h"
 
 #if defined(__x86_64__)
-#include <cstring>
-#include <type_traits>
 #include <cpuid.h>
+#include <cstring>
 #include <immintrin.h>
+#include <type_traits>
 
 // No inline function or template from another header (std::min, std::fill_n, ...) is used
 // here: compiled with AVX2 in this file, the linker could pick that copy for the whole
@@ -53,7 +53,8 @@ void quantize_x(const float* x, block_q8_x* out, int64_t n) {
         const __m256 mul = _mm256_set1_ps(id);
         __m256i i[4];
         for (int j = 0; j < 4; ++j) {
-            i[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            i[j] = _mm256_cvtps_epi32(
+                _mm256_round_ps(_mm256_mul_ps(v[j], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         }
         // the sums of the first 16 values and of all 32, then pack 32 int32 -> 32 int8 and
         // undo the lane interleaving of the packs
@@ -94,7 +95,8 @@ void tile_q8_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
             const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
             const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
             __m256i s[4];
-            for (int r = 0; r < 4; ++r) s[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(abs[r], _mm256_sign_epi8(xv, a[r])), ones);
+            for (int r = 0; r < 4; ++r)
+                s[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(abs[r], _mm256_sign_epi8(xv, a[r])), ones);
             acc[t] = q8_0_accumulate(dw, half_sums4(s), xb, acc[t]);
         }
     }
@@ -111,7 +113,7 @@ inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t 
     for (int r = 0; r < 4; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(&w[r][ib]) + prefetch_bytes, _MM_HINT_T0);
         const __m256i q = q4_0_nibbles<Pair>(w[r], ib);
-        lo[r] = _mm256_and_si256(q, low);                        // elements 0-15 of both blocks
+        lo[r] = _mm256_and_si256(q, low);                       // elements 0-15 of both blocks
         hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low); // elements 16-31
     }
     const __m256 dw = q4_0_scales<Pair>(w, ib);
@@ -174,7 +176,8 @@ struct q8_0x8_ops {
     };
     static weights load(const block& b) {
         weights v;
-        for (int k = 0; k < 8; ++k) v.abs[k] = _mm256_abs_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k])));
+        for (int k = 0; k < 8; ++k)
+            v.abs[k] = _mm256_abs_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k])));
         return v;
     }
     static __m256i sums(const weights& v, const block& b, const block_q8_x& xb) {
@@ -197,7 +200,8 @@ struct q8_0x8_ops {
 // prepared once for every token, and the eight rows' exact integer sums with one
 // activation block; scaling and adding, block after block, is the same for every type.
 template <int G, int T, class Ops, bool OwnX, bool Once = false>
-void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G], size_t x_stride, int64_t n, float* out) {
+void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G], size_t x_stride, int64_t n,
+             float* out) {
     static_assert(G * T <= 4);
     using block = typename Ops::block;
     __m256 acc[G * T];
@@ -211,7 +215,8 @@ void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G]
             for (int t = 0; t < T; ++t) {
                 const block_q8_x& xb = x[OwnX ? g : 0][size_t(t) * x_stride + size_t(ib)];
                 const __m256i s = Ops::sums(v, b, xb);
-                acc[t * G + g] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[t * G + g]);
+                acc[t * G + g] =
+                    _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[t * G + g]);
             }
         }
     }
@@ -241,8 +246,8 @@ void x8_streams(const void* const groups[4], const block_q8_x* const x[4], int64
 // dispatch over 1-4 groups by 1-8 tokens: larger products one group at a time, by up to
 // four tokens (each group's weights prepared once for them).
 template <class Ops>
-void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
-                 float* out) {
+void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                 int64_t n, float* out) {
     // [tokens - 1][groups - 1]
     static constexpr tile_fn tiles[4][4] = {
         {x8_tile<1, 1, Ops>, x8_tile<2, 1, Ops>, x8_tile<3, 1, Ops>, x8_tile<4, 1, Ops>},
@@ -259,7 +264,8 @@ void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8
     for (int i = 0; i < g; ++i) {
         for (int t0 = 0; t0 < t; t0 += 4) {
             const int nt = clamp_int(t - t0, 1, 4);
-            tiles[nt - 1][0](static_cast<const uint8_t*>(groups) + size_t(i) * stride, 0, x + size_t(t0) * x_stride, x_stride, n, part);
+            tiles[nt - 1][0](static_cast<const uint8_t*>(groups) + size_t(i) * stride, 0, x + size_t(t0) * x_stride,
+                             x_stride, n, part);
             for (int k = 0; k < nt; ++k) std::memcpy(out + ((t0 + k) * g + i) * 8, part + k * 8, 8 * sizeof(float));
         }
     }
@@ -472,7 +478,8 @@ void attention_values(const float* s, const T* v, int n, int nv, float* out, con
                     for (int h = 0; h < H; ++h) pb[h] = _mm256_set1_ps(s[h * n + j + partner]);
                     for (int i = 0; i < m; ++i) {
                         const __m256 a = load8(va + 8 * i), b = load8(vb + 8 * i);
-                        for (int h = 0; h < H; ++h) acc[h][i] = _mm256_fmadd_ps(pb[h], b, _mm256_fmadd_ps(pa[h], a, acc[h][i]));
+                        for (int h = 0; h < H; ++h)
+                            acc[h][i] = _mm256_fmadd_ps(pb[h], b, _mm256_fmadd_ps(pa[h], a, acc[h][i]));
                     }
                 } else {
                     for (int i = 0; i < m; ++i) {
@@ -493,8 +500,8 @@ void attention_values(const float* s, const T* v, int n, int nv, float* out, con
 // The last pass over the keys asks for the values' first rows, the last over the values for
 // the next keys' (simd_x86.h).
 template <int NV, class T>
-void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, float scale, float* scores,
-              float* out, const T* next_k, int next_n) {
+void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, float scale, float* scores, float* out,
+              const T* next_k, int next_n) {
     if constexpr (NV > 0) nv = NV;
     const int hd = 8 * nv;
     int g = 0;
@@ -532,23 +539,28 @@ void attend(const float* q, int n_q, const T* k, const T* v, int n, int head_dim
 // within 1e-36 of 0 anyway), NaN kept. The last partial vector through masked loads and
 // stores, so every element takes the same formula.
 inline __m256 swiglu_ps(__m256 g, __m256 u) {
-    const __m256 e = exp_ps(_mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_sub_ps(_mm256_setzero_ps(), g))); // NaN: min's second operand
+    const __m256 e = exp_ps(
+        _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_sub_ps(_mm256_setzero_ps(), g))); // NaN: min's second operand
     return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 
 void swiglu(float* gate, const float* up, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, swiglu_ps(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(gate + i, swiglu_ps(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
     if (i < n) {
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        _mm256_maskstore_ps(gate + i, mask, swiglu_ps(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
+        const __m256i mask =
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(gate + i, mask,
+                            swiglu_ps(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
     }
 }
 
 void to_f16(const float* x, uint16_t* out, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     }
     for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
@@ -630,16 +642,66 @@ uint64_t madd_loop(int64_t iterations) {
         c6 = _mm256_add_epi16(c6, _mm256_maddubs_epi16(a1, b2));
         c7 = _mm256_add_epi16(c7, _mm256_maddubs_epi16(a1, b3));
         // the inputs must be read every time; the accumulators stay in registers
-        __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(b0), "+x"(b1), "+x"(b2), "+x"(b3), "+x"(c0), "+x"(c1), "+x"(c2),
-                         "+x"(c3), "+x"(c4), "+x"(c5), "+x"(c6), "+x"(c7));
+        __asm__ volatile(""
+                         : "+x"(a0), "+x"(a1), "+x"(b0), "+x"(b1), "+x"(b2), "+x"(b3), "+x"(c0), "+x"(c1), "+x"(c2),
+                           "+x"(c3), "+x"(c4), "+x"(c5), "+x"(c6), "+x"(c7));
     }
     const __m256i s = _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(c0, c1), _mm256_add_epi16(c2, c3)),
                                        _mm256_add_epi16(_mm256_add_epi16(c4, c5), _mm256_add_epi16(c6, c7)));
     return static_cast<uint64_t>(_mm256_extract_epi16(s, 0));
 }
 
-constexpr kernel_table table = {"avx2", quantize_x, dispatch_tile<q8_0_tiles>, dispatch_tile<q4_0_tiles>, tile_k<format::block_q4_k, false>, tile_k<format::block_q5_k, false>, tile_k<format::block_q6_k, false>, tile_b32<format::block_q4_1, false>, tile_b32<format::block_q5_0, false>, tile_b32<format::block_q5_1, false>, tile_b32<format::block_iq4_nl, false>, tile_k<format::block_iq4_xs, false>, tile_k<format::block_q2_k, false>, tile_k<format::block_q3_k, false>, dispatch_x8<q4_0x8_ops>, dispatch_x8<q8_0x8_ops>, x8_streams<q4_0x8_ops>, x8_streams<q8_0x8_ops>, tile_kx8<format::block_q4_kx8, false>, tile_kx8<format::block_q5_kx8, false>, tile_kx8<format::block_q6_kx8, false>, streams_kx8<format::block_q4_kx8, false>, streams_kx8<format::block_q5_kx8, false>, streams_kx8<format::block_q6_kx8, false>, tile_kx8<format::block_iq4_xsx8, false>, streams_kx8<format::block_iq4_xsx8, false>, tile_kx8<format::block_q4_1x8, false>, tile_kx8<format::block_q5_0x8, false>, tile_kx8<format::block_q5_1x8, false>, tile_kx8<format::block_iq4_nlx8, false>, streams_b32x8<format::block_q4_1x8, false>, streams_b32x8<format::block_q5_0x8, false>, streams_b32x8<format::block_q5_1x8, false>, streams_b32x8<format::block_iq4_nlx8, false>, dot_f32_act<block_q8_0>, dot_f32_act<block_q4_0>, dot4_f32_act<block_q8_0>, dot4_f32_act<block_q4_0>,
-                                dotx4_f32_act<block_q8_0>, dotx4_f32_act<block_q4_0>, dot_f32, dot_f32_t<4>, dot4_f32, attend<float>, attend<uint16_t>, swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr kernel_table table = {"avx2",
+                                quantize_x,
+                                dispatch_tile<q8_0_tiles>,
+                                dispatch_tile<q4_0_tiles>,
+                                tile_k<format::block_q4_k, false>,
+                                tile_k<format::block_q5_k, false>,
+                                tile_k<format::block_q6_k, false>,
+                                tile_b32<format::block_q4_1, false>,
+                                tile_b32<format::block_q5_0, false>,
+                                tile_b32<format::block_q5_1, false>,
+                                tile_b32<format::block_iq4_nl, false>,
+                                tile_k<format::block_iq4_xs, false>,
+                                tile_k<format::block_q2_k, false>,
+                                tile_k<format::block_q3_k, false>,
+                                dispatch_x8<q4_0x8_ops>,
+                                dispatch_x8<q8_0x8_ops>,
+                                x8_streams<q4_0x8_ops>,
+                                x8_streams<q8_0x8_ops>,
+                                tile_kx8<format::block_q4_kx8, false>,
+                                tile_kx8<format::block_q5_kx8, false>,
+                                tile_kx8<format::block_q6_kx8, false>,
+                                streams_kx8<format::block_q4_kx8, false>,
+                                streams_kx8<format::block_q5_kx8, false>,
+                                streams_kx8<format::block_q6_kx8, false>,
+                                tile_kx8<format::block_iq4_xsx8, false>,
+                                streams_kx8<format::block_iq4_xsx8, false>,
+                                tile_kx8<format::block_q4_1x8, false>,
+                                tile_kx8<format::block_q5_0x8, false>,
+                                tile_kx8<format::block_q5_1x8, false>,
+                                tile_kx8<format::block_iq4_nlx8, false>,
+                                streams_b32x8<format::block_q4_1x8, false>,
+                                streams_b32x8<format::block_q5_0x8, false>,
+                                streams_b32x8<format::block_q5_1x8, false>,
+                                streams_b32x8<format::block_iq4_nlx8, false>,
+                                dot_f32_act<block_q8_0>,
+                                dot_f32_act<block_q4_0>,
+                                dot4_f32_act<block_q8_0>,
+                                dot4_f32_act<block_q4_0>,
+                                dotx4_f32_act<block_q8_0>,
+                                dotx4_f32_act<block_q4_0>,
+                                dot_f32,
+                                dot_f32_t<4>,
+                                dot4_f32,
+                                attend<float>,
+                                attend<uint16_t>,
+                                swiglu,
+                                to_f16,
+                                dot_f16,
+                                dot_bf16,
+                                read_sum,
+                                madd_loop};
 
 } // namespace
 

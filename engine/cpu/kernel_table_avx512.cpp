@@ -7,8 +7,8 @@
 // 512-bit intrinsics on an AVX2 machine, so the same kernels are checked against the
 // scalar reference where no AVX-512 CPU is at hand (tests/engine/test_kernel_tables.cpp).
 
-#include "cpu/kernels.h"
 #include "cpu/kernel_table.h"
+#include "cpu/kernels.h"
 
 #if defined(__x86_64__)
 // GCC 12.2's AVX-512 header reads an uninitialised variable for its "undefined" vectors
@@ -48,7 +48,8 @@ inline __m256i sum_lanes(__m512i s01, __m512i s23) {
     // elements 0 and 1 of lane k: the sums of lane k of s01 and of s23
     const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t, t), _mm512_unpackhi_epi64(t, t));
     // lane k of u holds (row 0 A, row 2 A), (row 0 B, row 2 B), (row 1 A, row 3 A), (row 1 B, row 3 B)
-    return _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 0, 0, 0, 0, 0, 0, 0, 0), u));
+    return _mm512_castsi512_si256(
+        _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 0, 0, 0, 0, 0, 0, 0, 0), u));
 }
 
 // Sums of four products of unsigned bytes u and signed bytes s into each int32 lane:
@@ -95,7 +96,8 @@ void tile_q8_0_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_
             const block_q8_x& xb = x[size_t(t) * x_stride + size_t(ib)];
             const __m512i xv = broadcast256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)));
             __m512i s[2];
-            for (int p = 0; p < 2; ++p) s[p] = dot4<Vnni>(zero, abs[p], _mm512_mask_sub_epi8(xv, negative[p], zero, xv));
+            for (int p = 0; p < 2; ++p)
+                s[p] = dot4<Vnni>(zero, abs[p], _mm512_mask_sub_epi8(xv, negative[p], zero, xv));
             acc[t] = q8_0_accumulate(dw, sum_lanes(s[0], s[1]), xb, acc[t]);
         }
     }
@@ -113,7 +115,7 @@ inline void q4_0_step(const block_q4_0* const w[4], const block_q8_x* x, size_t 
         _mm_prefetch(reinterpret_cast<const char*>(&w[2 * p + 1][ib]) + prefetch_bytes, _MM_HINT_T0);
         const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_nibbles<Pair>(w[2 * p], ib)),
                                              q4_0_nibbles<Pair>(w[2 * p + 1], ib), 1);
-        lo[p] = _mm512_and_si512(q, low);                        // elements 0-15 of each block
+        lo[p] = _mm512_and_si512(q, low);                       // elements 0-15 of each block
         hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low); // elements 16-31
     }
     const __m256 dw = q4_0_scales<Pair>(w, ib);
@@ -211,8 +213,8 @@ inline __m512i x4_halves(const int8_t* a, const int8_t* b) {
 // block after block), so results are bit-identical. The outputs of token t and group g go
 // to out[(t * out_groups + g) * 8].
 template <class Ops, int P, int T, bool OwnX, bool Once = false>
-void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* const x[2 * P], size_t x_stride, int64_t n,
-                   int out_groups, float* out) {
+void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* const x[2 * P], size_t x_stride,
+                   int64_t n, int out_groups, float* out) {
     static_assert(P * T <= 8);
     using block = typename Ops::block;
     __m512 acc[P * T];
@@ -258,7 +260,8 @@ void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* 
                 }
             }
             for (int p = 0; p < P; ++p) {
-                acc[t * P + p] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], dx[p]), to_ps(_mm512_add_epi32(s[p][0], s[p][1])), acc[t * P + p]);
+                acc[t * P + p] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], dx[p]), to_ps(_mm512_add_epi32(s[p][0], s[p][1])),
+                                                 acc[t * P + p]);
             }
         }
     }
@@ -269,10 +272,12 @@ void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* 
 
 // 2P groups `stride` bytes apart, every one with the same T activation vectors.
 template <class Ops, int P, int T>
-void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, int out_groups, float* out) {
+void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, int out_groups,
+              float* out) {
     using block = typename Ops::block;
     const block* w[2 * P];
-    for (int g = 0; g < 2 * P; ++g) w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
+    for (int g = 0; g < 2 * P; ++g)
+        w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
     x8_pairs_walk<Ops, P, T, false>(w, &x, x_stride, n, out_groups, out);
 }
 
@@ -283,7 +288,8 @@ void x8_pair_streams(const void* const groups[4], const block_q8_x* const x[4], 
     using block = typename Ops::block;
     const block* w[4];
     for (int g = 0; g < 4; ++g) w[g] = static_cast<const block*>(groups[g]);
-    if (x[0] == x[1] && x[0] == x[2] && x[0] == x[3]) x8_pairs_walk<Ops, 2, 1, false, true>(w, x, 0, n, 4, out); // one broadcast for all
+    if (x[0] == x[1] && x[0] == x[2] && x[0] == x[3])
+        x8_pairs_walk<Ops, 2, 1, false, true>(w, x, 0, n, 4, out); // one broadcast for all
     else x8_pairs_walk<Ops, 2, 1, true, true>(w, x, 0, n, 4, out);
 }
 
@@ -304,7 +310,8 @@ void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const bl
     if (g >= 2) {
         const int step = g / 2 == 1 ? 8 : 4;
         for (int t0 = 0; t0 < t; t0 += step) {
-            pairs[g / 2 - 1][clamp_int(t - t0, 1, step) - 1](groups, stride, x + size_t(t0) * x_stride, x_stride, n, g, out + t0 * g * 8);
+            pairs[g / 2 - 1][clamp_int(t - t0, 1, step) - 1](groups, stride, x + size_t(t0) * x_stride, x_stride, n, g,
+                                                             out + t0 * g * 8);
         }
     }
     if (g % 2 == 1) {
@@ -450,7 +457,8 @@ inline void softmax512(float* s, int n) {
     for (int i = 0; i < 16; ++i) last[i] = i < rest ? s[n16 + i] : -__builtin_huge_valf();
     __m512 mx = _mm512_load_ps(last);
     for (int j = 0; j < n16; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
-    __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(mx), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mx), 1)));
+    __m256 m8 =
+        _mm256_max_ps(_mm512_castps512_ps256(mx), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mx), 1)));
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
@@ -461,7 +469,8 @@ inline void softmax512(float* s, int n) {
         _mm512_storeu_ps(s + j, e);
         sum = _mm512_add_ps(sum, e);
     }
-    const __m512 e_last = _mm512_maskz_mov_ps(__mmask16((1u << rest) - 1), exp512(_mm512_sub_ps(_mm512_load_ps(last), m)));
+    const __m512 e_last =
+        _mm512_maskz_mov_ps(__mmask16((1u << rest) - 1), exp512(_mm512_sub_ps(_mm512_load_ps(last), m)));
     sum = _mm512_add_ps(sum, e_last);
     const __m512 inv = _mm512_set1_ps(1.0f / hsum(fold(sum)));
     for (int j = 0; j < n16; j += 16) _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), inv));
@@ -490,8 +499,8 @@ void attend512_t(const float* q, int n_q, const T* k, const T* v, int n, float s
 
 // attend / attend_f16: head dimensions 64 and 128 here, the others on the AVX2 kernels.
 template <class T>
-void attend512(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores, float* out,
-               const T* next_k, int next_n) {
+void attend512(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores,
+               float* out, const T* next_k, int next_n) {
     switch (head_dim) {
     case 64: attend512_t<4>(q, n_q, k, v, n, scale, scores, out, next_k, next_n); return;
     case 128: attend512_t<8>(q, n_q, k, v, n, scale, scores, out, next_k, next_n); return;
@@ -505,9 +514,11 @@ void attend512(const float* q, int n_q, const T* k, const T* v, int n, int head_
 }
 
 template <bool Vnni>
-constexpr tile_fn q8_0_tiles[4] = {tile_q8_0_t<1, Vnni>, tile_q8_0_t<2, Vnni>, tile_q8_0_t<3, Vnni>, tile_q8_0_t<4, Vnni>};
+constexpr tile_fn q8_0_tiles[4] = {tile_q8_0_t<1, Vnni>, tile_q8_0_t<2, Vnni>, tile_q8_0_t<3, Vnni>,
+                                   tile_q8_0_t<4, Vnni>};
 template <bool Vnni>
-constexpr tile_fn q4_0_tiles[4] = {tile_q4_0_t<1, Vnni>, tile_q4_0_t<2, Vnni>, tile_q4_0_t<3, Vnni>, tile_q4_0_t<4, Vnni>};
+constexpr tile_fn q4_0_tiles[4] = {tile_q4_0_t<1, Vnni>, tile_q4_0_t<2, Vnni>, tile_q4_0_t<3, Vnni>,
+                                   tile_q4_0_t<4, Vnni>};
 
 template <bool Vnni>
 inline __m512i madd_step(__m512i acc, __m512i a, __m512i b) {
@@ -526,8 +537,8 @@ uint64_t madd_loop(int64_t iterations) {
     // passes.
     __m512i a0 = _mm512_set1_epi8(3), a1 = _mm512_set1_epi8(4), a2 = _mm512_set1_epi8(5);
     __m512i b0 = _mm512_set1_epi8(6), b1 = _mm512_set1_epi8(7), b2 = _mm512_set1_epi8(8), b3 = _mm512_set1_epi8(9);
-    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0,
-            c10 = c0, c11 = c0;
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,
+            c9 = c0, c10 = c0, c11 = c0;
     for (int64_t i = 0; i < iterations / 3; ++i) {
         c0 = madd_step<Vnni>(c0, a0, b0);
         c1 = madd_step<Vnni>(c1, a0, b1);
@@ -544,13 +555,15 @@ uint64_t madd_loop(int64_t iterations) {
 #if !defined(COLIBRI_AVX512_EMULATED)
         // the inputs must be read every time; the accumulators stay in registers
         __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
-        __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6), "+v"(c7), "+v"(c8),
-                         "+v"(c9), "+v"(c10), "+v"(c11));
+        __asm__ volatile(""
+                         : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6), "+v"(c7), "+v"(c8),
+                           "+v"(c9), "+v"(c10), "+v"(c11));
 #endif
     }
-    const __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
-                                       _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)),
-                                                        _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11))));
+    const __m512i s =
+        _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                         _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)),
+                                          _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11))));
     return static_cast<uint64_t>(_mm256_extract_epi32(_mm512_castsi512_si256(s), 0));
 }
 
@@ -576,21 +589,25 @@ inline void kx8_pair_scale_min(const Block& a, const Block& b, int j, __m512i& s
     } else {
         const int k = 8 * (j - 4);
         const __m512i w2 = two_rows(a.scales[2], b.scales[2]);
-        sc = _mm512_or_si512(_mm512_and_si512(shr32(w2, k), four), _mm512_slli_epi32(_mm512_and_si512(shr32(w0, k + 6), two), 4));
-        m = _mm512_or_si512(_mm512_and_si512(shr32(w2, k + 4), four), _mm512_slli_epi32(_mm512_and_si512(shr32(w1, k + 6), two), 4));
+        sc = _mm512_or_si512(_mm512_and_si512(shr32(w2, k), four),
+                             _mm512_slli_epi32(_mm512_and_si512(shr32(w0, k + 6), two), 4));
+        m = _mm512_or_si512(_mm512_and_si512(shr32(w2, k + 4), four),
+                            _mm512_slli_epi32(_mm512_and_si512(shr32(w1, k + 6), two), 4));
     }
 }
 
 // Scale k of both groups' q6_k rows as int32.
 inline __m512i q6_kx8_pair_scale(const format::block_q6_kx8& a, const format::block_q6_kx8& b, int k) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales[k])))),
-                              _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))), 1);
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales[k])))),
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))), 1);
 }
 
 // p of one sub-block for both groups: (d xd) (sc s) - (dmin xd) (m sum x), with group a's
 // activation block xa and group b's xb (the same block unless OwnX).
 template <bool OwnX>
-[[gnu::always_inline]] inline __m512 k_scaled(__m512 d, __m512 dmin, __m512i s, __m512i sc, __m512i m, const block_q8_x& xa, const block_q8_x& xb) {
+[[gnu::always_inline]] inline __m512 k_scaled(__m512 d, __m512 dmin, __m512i s, __m512i sc, __m512i m,
+                                              const block_q8_x& xa, const block_q8_x& xb) {
     const __m512 xd = OwnX ? combine(_mm256_set1_ps(xa.d), _mm256_set1_ps(xb.d)) : _mm512_set1_ps(xa.d);
     const __m512i sum = OwnX ? halves_epi32(xa.sum, xb.sum) : _mm512_set1_epi32(xa.sum);
     const __m512 p = _mm512_mul_ps(_mm512_mul_ps(d, xd), to_ps(_mm512_mullo_epi32(s, sc)));
@@ -635,13 +652,15 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             const block_q8_x* other = OwnX ? xb[t] : xs[t];
-            pair[c][t] = _mm512_add_ps(k_scaled<OwnX>(d, dmin, s[t][0], sc[0], m[0], xs[t][2 * c], other[2 * c]),
-                                       k_scaled<OwnX>(d, dmin, s[t][1], sc[1], m[1], xs[t][2 * c + 1], other[2 * c + 1]));
+            pair[c][t] =
+                _mm512_add_ps(k_scaled<OwnX>(d, dmin, s[t][0], sc[0], m[0], xs[t][2 * c], other[2 * c]),
+                              k_scaled<OwnX>(d, dmin, s[t][1], sc[1], m[1], xs[t][2 * c + 1], other[2 * c + 1]));
         }
     }
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
-        acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(_mm512_add_ps(pair[0][t], pair[1][t]), _mm512_add_ps(pair[2][t], pair[3][t])));
+        acc[t] = _mm512_add_ps(
+            acc[t], _mm512_add_ps(_mm512_add_ps(pair[0][t], pair[1][t]), _mm512_add_ps(pair[2][t], pair[3][t])));
     }
 }
 
@@ -656,13 +675,14 @@ inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx
     for (int h = 0; h < 2; ++h) {
         COLIBRI_UNROLL
         for (int c = 0; c < 2; ++c) { // sub-blocks 4h + c (low nibbles) and 4h + c + 2 (high)
-            __m512i s[T][2][2]; // token, sub-block, half (elements 0-15, 16-31)
+            __m512i s[T][2][2];       // token, sub-block, half (elements 0-15, 16-31)
             COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) {
                 COLIBRI_UNROLL
                 for (int e = 0; e < 2; ++e) {
                     COLIBRI_UNROLL
-                    for (int half = 0; half < 2; ++half) s[t][e][half] = _mm512_set1_epi32(q6_bias(xs[t][4 * h + c + 2 * e], half));
+                    for (int half = 0; half < 2; ++half)
+                        s[t][e][half] = _mm512_set1_epi32(q6_bias(xs[t][4 * h + c + 2 * e], half));
                 }
             }
             COLIBRI_UNROLL
@@ -671,12 +691,14 @@ inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx
                 const __m512i vh = two_rows(a.qh[h][i], b.qh[h][i]);
                 const __m512i q[2] = {
                     _mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(shift16(vh, 4 - 2 * c), bits45)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_and_si512(shift16(vh, -2 * c), bits45))};
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low),
+                                    _mm512_and_si512(shift16(vh, -2 * c), bits45))};
                 COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
                     COLIBRI_UNROLL
                     for (int e = 0; e < 2; ++e) {
-                        s[t][e][i / 4] = dot4<Vnni>(s[t][e][i / 4], q[e], x4_all_lanes512(xs[t][4 * h + c + 2 * e].qs + 4 * i));
+                        s[t][e][i / 4] =
+                            dot4<Vnni>(s[t][e][i / 4], q[e], x4_all_lanes512(xs[t][4 * h + c + 2 * e].qs + 4 * i));
                     }
                 }
             }
@@ -686,7 +708,8 @@ inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx
                 const __m512i sc0 = q6_kx8_pair_scale(a, b, 2 * j), sc1 = q6_kx8_pair_scale(a, b, 2 * j + 1);
                 COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
-                    const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(s[t][e][0], sc0), _mm512_mullo_epi32(s[t][e][1], sc1));
+                    const __m512i sum =
+                        _mm512_add_epi32(_mm512_mullo_epi32(s[t][e][0], sc0), _mm512_mullo_epi32(s[t][e][1], sc1));
                     p[h][c][e][t] = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs[t][j].d)), to_ps(sum));
                 }
             }
@@ -697,7 +720,8 @@ inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx
         __m512 half[2]; // (p4h + p4h+1) + (p4h+2 + p4h+3)
         COLIBRI_UNROLL
         for (int h = 0; h < 2; ++h) {
-            half[h] = _mm512_add_ps(_mm512_add_ps(p[h][0][0][t], p[h][1][0][t]), _mm512_add_ps(p[h][0][1][t], p[h][1][1][t]));
+            half[h] =
+                _mm512_add_ps(_mm512_add_ps(p[h][0][0][t], p[h][1][0][t]), _mm512_add_ps(p[h][0][1][t], p[h][1][1][t]));
         }
         acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(half[0], half[1]));
     }
@@ -706,9 +730,10 @@ inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx
 // iq4_xsx8 (VNNI only: the values enter vpdpbusd as iq4 + 128, less 128 * sum(x); without
 // VNNI maddubs would saturate on them, and the 256-bit tiles serve).
 template <int T>
-inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_iq4_xsx8& b, const block_q8_x* const xs[T],
-                          __m512 acc[T]) {
-    const __m128i t16 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(format::iq4_values)), _mm_set1_epi8(-128));
+inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_iq4_xsx8& b,
+                          const block_q8_x* const xs[T], __m512 acc[T]) {
+    const __m128i t16 =
+        _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(format::iq4_values)), _mm_set1_epi8(-128));
     const __m512i table = _mm512_broadcast_i32x4(t16), low = _mm512_set1_epi8(0x0F);
     const __m512 d = scales16(a.d, b.d);
     const __m512i sl = two_rows(a.scales_l, b.scales_l);
@@ -729,7 +754,8 @@ inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_i
             COLIBRI_UNROLL
             for (int e = 0; e < 2; ++e) { // elements 4k.. (low nibbles) and 16 + 4k.. (high)
                 COLIBRI_UNROLL
-                for (int t = 0; t < T; ++t) s[t] = dot4<true>(s[t], w[e], x4_all_lanes512(xs[t][j].qs + 16 * e + 4 * k));
+                for (int t = 0; t < T; ++t)
+                    s[t] = dot4<true>(s[t], w[e], x4_all_lanes512(xs[t][j].qs + 16 * e + 4 * k));
             }
         }
         const __m512i ls = _mm512_sub_epi32(
@@ -738,7 +764,8 @@ inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_i
             _mm512_set1_epi32(32));
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
-            const __m512 p = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs[t][j].d)), to_ps(_mm512_mullo_epi32(s[t], ls)));
+            const __m512 p =
+                _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs[t][j].d)), to_ps(_mm512_mullo_epi32(s[t], ls)));
             if (j % 2 == 0) first[t] = p;
             else pair[j / 2 % 2][t] = _mm512_add_ps(first[t], p);
             if (j == 3) lo[t] = _mm512_add_ps(pair[0][t], pair[1][t]);
@@ -750,8 +777,8 @@ inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_i
 // Groups a and b (b may be a) by T tokens: out[t * out_stride + 8 g + r], g 0 for a and 1
 // for b (only a's when `both` is false).
 template <class Block, int T, bool Vnni>
-void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n, float* out,
-                   size_t out_stride) {
+void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n,
+                   float* out, size_t out_stride) {
     __m512 acc[T];
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -775,9 +802,11 @@ void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* 
 // tile_q4_kx8 / tile_q5_kx8 / tile_q6_kx8 / tile_iq4_xsx8: groups two by two (the last of an odd count with
 // itself, half of it kept), up to four tokens at a time.
 template <class Block, bool Vnni>
-void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
-                    float* out) {
-    const auto group = [&](int g) { return reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride); };
+void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+                    int64_t n, float* out) {
+    const auto group = [&](int g) {
+        return reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride);
+    };
     for (int g = 0; g < n_groups; g += 2) {
         const bool both = g + 1 < n_groups;
         const Block *a = group(g), *b = both ? group(g + 1) : a;
@@ -887,11 +916,14 @@ const kernel_table* emulated_avx512_kernel_table(bool vnni) { return table(vnni)
 namespace {
 bool has_avx512() {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
 }
 } // namespace
 
-const kernel_table* avx512_kernel_table() { return has_avx512() ? table(__builtin_cpu_supports("avx512vnni")) : nullptr; }
+const kernel_table* avx512_kernel_table() {
+    return has_avx512() ? table(__builtin_cpu_supports("avx512vnni")) : nullptr;
+}
 
 const kernel_table* avx512_no_vnni_kernel_table() {
     return has_avx512() && __builtin_cpu_supports("avx512vnni") ? table(false) : nullptr;

@@ -4,8 +4,8 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/softmax.h"
-#include "cpu/kernels.h"
 #include "cpu/kernel_table.h"
+#include "cpu/kernels.h"
 #include "format/gguf_blocks.h"
 
 #include <algorithm>
@@ -103,7 +103,8 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                 }
                 const float d = f16_to_f32(T == dtype::q2_k ? b2.d : b3.d);
                 p[j] = (d * xs[j].d) * static_cast<float>(a);
-                if constexpr (T == dtype::q2_k) p[j] = std::fma(-(f16_to_f32(b2.dmin) * xs[j].d), static_cast<float>(mins), p[j]);
+                if constexpr (T == dtype::q2_k)
+                    p[j] = std::fma(-(f16_to_f32(b2.dmin) * xs[j].d), static_cast<float>(mins), p[j]);
             }
         } else if constexpr (T == dtype::iq4_xs) {
             const auto& b = *reinterpret_cast<const block_iq4_xs*>(blk);
@@ -165,7 +166,8 @@ float dot_b32(const void* row, const block_q8_x* x, int64_t n) {
     for (int64_t g = 0; g < nb; g += 8) {
         float p[8] = {};
         for (int64_t j = 0; j < 8 && g + j < nb; ++j) {
-            const format::block32_ints b = format::block32_to_ints(T, static_cast<const uint8_t*>(row) + uint64_t(g + j) * bytes);
+            const format::block32_ints b =
+                format::block32_to_ints(T, static_cast<const uint8_t*>(row) + uint64_t(g + j) * bytes);
             const block_q8_x& xb = x[g + j];
             int32_t isum = -b.offset * xb.sum;
             for (int i = 0; i < qk; ++i) isum += b.q[i] * int32_t(xb.qs[i]);
@@ -180,30 +182,33 @@ float dot_b32(const void* row, const block_q8_x* x, int64_t n) {
 template <format::dtype T>
 void tile_b32(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
     for (int t = 0; t < n_tok; ++t) {
-        for (int r = 0; r < 4; ++r) out[t * 4 + r] = dot_b32<T>(static_cast<const uint8_t*>(rows) + r * stride, x + t * x_stride, n);
+        for (int r = 0; r < 4; ++r)
+            out[t * 4 + r] = dot_b32<T>(static_cast<const uint8_t*>(rows) + r * stride, x + t * x_stride, n);
     }
 }
 
 template <format::dtype T>
 void tile_k(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
     for (int t = 0; t < n_tok; ++t) {
-        for (int r = 0; r < 4; ++r) out[t * 4 + r] = dot_k<T>(static_cast<const uint8_t*>(rows) + r * stride, x + t * x_stride, n);
+        for (int r = 0; r < 4; ++r)
+            out[t * 4 + r] = dot_k<T>(static_cast<const uint8_t*>(rows) + r * stride, x + t * x_stride, n);
     }
 }
 
 // Interleaved types: each row taken out of its group, then dot_b32 (the 32-element types)
 // or dot_k.
 template <format::dtype T>
-void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
-              float* out) {
+void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+              int64_t n, float* out) {
     std::vector<uint8_t> row(format::row_bytes(T, uint64_t(n)));
     for (int g = 0; g < n_groups; ++g) {
         for (int r = 0; r < 8; ++r) {
-            format::x8_row(format::matmul_storage(T, 8), static_cast<const uint8_t*>(groups) + size_t(g) * stride, uint64_t(n),
-                           uint64_t(r), row.data());
+            format::x8_row(format::matmul_storage(T, 8), static_cast<const uint8_t*>(groups) + size_t(g) * stride,
+                           uint64_t(n), uint64_t(r), row.data());
             for (int t = 0; t < n_tok; ++t) {
                 const block_q8_x* xt = x + size_t(t) * x_stride;
-                if constexpr (T == format::dtype::q4_1 || T == format::dtype::q5_0 || T == format::dtype::q5_1 || T == format::dtype::iq4_nl) {
+                if constexpr (T == format::dtype::q4_1 || T == format::dtype::q5_0 || T == format::dtype::q5_1 ||
+                              T == format::dtype::iq4_nl) {
                     out[(t * n_groups + g) * 8 + r] = dot_b32<T>(row.data(), xt, n);
                 } else {
                     out[(t * n_groups + g) * 8 + r] = dot_k<T>(row.data(), xt, n);
@@ -238,7 +243,8 @@ float dot_q8_0x8(const format::block_q8_0x8* g, int r, const block_q8_x* x, int6
     for (int64_t ib = 0; ib < n / qk; ++ib) {
         int32_t s = 0;
         for (int k = 0; k < 8; ++k) {
-            for (int j = 0; j < 4; ++j) s += int32_t(g[ib].qs[k][r][j]) * int32_t(x[ib].qs[4 * k + j]); // element 4k + j
+            for (int j = 0; j < 4; ++j)
+                s += int32_t(g[ib].qs[k][r][j]) * int32_t(x[ib].qs[4 * k + j]); // element 4k + j
         }
         sum = std::fma(f16_to_f32(g[ib].d[r]) * x[ib].d, static_cast<float>(s), sum);
     }
@@ -246,8 +252,8 @@ float dot_q8_0x8(const format::block_q8_0x8* g, int r, const block_q8_x* x, int6
 }
 
 template <class Block, float (*dot)(const Block*, int, const block_q8_x*, int64_t)>
-void tile_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
-             float* out) {
+void tile_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+             int64_t n, float* out) {
     for (int t = 0; t < n_tok; ++t) {
         for (int g = 0; g < n_groups; ++g) {
             const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + g * stride);
@@ -291,28 +297,22 @@ void dotx4_q8_0_f32(const void* row, const float* x, size_t x_stride, int64_t n,
 void dotx4_q4_0_f32(const void* row, const float* x, size_t x_stride, int64_t n, float* out) {
     for (int t = 0; t < 4; ++t) out[t] = dot_q4_0_f32(row, x + t * x_stride, n);
 }
-float dot_f32(const float* row, const float* x, int64_t n) {
-    return kernels::dot_row(format::dtype::f32, row, x, n);
-}
+float dot_f32(const float* row, const float* x, int64_t n) { return kernels::dot_row(format::dtype::f32, row, x, n); }
 void dotx4_f32(const float* row, const float* x, size_t x_stride, int64_t n, float* out) {
     for (int t = 0; t < 4; ++t) out[t] = dot_f32(row, x + t * x_stride, n);
 }
 void dot4_f32(const float* rows, size_t stride, const float* x, int64_t n, float* out) {
     for (int r = 0; r < 4; ++r) out[r] = dot_f32(rows + r * stride, x, n);
 }
-float dot_f16(const void* row, const float* x, int64_t n) {
-    return kernels::dot_row(format::dtype::f16, row, x, n);
-}
-float dot_bf16(const void* row, const float* x, int64_t n) {
-    return kernels::dot_row(format::dtype::bf16, row, x, n);
-}
+float dot_f16(const void* row, const float* x, int64_t n) { return kernels::dot_row(format::dtype::f16, row, x, n); }
+float dot_bf16(const void* row, const float* x, int64_t n) { return kernels::dot_row(format::dtype::bf16, row, x, n); }
 
 inline float as_f32(float x) { return x; }
 inline float as_f32(uint16_t h) { return f16_to_f32(h); }
 
 template <class T>
-void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores, float* out,
-              const T*, int) { // the next keys: a hint for memory, none here
+void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores,
+              float* out, const T*, int) { // the next keys: a hint for memory, none here
     for (int g = 0; g < n_q; ++g) {
         const float* qg = q + g * head_dim;
         float* s = scores + g * n;
@@ -352,7 +352,57 @@ uint64_t madd_loop(int64_t iterations) {
     return acc;
 }
 
-constexpr kernel_table table = {"scalar", quantize_x, tile<block_q8_0, dot_q8_0>, tile<block_q4_0, dot_q4_0>, tile_k<format::dtype::q4_k>, tile_k<format::dtype::q5_k>, tile_k<format::dtype::q6_k>, tile_b32<format::dtype::q4_1>, tile_b32<format::dtype::q5_0>, tile_b32<format::dtype::q5_1>, tile_b32<format::dtype::iq4_nl>, tile_k<format::dtype::iq4_xs>, tile_k<format::dtype::q2_k>, tile_k<format::dtype::q3_k>, tile_x8<format::block_q4_0x8, dot_q4_0x8>, tile_x8<format::block_q8_0x8, dot_q8_0x8>, streams_x8<format::block_q4_0x8, dot_q4_0x8>, streams_x8<format::block_q8_0x8, dot_q8_0x8>, tile_kx8<format::dtype::q4_k>, tile_kx8<format::dtype::q5_k>, tile_kx8<format::dtype::q6_k>, streams_kx8<format::dtype::q4_k>, streams_kx8<format::dtype::q5_k>, streams_kx8<format::dtype::q6_k>, tile_kx8<format::dtype::iq4_xs>, streams_kx8<format::dtype::iq4_xs>, tile_kx8<format::dtype::q4_1>, tile_kx8<format::dtype::q5_0>, tile_kx8<format::dtype::q5_1>, tile_kx8<format::dtype::iq4_nl>, streams_kx8<format::dtype::q4_1>, streams_kx8<format::dtype::q5_0>, streams_kx8<format::dtype::q5_1>, streams_kx8<format::dtype::iq4_nl>, dot_q8_0_f32, dot_q4_0_f32, dot4_q8_0_f32, dot4_q4_0_f32, dotx4_q8_0_f32, dotx4_q4_0_f32, dot_f32, dotx4_f32, dot4_f32, attend_t<float>, attend_t<uint16_t>, kernels::swiglu, to_f16, dot_f16, dot_bf16, read_sum, madd_loop};
+constexpr kernel_table table = {"scalar",
+                                quantize_x,
+                                tile<block_q8_0, dot_q8_0>,
+                                tile<block_q4_0, dot_q4_0>,
+                                tile_k<format::dtype::q4_k>,
+                                tile_k<format::dtype::q5_k>,
+                                tile_k<format::dtype::q6_k>,
+                                tile_b32<format::dtype::q4_1>,
+                                tile_b32<format::dtype::q5_0>,
+                                tile_b32<format::dtype::q5_1>,
+                                tile_b32<format::dtype::iq4_nl>,
+                                tile_k<format::dtype::iq4_xs>,
+                                tile_k<format::dtype::q2_k>,
+                                tile_k<format::dtype::q3_k>,
+                                tile_x8<format::block_q4_0x8, dot_q4_0x8>,
+                                tile_x8<format::block_q8_0x8, dot_q8_0x8>,
+                                streams_x8<format::block_q4_0x8, dot_q4_0x8>,
+                                streams_x8<format::block_q8_0x8, dot_q8_0x8>,
+                                tile_kx8<format::dtype::q4_k>,
+                                tile_kx8<format::dtype::q5_k>,
+                                tile_kx8<format::dtype::q6_k>,
+                                streams_kx8<format::dtype::q4_k>,
+                                streams_kx8<format::dtype::q5_k>,
+                                streams_kx8<format::dtype::q6_k>,
+                                tile_kx8<format::dtype::iq4_xs>,
+                                streams_kx8<format::dtype::iq4_xs>,
+                                tile_kx8<format::dtype::q4_1>,
+                                tile_kx8<format::dtype::q5_0>,
+                                tile_kx8<format::dtype::q5_1>,
+                                tile_kx8<format::dtype::iq4_nl>,
+                                streams_kx8<format::dtype::q4_1>,
+                                streams_kx8<format::dtype::q5_0>,
+                                streams_kx8<format::dtype::q5_1>,
+                                streams_kx8<format::dtype::iq4_nl>,
+                                dot_q8_0_f32,
+                                dot_q4_0_f32,
+                                dot4_q8_0_f32,
+                                dot4_q4_0_f32,
+                                dotx4_q8_0_f32,
+                                dotx4_q4_0_f32,
+                                dot_f32,
+                                dotx4_f32,
+                                dot4_f32,
+                                attend_t<float>,
+                                attend_t<uint16_t>,
+                                kernels::swiglu,
+                                to_f16,
+                                dot_f16,
+                                dot_bf16,
+                                read_sum,
+                                madd_loop};
 
 } // namespace
 
@@ -412,7 +462,8 @@ const kernel_table& best_kernel_table() {
             names += (names.empty() ? "" : ", ") + std::string(k->name);
         }
         throw error(errc::invalid_argument, "COLIBRI_CPU_KERNELS='" + std::string(want) +
-                                                "' names no kernel table this CPU supports (it supports: " + names + ")");
+                                                "' names no kernel table this CPU supports (it supports: " + names +
+                                                ")");
     }();
     return *best;
 }

@@ -34,8 +34,6 @@ void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
     for (i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
-
-
 float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     float sum = 0.0f;
     switch (t) {
@@ -128,7 +126,6 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     return sum;
 }
 
-
 void rope_head(float* x, int head_dim, int pos, float theta, const float* freq_factors, float attn_factor) {
     const int half = head_dim / 2;
     for (int i = 0; i < half; ++i) {
@@ -152,10 +149,11 @@ void gelu(float* x, int64_t n) {
     }
 }
 
-void attend_softcapped(const float* q, int n_q, const void* k_cache, const void* v_cache, bool f16, int64_t first, int n,
-                       int head_dim, float scale, float cap, float* scores, float* out) {
+void attend_softcapped(const float* q, int n_q, const void* k_cache, const void* v_cache, bool f16, int64_t first,
+                       int n, int head_dim, float scale, float cap, float* scores, float* out) {
     const auto at = [&](const void* cache, int64_t i) {
-        return f16 ? f16_to_f32(static_cast<const uint16_t*>(cache)[first + i]) : static_cast<const float*>(cache)[first + i];
+        return f16 ? f16_to_f32(static_cast<const uint16_t*>(cache)[first + i])
+                   : static_cast<const float*>(cache)[first + i];
     };
     for (int g = 0; g < n_q; ++g) {
         const float* qg = q + int64_t(g) * head_dim;
@@ -198,4 +196,3 @@ void swiglu(float* gate, const float* up, int64_t n) {
 }
 
 } // namespace colibri::kernels
-

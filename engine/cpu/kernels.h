@@ -29,8 +29,8 @@ void rope_head(float* x, int head_dim, int pos, float theta, const float* freq_f
 /// Attention of n_q query heads (head_dim apart) sharing one key/value head over n cached
 /// rows from element `first` of the caches (f16 or f32), the scores capped:
 /// s = softmax(cap * tanh(scale * q . k / cap)), out = sum s v. scores: n_q * n floats.
-void attend_softcapped(const float* q, int n_q, const void* k_cache, const void* v_cache, bool f16, int64_t first, int n,
-                       int head_dim, float scale, float cap, float* scores, float* out);
+void attend_softcapped(const float* q, int n_q, const void* k_cache, const void* v_cache, bool f16, int64_t first,
+                       int n, int head_dim, float scale, float cap, float* scores, float* out);
 
 /// gate[i] = silu(gate[i]) * up[i]
 void swiglu(float* gate, const float* up, int64_t n);

@@ -57,9 +57,10 @@ inline void k_x_scales_sums(const block_q8_x* x, __m256& d, __m256i& sum) {
         ds[i] = _mm_castsi128_ps(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x[2 * i])),
                                                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&x[2 * i + 1]))));
     }
-    d = _mm256_set_m128(_mm_shuffle_ps(ds[2], ds[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(ds[0], ds[1], _MM_SHUFFLE(2, 0, 2, 0)));
-    sum = _mm256_castps_si256(
-        _mm256_set_m128(_mm_shuffle_ps(ds[2], ds[3], _MM_SHUFFLE(3, 1, 3, 1)), _mm_shuffle_ps(ds[0], ds[1], _MM_SHUFFLE(3, 1, 3, 1))));
+    d = _mm256_set_m128(_mm_shuffle_ps(ds[2], ds[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                        _mm_shuffle_ps(ds[0], ds[1], _MM_SHUFFLE(2, 0, 2, 0)));
+    sum = _mm256_castps_si256(_mm256_set_m128(_mm_shuffle_ps(ds[2], ds[3], _MM_SHUFFLE(3, 1, 3, 1)),
+                                              _mm_shuffle_ps(ds[0], ds[1], _MM_SHUFFLE(3, 1, 3, 1))));
 }
 
 template <class Block>
@@ -70,7 +71,8 @@ template <class Block>
 
 // One q4_k / q5_k super-block of a row against T tokens' activation blocks xs[t][0..7].
 template <class Block, int T, bool Vnni>
-inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m256 xd[T], const __m256i xsum[T], __m256 p[T]) {
+inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m256 xd[T], const __m256i xsum[T],
+                        __m256 p[T]) {
     constexpr bool five = std::is_same_v<Block, format::block_q5_k>;
     __m256i sc, m;
     k_scales_mins(b.scales, sc, m);
@@ -85,14 +87,16 @@ inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m
     if constexpr (five) { // bit j of qh[l] into bit 4 of sub-block j's element l
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
         COLIBRI_UNROLL
-        for (int j = 0; j < 8; ++j) q[j] = _mm256_or_si256(q[j], _mm256_and_si256(shift16(h, 4 - j), _mm256_set1_epi8(0x10)));
+        for (int j = 0; j < 8; ++j)
+            q[j] = _mm256_or_si256(q[j], _mm256_and_si256(shift16(h, 4 - j), _mm256_set1_epi8(0x10)));
     }
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8];
         COLIBRI_UNROLL
-        for (int j = 0; j < 8; ++j) s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
+        for (int j = 0; j < 8; ++j)
+            s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
         const __m256i a = _mm256_mullo_epi32(join_halves(half_sums4(s), half_sums4(s + 4)), sc);
         const __m256i mins = _mm256_mullo_epi32(xsum[t], m);
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
@@ -132,7 +136,8 @@ inline void q6_k_block(const format::block_q6_k& b, const block_q8_x* const xs[T
             const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs));
             s[j] = dot_u8s8<Vnni>(u[j], _mm256_sign_epi8(x, w[j]));
         }
-        const __m256i a = join_halves(_mm256_mullo_epi32(half_sums4(s), sc0), _mm256_mullo_epi32(half_sums4(s + 4), sc1));
+        const __m256i a =
+            join_halves(_mm256_mullo_epi32(half_sums4(s), sc0), _mm256_mullo_epi32(half_sums4(s + 4), sc1));
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
     }
 }
@@ -163,8 +168,8 @@ inline __m256i fifth_bits32(const uint8_t* qh) {
     uint32_t h;
     std::memcpy(&h, qh, 4);
     const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)),
-                                               _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
-                                                                2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+                                               _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                                                2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
     const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
@@ -194,17 +199,20 @@ constexpr bool block32_has_min = std::is_same_v<Block, format::block_q4_1> || st
 // Eight blocks of a row against T tokens' eight activation blocks: kernel_table_scalar.cpp's
 // dot_b32 for one group, each token's p[t] holding the eight blocks' scaled sums.
 template <class Block, int T, bool Vnni>
-inline void b32_group(const Block* w, const block_q8_x* const xs[T], const __m256 xd[T], const __m256i xsum[T], __m256 p[T]) {
+inline void b32_group(const Block* w, const block_q8_x* const xs[T], const __m256 xd[T], const __m256i xsum[T],
+                      __m256 p[T]) {
     __m256i q[8];
     COLIBRI_UNROLL
     for (int j = 0; j < 8; ++j) q[j] = block32_values(w[j]);
-    const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(w[0].d), static_cast<short>(w[1].d), static_cast<short>(w[2].d),
-                                                    static_cast<short>(w[3].d), static_cast<short>(w[4].d), static_cast<short>(w[5].d),
+    const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(w[0].d), static_cast<short>(w[1].d),
+                                                    static_cast<short>(w[2].d), static_cast<short>(w[3].d),
+                                                    static_cast<short>(w[4].d), static_cast<short>(w[5].d),
                                                     static_cast<short>(w[6].d), static_cast<short>(w[7].d)));
     __m256 m = _mm256_setzero_ps();
     if constexpr (block32_has_min<Block>) {
-        m = _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(w[0].m), static_cast<short>(w[1].m), static_cast<short>(w[2].m),
-                                           static_cast<short>(w[3].m), static_cast<short>(w[4].m), static_cast<short>(w[5].m),
+        m = _mm256_cvtph_ps(_mm_setr_epi16(static_cast<short>(w[0].m), static_cast<short>(w[1].m),
+                                           static_cast<short>(w[2].m), static_cast<short>(w[3].m),
+                                           static_cast<short>(w[4].m), static_cast<short>(w[5].m),
                                            static_cast<short>(w[6].m), static_cast<short>(w[7].m)));
     }
     COLIBRI_UNROLL
@@ -217,9 +225,11 @@ inline void b32_group(const Block* w, const block_q8_x* const xs[T], const __m25
             else s[j] = dot_u8s8<Vnni>(q[j], x);
         }
         __m256i a = join_halves(half_sums4(s), half_sums4(s + 4));
-        if constexpr (std::is_same_v<Block, format::block_q5_0>) a = _mm256_sub_epi32(a, _mm256_slli_epi32(xsum[t], 4)); // q - 16
+        if constexpr (std::is_same_v<Block, format::block_q5_0>)
+            a = _mm256_sub_epi32(a, _mm256_slli_epi32(xsum[t], 4)); // q - 16
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
-        if constexpr (block32_has_min<Block>) p[t] = _mm256_fmadd_ps(_mm256_mul_ps(m, xd[t]), _mm256_cvtepi32_ps(xsum[t]), p[t]);
+        if constexpr (block32_has_min<Block>)
+            p[t] = _mm256_fmadd_ps(_mm256_mul_ps(m, xd[t]), _mm256_cvtepi32_ps(xsum[t]), p[t]);
     }
 }
 
@@ -282,7 +292,8 @@ void tile_b32(const void* rows, size_t stride, const block_q8_x* x, size_t x_str
 
 // One iq4_xs super-block of a row against T tokens' activation blocks.
 template <int T, bool Vnni>
-inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const xs[T], const __m256 xd[T], __m256 p[T]) {
+inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const xs[T], const __m256 xd[T],
+                         __m256 p[T]) {
     __m256i q[8];
     COLIBRI_UNROLL
     for (int j = 0; j < 8; ++j) q[j] = iq4_lookup(nibbles32(b.qs + 16 * j));
@@ -295,7 +306,8 @@ inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const 
     for (int t = 0; t < T; ++t) {
         __m256i s[8];
         COLIBRI_UNROLL
-        for (int j = 0; j < 8; ++j) s[j] = dot_s8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
+        for (int j = 0; j < 8; ++j)
+            s[j] = dot_s8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
         const __m256i a = _mm256_mullo_epi32(join_halves(half_sums4(s), half_sums4(s + 4)), sc);
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
     }
@@ -348,14 +360,16 @@ inline void q23_k_block(const Block& b, const block_q8_x* const xs[T], const __m
     if constexpr (three) {
         const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
         COLIBRI_UNROLL
-        for (int j = 0; j < 8; ++j) q[j] = _mm256_or_si256(q[j], _mm256_and_si256(shift16(hm, 2 - j), _mm256_set1_epi8(4)));
+        for (int j = 0; j < 8; ++j)
+            q[j] = _mm256_or_si256(q[j], _mm256_and_si256(shift16(hm, 2 - j), _mm256_set1_epi8(4)));
     }
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8], hx[2];
         COLIBRI_UNROLL
-        for (int j = 0; j < 8; ++j) s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
+        for (int j = 0; j < 8; ++j)
+            s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
         __m256i h0 = half_sums4(s), h1 = half_sums4(s + 4);
         x_half_sums(xs[t], hx);
         if constexpr (three) { // the values less 4
@@ -366,7 +380,8 @@ inline void q23_k_block(const Block& b, const block_q8_x* const xs[T], const __m
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
         if constexpr (!three) {
             const __m256i mins = join_halves(_mm256_mullo_epi32(hx[0], mnv[0]), _mm256_mullo_epi32(hx[1], mnv[1]));
-            p[t] = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), xd[t]), _mm256_cvtepi32_ps(mins), p[t]);
+            p[t] = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), xd[t]), _mm256_cvtepi32_ps(mins),
+                                    p[t]);
         }
     }
 }
@@ -432,8 +447,10 @@ inline void kx8_scale_min(const uint32_t (&words)[3][8], int j, __m256i& sc, __m
     } else {
         const int k = 8 * (j - 4);
         const __m256i w2 = word(2);
-        sc = _mm256_or_si256(_mm256_and_si256(shr32(w2, k), four), _mm256_slli_epi32(_mm256_and_si256(shr32(word(0), k + 6), two), 4));
-        m = _mm256_or_si256(_mm256_and_si256(shr32(w2, k + 4), four), _mm256_slli_epi32(_mm256_and_si256(shr32(word(1), k + 6), two), 4));
+        sc = _mm256_or_si256(_mm256_and_si256(shr32(w2, k), four),
+                             _mm256_slli_epi32(_mm256_and_si256(shr32(word(0), k + 6), two), 4));
+        m = _mm256_or_si256(_mm256_and_si256(shr32(w2, k + 4), four),
+                            _mm256_slli_epi32(_mm256_and_si256(shr32(word(1), k + 6), two), 4));
     }
 }
 
@@ -507,19 +524,22 @@ template <int T, bool Vnni>
 inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const xs[T], __m256 acc[T]) {
     const __m256i low = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
-    const auto scale = [&](int k) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))); };
+    const auto scale = [&](int k) {
+        return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k])));
+    };
     __m256 p[2][2][2][T]; // h, c, e: sub-block 4h + c + 2e
     COLIBRI_UNROLL
     for (int h = 0; h < 2; ++h) {
         COLIBRI_UNROLL
         for (int c = 0; c < 2; ++c) { // sub-blocks 4h + c (low nibbles) and 4h + c + 2 (high)
-            __m256i s[T][2][2]; // token, sub-block, half (elements 0-15, 16-31)
+            __m256i s[T][2][2];       // token, sub-block, half (elements 0-15, 16-31)
             COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) {
                 COLIBRI_UNROLL
                 for (int e = 0; e < 2; ++e) {
                     COLIBRI_UNROLL
-                    for (int half = 0; half < 2; ++half) s[t][e][half] = _mm256_set1_epi32(q6_bias(xs[t][4 * h + c + 2 * e], half));
+                    for (int half = 0; half < 2; ++half)
+                        s[t][e][half] = _mm256_set1_epi32(q6_bias(xs[t][4 * h + c + 2 * e], half));
                 }
             }
             COLIBRI_UNROLL
@@ -528,12 +548,14 @@ inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const 
                 const __m256i vh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh[h][i]));
                 const __m256i q[2] = {
                     _mm256_or_si256(_mm256_and_si256(v, low), _mm256_and_si256(shift16(vh, 4 - 2 * c), bits45)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), _mm256_and_si256(shift16(vh, -2 * c), bits45))};
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
+                                    _mm256_and_si256(shift16(vh, -2 * c), bits45))};
                 COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
                     COLIBRI_UNROLL
                     for (int e = 0; e < 2; ++e) {
-                        s[t][e][i / 4] = dot_add<Vnni>(s[t][e][i / 4], q[e], x4_all_lanes(xs[t][4 * h + c + 2 * e].qs + 4 * i));
+                        s[t][e][i / 4] =
+                            dot_add<Vnni>(s[t][e][i / 4], q[e], x4_all_lanes(xs[t][4 * h + c + 2 * e].qs + 4 * i));
                     }
                 }
             }
@@ -543,7 +565,8 @@ inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const 
                 const __m256i sc0 = scale(2 * j), sc1 = scale(2 * j + 1);
                 COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
-                    const __m256i a = _mm256_add_epi32(_mm256_mullo_epi32(s[t][e][0], sc0), _mm256_mullo_epi32(s[t][e][1], sc1));
+                    const __m256i a =
+                        _mm256_add_epi32(_mm256_mullo_epi32(s[t][e][0], sc0), _mm256_mullo_epi32(s[t][e][1], sc1));
                     p[h][c][e][t] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(xs[t][j].d)), _mm256_cvtepi32_ps(a));
                 }
             }
@@ -554,7 +577,8 @@ inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const 
         __m256 half[2]; // (p4h + p4h+1) + (p4h+2 + p4h+3)
         COLIBRI_UNROLL
         for (int h = 0; h < 2; ++h) {
-            half[h] = _mm256_add_ps(_mm256_add_ps(p[h][0][0][t], p[h][1][0][t]), _mm256_add_ps(p[h][0][1][t], p[h][1][1][t]));
+            half[h] =
+                _mm256_add_ps(_mm256_add_ps(p[h][0][0][t], p[h][1][0][t]), _mm256_add_ps(p[h][0][1][t], p[h][1][1][t]));
         }
         acc[t] = _mm256_add_ps(acc[t], _mm256_add_ps(half[0], half[1]));
     }
@@ -566,8 +590,9 @@ inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const 
 template <int T, bool Vnni>
 inline void iq4_xsx8_block(const format::block_iq4_xsx8& b, const block_q8_x* const xs[T], __m256 acc[T]) {
     const __m128i t16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(format::iq4_values));
-    const __m256i table = Vnni ? _mm256_set_m128i(_mm_xor_si128(t16, _mm_set1_epi8(-128)), _mm_xor_si128(t16, _mm_set1_epi8(-128)))
-                               : _mm256_set_m128i(t16, t16);
+    const __m256i table =
+        Vnni ? _mm256_set_m128i(_mm_xor_si128(t16, _mm_set1_epi8(-128)), _mm_xor_si128(t16, _mm_set1_epi8(-128)))
+             : _mm256_set_m128i(t16, t16);
     const __m256i low = _mm256_set1_epi8(0x0F);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     const __m256i sl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales_l));
@@ -589,16 +614,20 @@ inline void iq4_xsx8_block(const format::block_iq4_xsx8& b, const block_q8_x* co
                 for (int t = 0; t < T; ++t) {
                     const __m256i x = x4_all_lanes(xs[t][j].qs + 16 * e + 4 * k);
                     if constexpr (Vnni) s[t] = _mm256_dpbusd_epi32(s[t], w[e], x);
-                    else s[t] = _mm256_add_epi32(s[t], dot_u8s8<false>(_mm256_sign_epi8(w[e], w[e]), _mm256_sign_epi8(x, w[e])));
+                    else
+                        s[t] = _mm256_add_epi32(
+                            s[t], dot_u8s8<false>(_mm256_sign_epi8(w[e], w[e]), _mm256_sign_epi8(x, w[e])));
                 }
             }
         }
         const __m256i ls = _mm256_sub_epi32(
-            _mm256_or_si256(_mm256_and_si256(shr32(sl, 4 * j), _mm256_set1_epi32(15)), _mm256_slli_epi32(_mm256_and_si256(shr32(sh, 2 * j), _mm256_set1_epi32(3)), 4)),
+            _mm256_or_si256(_mm256_and_si256(shr32(sl, 4 * j), _mm256_set1_epi32(15)),
+                            _mm256_slli_epi32(_mm256_and_si256(shr32(sh, 2 * j), _mm256_set1_epi32(3)), 4)),
             _mm256_set1_epi32(32));
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
-            p[j][t] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(xs[t][j].d)), _mm256_cvtepi32_ps(_mm256_mullo_epi32(s[t], ls)));
+            p[j][t] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(xs[t][j].d)),
+                                    _mm256_cvtepi32_ps(_mm256_mullo_epi32(s[t], ls)));
         }
     }
     COLIBRI_UNROLL
@@ -659,15 +688,17 @@ void streams_kx8(const void* const groups[4], const block_q8_x* const x[4], int6
 // Bits i .. i + 3 of each lane of w as 0x10 in its bytes 0 .. 3 (the fifth bits of a q5 row's
 // elements i .. i + 3).
 inline __m256i fifth_bits4(__m256i w, int i) {
-    const __m256i b = _mm256_shuffle_epi8(shr32(w, i), _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0,
-                                                                        0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+    const __m256i b =
+        _mm256_shuffle_epi8(shr32(w, i), _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0,
+                                                          0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
     const __m256i bit = _mm256_set1_epi32(0x08040201);
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit), _mm256_set1_epi8(0x10));
 }
 
 template <class Block>
-constexpr bool b32x8_block = std::is_same_v<Block, format::block_q4_1x8> || std::is_same_v<Block, format::block_q5_0x8> ||
-                             std::is_same_v<Block, format::block_q5_1x8> || std::is_same_v<Block, format::block_iq4_nlx8>;
+constexpr bool b32x8_block =
+    std::is_same_v<Block, format::block_q4_1x8> || std::is_same_v<Block, format::block_q5_0x8> ||
+    std::is_same_v<Block, format::block_q5_1x8> || std::is_same_v<Block, format::block_iq4_nlx8>;
 
 // One block column of a group against T tokens (xb[t]: the token's activation block of it):
 // p[t] = each row's scaled sum.
@@ -686,7 +717,8 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
     COLIBRI_UNROLL
     for (int k = 0; k < 4; ++k) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[k]));
-        __m256i w[2] = {_mm256_and_si256(v, low), _mm256_and_si256(_mm256_srli_epi16(v, 4), low)}; // elements 4k.., 16 + 4k..
+        __m256i w[2] = {_mm256_and_si256(v, low),
+                        _mm256_and_si256(_mm256_srli_epi16(v, 4), low)}; // elements 4k.., 16 + 4k..
         if constexpr (five) {
             const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
             w[0] = _mm256_or_si256(w[0], fifth_bits4(h, 4 * k));
@@ -700,7 +732,9 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
             COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) {
                 const __m256i x = x4_all_lanes(xb[t]->qs + 16 * e + 4 * k);
-                if constexpr (iq4 && !Vnni) s[t] = _mm256_add_epi32(s[t], dot_u8s8<false>(_mm256_sign_epi8(w[e], w[e]), _mm256_sign_epi8(x, w[e])));
+                if constexpr (iq4 && !Vnni)
+                    s[t] = _mm256_add_epi32(s[t],
+                                            dot_u8s8<false>(_mm256_sign_epi8(w[e], w[e]), _mm256_sign_epi8(x, w[e])));
                 else s[t] = dot_add<Vnni>(s[t], w[e], x);
             }
         }
@@ -709,7 +743,8 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i a = s[t];
-        if constexpr (std::is_same_v<Block, format::block_q5_0x8>) a = _mm256_sub_epi32(a, _mm256_set1_epi32(16 * xb[t]->sum)); // q - 16
+        if constexpr (std::is_same_v<Block, format::block_q5_0x8>)
+            a = _mm256_sub_epi32(a, _mm256_set1_epi32(16 * xb[t]->sum)); // q - 16
         const __m256 xd = _mm256_set1_ps(xb[t]->d);
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(a));
         if constexpr (min) {
@@ -763,8 +798,8 @@ void x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, fl
 // The tiles of the interleaved K, iq4_xs and 32-element types: each group by up to four
 // tokens at a time.
 template <class Block, bool Vnni>
-void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
-              float* out) {
+void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
+              int64_t n, float* out) {
     for (int g = 0; g < n_groups; ++g) {
         const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride);
         for (int t0 = 0; t0 < n_tok; t0 += 4) {
@@ -785,7 +820,8 @@ void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x*
 template <class Block, bool Vnni>
 void streams_b32x8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
     COLIBRI_UNROLL
-    for (int g = 0; g < 4; ++g) b32x8_walk<Block, 1, Vnni, true>(static_cast<const Block*>(groups[g]), x[g], 0, n, out + 8 * g, 0);
+    for (int g = 0; g < 4; ++g)
+        b32x8_walk<Block, 1, Vnni, true>(static_cast<const Block*>(groups[g]), x[g], 0, n, out + 8 * g, 0);
 }
 
 } // namespace

@@ -30,7 +30,8 @@ inline void row_pointers(const void* rows, size_t stride, const Block* w[4]) {
 // The f16 scales of block ib in four rows, packed in 64 bits.
 template <class Block>
 inline uint64_t scales4_bits(const Block* const w[4], int64_t ib) {
-    uint64_t h = uint64_t(w[0][ib].d) | uint64_t(w[1][ib].d) << 16 | uint64_t(w[2][ib].d) << 32 | uint64_t(w[3][ib].d) << 48;
+    uint64_t h =
+        uint64_t(w[0][ib].d) | uint64_t(w[1][ib].d) << 16 | uint64_t(w[2][ib].d) << 32 | uint64_t(w[3][ib].d) << 48;
     // kept in a general register: vectorised, these loads become seven vpinsrw, which load
     // the vector pipes the tiles need
     __asm__("" : "+r"(h));
@@ -92,8 +93,10 @@ template <bool Pair>
 inline __m256 q4_0_accumulate(__m256 dw, __m256i nibble_sums, const block_q8_x* x, __m256 acc) {
     // the scales and the offsets of both blocks, each spread over its half
     const __m256 dx = _mm256_blend_ps(_mm256_broadcast_ss(&x[0].d), _mm256_broadcast_ss(&x[Pair ? 1 : 0].d), 0xF0);
-    const __m256i sums = _mm256_blend_epi32(_mm256_set1_epi32(x[0].sum), Pair ? _mm256_set1_epi32(x[1].sum) : _mm256_setzero_si256(), 0xF0);
-    return _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(nibble_sums, _mm256_slli_epi32(sums, 3))), acc);
+    const __m256i sums = _mm256_blend_epi32(_mm256_set1_epi32(x[0].sum),
+                                            Pair ? _mm256_set1_epi32(x[1].sum) : _mm256_setzero_si256(), 0xF0);
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, dx),
+                           _mm256_cvtepi32_ps(_mm256_sub_epi32(nibble_sums, _mm256_slli_epi32(sums, 3))), acc);
 }
 
 // out[t * 4 + r] = lane r + lane r + 4 of acc[t]: the two partial sums of each row.
@@ -132,7 +135,8 @@ inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi :
 // A tile kernel for a fixed token count, and the dispatch over 1-4 tokens.
 using tile_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, float*);
 template <const tile_fn (&Tiles)[4]>
-void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n, float* out) {
+void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
+                   float* out) {
     Tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
 }
 
@@ -202,7 +206,8 @@ inline void softmax_ps(float* s, int n) {
     const __m256i mask = tail_mask(n - n8);
     __m256 mx = _mm256_set1_ps(-__builtin_huge_valf());
     for (int j = 0; j < n8; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
-    if (n8 < n) mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, _mm256_maskload_ps(s + n8, mask), _mm256_castsi256_ps(mask)));
+    if (n8 < n)
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, _mm256_maskload_ps(s + n8, mask), _mm256_castsi256_ps(mask)));
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
@@ -214,7 +219,8 @@ inline void softmax_ps(float* s, int n) {
         sum = _mm256_add_ps(sum, e);
     }
     if (n8 < n) {
-        const __m256 e = _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_maskload_ps(s + n8, mask), m)), _mm256_castsi256_ps(mask));
+        const __m256 e =
+            _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_maskload_ps(s + n8, mask), m)), _mm256_castsi256_ps(mask));
         _mm256_maskstore_ps(s + n8, mask, e);
         sum = _mm256_add_ps(sum, e);
     }

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -67,7 +67,8 @@ public:
             f(0, int64_t(0), static_cast<int64_t>(steps(0)));
             return;
         }
-        for (int p = 0; p < n_threads_; ++p) parts_[size_t(p)].range.store(pack(p, 0, steps(p)), std::memory_order_relaxed);
+        for (int p = 0; p < n_threads_; ++p)
+            parts_[size_t(p)].range.store(pack(p, 0, steps(p)), std::memory_order_relaxed);
         run([&](int ith, int nth) { walk_parts(ith, nth, f, false); }); // the dispatch publishes the ranges
     }
 
@@ -118,7 +119,9 @@ private:
     static void pause(int spin); // a short pause, a yield after a while
     using job_fn = void (*)(void*, int, int);
     // parallel_parts: part p's steps [begin, end) in one word
-    static uint64_t pack(int p, int64_t begin, int64_t end) { return uint64_t(p) << 48 | uint64_t(begin) << 24 | uint64_t(end); }
+    static uint64_t pack(int p, int64_t begin, int64_t end) {
+        return uint64_t(p) << 48 | uint64_t(begin) << 24 | uint64_t(end);
+    }
     bool take_half(int ith, int nth);
     void dispatch(job_fn fn, void* ctx);
     void worker(int ith);
@@ -146,7 +149,7 @@ private:
     struct alignas(64) part_range {
         std::atomic<uint64_t> range{0};
     };
-    std::unique_ptr<part_range[]> parts_; // parallel_parts: each thread's range of steps
+    std::unique_ptr<part_range[]> parts_;       // parallel_parts: each thread's range of steps
     alignas(64) std::atomic<int> published_{0}; // parallel_parts_after: parts published
 };
 

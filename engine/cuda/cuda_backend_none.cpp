@@ -8,7 +8,8 @@
 namespace colibri {
 
 std::unique_ptr<backend> make_cuda_backend(const cuda_options& options) {
-    throw error(errc::unsupported, "device cuda:" + std::to_string(options.device) + ": this build has no CUDA support");
+    throw error(errc::unsupported,
+                "device cuda:" + std::to_string(options.device) + ": this build has no CUDA support");
 }
 
 std::string cuda_profile_report(backend&) { return {}; }

@@ -34,7 +34,8 @@ device_kind kind_of(dtype t, std::string_view name) {
     case dtype::q2_k:
     case dtype::q3_k: return device_kind::q8m;
     default:
-        throw error(errc::unsupported, "tensor " + std::string(name) + ": no device layout for " + std::string(format::dtype_name(t)));
+        throw error(errc::unsupported,
+                    "tensor " + std::string(name) + ": no device layout for " + std::string(format::dtype_name(t)));
     }
 }
 
@@ -101,7 +102,8 @@ int_block block_ints(dtype t, const uint8_t* row, int64_t b) {
         const auto& k = *reinterpret_cast<const format::block_q6_k*>(sb);
         const int h = j / 4, c = j % 4;
         for (int l = 0; l < 32; ++l) {
-            const int lo = (k.ql[64 * h + 32 * (c % 2) + l] >> (4 * (c / 2))) & 15, hi = (k.qh[32 * h + l] >> (2 * c)) & 3;
+            const int lo = (k.ql[64 * h + 32 * (c % 2) + l] >> (4 * (c / 2))) & 15,
+                      hi = (k.qh[32 * h + l] >> (2 * c)) & 3;
             o.q[l] = static_cast<int8_t>((lo | (hi << 4)) - 32);
         }
         for (int half = 0; half < 2; ++half) o.d[half] = f16_to_f32(k.d) * static_cast<float>(k.scales[2 * j + half]);
@@ -121,7 +123,8 @@ int_block block_ints(dtype t, const uint8_t* row, int64_t b) {
         for (int l = 0; l < 32; ++l) {
             o.q[l] = static_cast<int8_t>(format::k_low2(k.qs, 32 * j + l) - ((k.hmask[l] >> j) & 1 ? 0 : 4));
         }
-        for (int half = 0; half < 2; ++half) o.d[half] = f16_to_f32(k.d) * static_cast<float>(format::q3_k_scale(k, 2 * j + half));
+        for (int half = 0; half < 2; ++half)
+            o.d[half] = f16_to_f32(k.d) * static_cast<float>(format::q3_k_scale(k, 2 * j + half));
         return o;
     }
     case dtype::iq4_xs: {

@@ -31,7 +31,10 @@ inline constexpr int device_kind_count = 8;
 /// f32 scale data per block of 32 elements: 0 (f32, f16, bf16), 1 (q8, q4, iq4: d), 2 (q4m:
 /// d, m), 4 (q8m: d and m of elements 0-15, then of 16-31).
 constexpr int scale_floats(device_kind k) {
-    return k == device_kind::q8m ? 4 : k == device_kind::q4m ? 2 : k == device_kind::q8 || k == device_kind::q4 || k == device_kind::iq4 ? 1 : 0;
+    return k == device_kind::q8m                                                   ? 4
+           : k == device_kind::q4m                                                 ? 2
+           : k == device_kind::q8 || k == device_kind::q4 || k == device_kind::iq4 ? 1
+                                                                                   : 0;
 }
 
 struct packed_weights {

@@ -10,12 +10,13 @@ namespace colibri::format {
 
 namespace {
 constexpr std::array<enum_name_pair<dtype>, dtype_count> dtype_names{{
-    {dtype::f32, "f32"}, {dtype::f16, "f16"}, {dtype::bf16, "bf16"}, {dtype::q8_0, "q8_0"}, {dtype::q4_0, "q4_0"},
-    {dtype::q4_0x8, "q4_0x8"}, {dtype::q8_0x8, "q8_0x8"}, {dtype::q4_k, "q4_k"}, {dtype::q5_k, "q5_k"},
-    {dtype::q6_k, "q6_k"}, {dtype::q4_kx8, "q4_kx8"}, {dtype::q5_kx8, "q5_kx8"}, {dtype::q6_kx8, "q6_kx8"},
-    {dtype::q4_1, "q4_1"}, {dtype::q5_0, "q5_0"}, {dtype::q5_1, "q5_1"}, {dtype::iq4_nl, "iq4_nl"},
-    {dtype::iq4_xs, "iq4_xs"}, {dtype::q2_k, "q2_k"}, {dtype::q3_k, "q3_k"}, {dtype::iq4_xsx8, "iq4_xsx8"},
-    {dtype::q4_1x8, "q4_1x8"}, {dtype::q5_0x8, "q5_0x8"}, {dtype::q5_1x8, "q5_1x8"}, {dtype::iq4_nlx8, "iq4_nlx8"},
+    {dtype::f32, "f32"},           {dtype::f16, "f16"},       {dtype::bf16, "bf16"},     {dtype::q8_0, "q8_0"},
+    {dtype::q4_0, "q4_0"},         {dtype::q4_0x8, "q4_0x8"}, {dtype::q8_0x8, "q8_0x8"}, {dtype::q4_k, "q4_k"},
+    {dtype::q5_k, "q5_k"},         {dtype::q6_k, "q6_k"},     {dtype::q4_kx8, "q4_kx8"}, {dtype::q5_kx8, "q5_kx8"},
+    {dtype::q6_kx8, "q6_kx8"},     {dtype::q4_1, "q4_1"},     {dtype::q5_0, "q5_0"},     {dtype::q5_1, "q5_1"},
+    {dtype::iq4_nl, "iq4_nl"},     {dtype::iq4_xs, "iq4_xs"}, {dtype::q2_k, "q2_k"},     {dtype::q3_k, "q3_k"},
+    {dtype::iq4_xsx8, "iq4_xsx8"}, {dtype::q4_1x8, "q4_1x8"}, {dtype::q5_0x8, "q5_0x8"}, {dtype::q5_1x8, "q5_1x8"},
+    {dtype::iq4_nlx8, "iq4_nlx8"},
 }};
 static_assert([] { // every type named, in order
     for (uint32_t i = 0; i < dtype_count; ++i) {
@@ -24,7 +25,8 @@ static_assert([] { // every type named, in order
     return true;
 }());
 constexpr std::array<std::string_view, arch_max + 1> arch_names = {
-    "unknown", "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granite_moe", "qwen2", "qwen3", "granite", "starcoder2", "gemma3", "gemma2", "deepseek2"};
+    "unknown", "llama", "mixtral", "qwen2_moe",  "qwen3_moe", "olmoe",  "granite_moe",
+    "qwen2",   "qwen3", "granite", "starcoder2", "gemma3",    "gemma2", "deepseek2"};
 } // namespace
 
 std::string_view dtype_name(dtype t) { return enum_name(dtype_names, t, "unknown"); }
@@ -121,7 +123,8 @@ dtype matmul_storage(dtype t, uint64_t rows) {
 namespace {
 
 template <class Plain>
-constexpr uint64_t block_elems = sizeof(Plain) <= sizeof(block_q8_0) ? qk : qk_k; // the 32-element blocks are the small ones
+constexpr uint64_t block_elems = sizeof(Plain) <= sizeof(block_q8_0) ? qk
+                                                                     : qk_k; // the 32-element blocks are the small ones
 
 // Row r's block p into an interleaved block b (Put), or back out of it: the scales, then
 // the values in 4-byte pieces, piece k of every row in turn.
@@ -172,7 +175,8 @@ void interleave_t(const void* plain_rows, uint64_t rows, uint64_t cols, void* ou
     const uint64_t nb = cols / block_elems<Plain>;
     for (uint64_t g = 0; g < rows / x8_rows; ++g) {
         for (uint64_t ib = 0; ib < nb; ++ib) {
-            for (int r = 0; r < x8_rows; ++r) pieces<true>(o[g * nb + ib], r, in[(g * x8_rows + uint64_t(r)) * nb + ib]);
+            for (int r = 0; r < x8_rows; ++r)
+                pieces<true>(o[g * nb + ib], r, in[(g * x8_rows + uint64_t(r)) * nb + ib]);
         }
     }
 }
@@ -206,7 +210,8 @@ void with_x8_blocks(dtype t, F&& f) {
 } // namespace
 
 void interleave_x8(dtype t, const void* plain_rows, uint64_t rows, uint64_t cols, void* out) {
-    with_x8_blocks(t, [&](auto plain, auto x8) { interleave_t<decltype(plain), decltype(x8)>(plain_rows, rows, cols, out); });
+    with_x8_blocks(
+        t, [&](auto plain, auto x8) { interleave_t<decltype(plain), decltype(x8)>(plain_rows, rows, cols, out); });
 }
 
 void x8_row(dtype t, const void* matrix, uint64_t cols, uint64_t r, void* out_row) {

@@ -220,8 +220,9 @@ struct block_iq4_nlx8 {
 };
 /// The sixteen values an iq4_nl or iq4_xs nibble stands for.
 inline constexpr int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_iq4_nl) == 18 &&
-              sizeof(block_iq4_xs) == 136 && sizeof(block_q2_k) == 84 && sizeof(block_q3_k) == 110);
+static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 &&
+              sizeof(block_iq4_nl) == 18 && sizeof(block_iq4_xs) == 136 && sizeof(block_q2_k) == 84 &&
+              sizeof(block_q3_k) == 110);
 static_assert(sizeof(block_q4_kx8) == 8 * sizeof(block_q4_k) && sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) &&
               sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k) && sizeof(block_iq4_xsx8) == 8 * sizeof(block_iq4_xs));
 static_assert(sizeof(block_q4_1x8) == 8 * sizeof(block_q4_1) && sizeof(block_q5_0x8) == 8 * sizeof(block_q5_0) &&
@@ -319,7 +320,7 @@ enum : uint32_t {
 #pragma pack(push, 1)
 /// Hyperparameters, embedded in the header.
 struct hparams {
-    uint32_t arch;          // format::arch
+    uint32_t arch; // format::arch
     uint32_t n_layer;
     uint32_t n_embd;
     uint32_t n_head;
@@ -331,17 +332,17 @@ struct hparams {
     uint32_t n_ff_exp;      // width of one routed expert
     uint32_t n_ff_shexp;    // width of the shared expert; 0 when none
     uint32_t n_vocab;
-    uint32_t n_ctx;         // trained context length
-    uint32_t flags;         // flag_* bits
-    uint32_t qk_norm;       // format::qk_norm
-    uint32_t weight_type;   // dtype of the large matrices (informative)
+    uint32_t n_ctx;       // trained context length
+    uint32_t flags;       // flag_* bits
+    uint32_t qk_norm;     // format::qk_norm
+    uint32_t weight_type; // dtype of the large matrices (informative)
     float rope_theta;
     float norm_eps;
-    float embedding_scale;  // token embeddings are multiplied by this (1 for most)
-    float residual_scale;   // block outputs are multiplied by this before the residual add
-    float attention_scale;  // q.k scale; 0 means 1/sqrt(head_dim)
-    float logit_scale;      // logits are multiplied by this (Granite: 1/logits_scaling)
-    float rope_attn_factor; // RoPE's cos and sin are multiplied by this (YaRN); 0 means 1
+    float embedding_scale;   // token embeddings are multiplied by this (1 for most)
+    float residual_scale;    // block outputs are multiplied by this before the residual add
+    float attention_scale;   // q.k scale; 0 means 1/sqrt(head_dim)
+    float logit_scale;       // logits are multiplied by this (Granite: 1/logits_scaling)
+    float rope_attn_factor;  // RoPE's cos and sin are multiplied by this (YaRN); 0 means 1
     uint32_t sliding_window; // a token attends to at most this many positions, itself included; 0: all
     uint32_t swa_pattern;    // with a window: 0, every layer; N, every layer but those with (il + 1) % N == 0
     float rope_theta_swa;    // > 0: the windowed layers' RoPE base, without rope_freqs (Gemma 3)
@@ -349,12 +350,12 @@ struct hparams {
     float attn_softcap;      // > 0: attention scores = attn_softcap * tanh(scores / attn_softcap) (Gemma 2)
     // Multi-head latent attention (DeepSeek-V2): head_dim is a query/key head's size, its last
     // rope_dim elements roped; the cache holds kv_lora_rank + rope_dim floats per position
-    uint32_t kv_lora_rank;   // > 0: latent attention
-    uint32_t q_lora_rank;    // latent attention: queries through a rank-q_lora_rank projection; 0: direct
-    uint32_t rope_dim;       // latent attention: the roped part of a query/key head
-    uint32_t v_head_dim;     // latent attention: a value head's size
-    uint32_t n_expert_group; // > 1: the experts form this many groups of equal size, and the top
-    uint32_t n_group_used;   //   n_expert_used are taken from the n_group_used groups of best expert
+    uint32_t kv_lora_rank;      // > 0: latent attention
+    uint32_t q_lora_rank;       // latent attention: queries through a rank-q_lora_rank projection; 0: direct
+    uint32_t rope_dim;          // latent attention: the roped part of a query/key head
+    uint32_t v_head_dim;        // latent attention: a value head's size
+    uint32_t n_expert_group;    // > 1: the experts form this many groups of equal size, and the top
+    uint32_t n_group_used;      //   n_expert_used are taken from the n_group_used groups of best expert
     float expert_weights_scale; // the routed experts' weights are multiplied by this; 0 means 1
     uint8_t reserved[16];
 };
@@ -373,9 +374,9 @@ struct header {
     uint32_t header_size;  // format::header_size
     uint32_t header_crc32; // CRC-32 of the header_size bytes with this field set to 0
     uint32_t n_tensors;
-    uint64_t file_size;    // exact size of the file
+    uint64_t file_size; // exact size of the file
     section tokenizer;
-    section tensors;       // n_tensors entries of tensor_entry_size bytes
+    section tensors; // n_tensors entries of tensor_entry_size bytes
     section data;
     hparams hp;
     uint8_t reserved[format::header_size - 8 - 4 * 4 - 8 - 3 * sizeof(section) - sizeof(hparams)];
@@ -383,12 +384,12 @@ struct header {
 
 /// One tensor directory entry.
 struct tensor_entry {
-    char name[max_name];   // NUL-terminated, NUL-padded
-    uint32_t dtype;        // format::dtype
-    uint32_t n_dims;       // 1..max_dims
+    char name[max_name];      // NUL-terminated, NUL-padded
+    uint32_t dtype;           // format::dtype
+    uint32_t n_dims;          // 1..max_dims
     uint64_t shape[max_dims]; // outermost first (PyTorch order); unused dims are 0
-    uint64_t offset;       // from the start of the file; multiple of alignment
-    uint64_t size;         // bytes
+    uint64_t offset;          // from the start of the file; multiple of alignment
+    uint64_t size;            // bytes
     uint8_t reserved[tensor_entry_size - max_name - 8 - 8 * max_dims - 16];
 };
 
@@ -406,11 +407,11 @@ enum : uint32_t {
 
 /// Start of the tokenizer section; the payload follows it.
 struct tokenizer_header {
-    uint32_t kind;    // tokenizer_kind
-    int32_t bos_id;   // -1 when none
-    int32_t eos_id;   // -1 when none
-    int32_t pad_id;   // -1 when none
-    uint32_t flags;   // tok_* bits
+    uint32_t kind;  // tokenizer_kind
+    int32_t bos_id; // -1 when none
+    int32_t eos_id; // -1 when none
+    int32_t pad_id; // -1 when none
+    uint32_t flags; // tok_* bits
     uint32_t reserved0;
     uint64_t payload_size;
     uint8_t reserved[32];

@@ -7,9 +7,7 @@
 
 namespace colibri::format {
 
-int read_only_block_elements(dtype t) {
-    return t == dtype::iq4_xs || t == dtype::q2_k || t == dtype::q3_k ? qk_k : qk;
-}
+int read_only_block_elements(dtype t) { return t == dtype::iq4_xs || t == dtype::q2_k || t == dtype::q3_k ? qk_k : qk; }
 
 namespace {
 
@@ -76,7 +74,8 @@ void read_only_block_to_f32(dtype t, const uint8_t* block, float* out) {
         const auto& b = *reinterpret_cast<const block_q2_k*>(block);
         const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
         for (int e = 0; e < qk_k; ++e) {
-            const float dl = d * static_cast<float>(b.scales[e / 16] & 15), ml = dmin * static_cast<float>(b.scales[e / 16] >> 4);
+            const float dl = d * static_cast<float>(b.scales[e / 16] & 15),
+                        ml = dmin * static_cast<float>(b.scales[e / 16] >> 4);
             out[e] = dl * static_cast<float>(k_low2(b.qs, e)) - ml;
         }
         return;

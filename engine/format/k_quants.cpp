@@ -8,12 +8,11 @@
 
 namespace colibri::format {
 
-
 namespace {
 
-constexpr int sub = 32;     // elements per q4_k/q5_k sub-block
-constexpr int sub6 = 16;    // elements per q6_k sub-block
-constexpr int sweep = 20;   // candidate scales per sub-block: (nmax - 1 .. nmax + 1) / range
+constexpr int sub = 32;   // elements per q4_k/q5_k sub-block
+constexpr int sub6 = 16;  // elements per q6_k sub-block
+constexpr int sweep = 20; // candidate scales per sub-block: (nmax - 1 .. nmax + 1) / range
 
 int round_clamp(float v, int lo, int hi) { return std::clamp(static_cast<int>(std::nearbyint(v)), lo, hi); }
 
@@ -169,7 +168,8 @@ void q45_k_from_f32(const float* x, int nmax, format::block_q4_k& head, uint8_t*
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; ++j) {
         const float* xs = x + sub * j;
-        const int sc0 = d > 0 ? std::clamp(int(scales[j] / d), 0, 63) : 0, m0 = dmin > 0 ? std::clamp(int(mins[j] / dmin), 0, 63) : 0;
+        const int sc0 = d > 0 ? std::clamp(int(scales[j] / d), 0, 63) : 0,
+                  m0 = dmin > 0 ? std::clamp(int(mins[j] / dmin), 0, 63) : 0;
         float best_err = std::numeric_limits<float>::max();
         for (int a = sc0; a <= std::min(sc0 + 1, 63); ++a) {
             for (int b = m0; b <= std::min(m0 + 1, 63); ++b) {

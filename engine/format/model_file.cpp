@@ -19,13 +19,10 @@ uint64_t tensor_view::n_elements() const {
 namespace {
 
 // a + b <= limit without overflow.
-bool fits(uint64_t offset, uint64_t size, uint64_t limit) {
-    return offset <= limit && size <= limit - offset;
-}
+bool fits(uint64_t offset, uint64_t size, uint64_t limit) { return offset <= limit && size <= limit - offset; }
 
 std::string section_text(const char* name, const section& s) {
-    return std::string(name) + " section [" + std::to_string(s.offset) + ", +" +
-           std::to_string(s.size) + ")";
+    return std::string(name) + " section [" + std::to_string(s.offset) + ", +" + std::to_string(s.size) + ")";
 }
 
 } // namespace
@@ -37,33 +34,28 @@ model_file::model_file(const std::string& path) : file_(path) {
     read_tensors();
 }
 
-void model_file::fail(const std::string& what) const {
-    throw error(errc::format, path() + ": " + what);
-}
+void model_file::fail(const std::string& what) const { throw error(errc::format, path() + ": " + what); }
 
 void model_file::check_header() {
     const uint64_t n = file_.size();
-    if (n < sizeof(format::magic) ||
-        std::memcmp(file_.data(), format::magic, sizeof(format::magic)) != 0) {
+    if (n < sizeof(format::magic) || std::memcmp(file_.data(), format::magic, sizeof(format::magic)) != 0) {
         fail("not a .colibri model file (wrong magic bytes)");
     }
     if (n < header_size) {
-        fail("truncated: " + std::to_string(n) + " bytes, shorter than the " +
-             std::to_string(header_size) + "-byte header");
+        fail("truncated: " + std::to_string(n) + " bytes, shorter than the " + std::to_string(header_size) +
+             "-byte header");
     }
     std::memcpy(&header_, file_.data(), sizeof(header_));
     if (header_.version > format::version) {
-        throw error(errc::unsupported,
-                    path() + ": format version " + std::to_string(header_.version) +
-                        " is newer than this build supports (" + std::to_string(format::version) +
-                        "); upgrade Colibri");
+        throw error(errc::unsupported, path() + ": format version " + std::to_string(header_.version) +
+                                           " is newer than this build supports (" + std::to_string(format::version) +
+                                           "); upgrade Colibri");
     }
     if (header_.version < format::min_version) {
         fail("unsupported format version " + std::to_string(header_.version));
     }
     if (header_.header_size != header_size) {
-        fail("header size " + std::to_string(header_.header_size) + ", expected " +
-             std::to_string(header_size));
+        fail("header size " + std::to_string(header_.header_size) + ", expected " + std::to_string(header_size));
     }
     format::header copy = header_;
     copy.header_crc32 = 0;
@@ -73,32 +65,26 @@ void model_file::check_header() {
     }
     if (header_.file_size != n) {
         if (n < header_.file_size) {
-            fail("truncated: " + std::to_string(n) + " bytes, the header says " +
-                 std::to_string(header_.file_size));
+            fail("truncated: " + std::to_string(n) + " bytes, the header says " + std::to_string(header_.file_size));
         }
-        fail(std::to_string(n - header_.file_size) +
-             " unexpected bytes after the last section (file is " + std::to_string(n) +
-             " bytes, the header says " + std::to_string(header_.file_size) + ")");
+        fail(std::to_string(n - header_.file_size) + " unexpected bytes after the last section (file is " +
+             std::to_string(n) + " bytes, the header says " + std::to_string(header_.file_size) + ")");
     }
     const std::pair<const char*, const section*> sections[] = {
-        {"tokenizer", &header_.tokenizer}, {"tensor directory", &header_.tensors},
-        {"data", &header_.data}};
+        {"tokenizer", &header_.tokenizer}, {"tensor directory", &header_.tensors}, {"data", &header_.data}};
     for (const auto& [name, s] : sections) {
         if (s->offset < header_size || s->offset % alignment != 0 || !fits(s->offset, s->size, n)) {
-            fail(section_text(name, *s) + " lies outside the file of " + std::to_string(n) +
-                 " bytes or is misaligned");
+            fail(section_text(name, *s) + " lies outside the file of " + std::to_string(n) + " bytes or is misaligned");
         }
     }
     if (uint64_t(header_.n_tensors) * tensor_entry_size != header_.tensors.size) {
         fail("tensor directory size " + std::to_string(header_.tensors.size) + " does not match " +
              std::to_string(header_.n_tensors) + " entries");
     }
-    if (crc32(file_.data() + header_.tokenizer.offset, header_.tokenizer.size) !=
-        header_.tokenizer.crc32) {
+    if (crc32(file_.data() + header_.tokenizer.offset, header_.tokenizer.size) != header_.tokenizer.crc32) {
         fail("tokenizer section checksum mismatch (corrupted)");
     }
-    if (crc32(file_.data() + header_.tensors.offset, header_.tensors.size) !=
-        header_.tensors.crc32) {
+    if (crc32(file_.data() + header_.tensors.offset, header_.tensors.size) != header_.tensors.crc32) {
         fail("tensor directory checksum mismatch (corrupted)");
     }
 }
@@ -106,8 +92,7 @@ void model_file::check_header() {
 void model_file::check_hparams() const {
     const hparams& hp = header_.hp;
     auto bad = [&](const char* field, uint64_t value, const char* expected) {
-        fail(std::string("hyperparameter ") + field + " = " + std::to_string(value) +
-             ", expected " + expected);
+        fail(std::string("hyperparameter ") + field + " = " + std::to_string(value) + ", expected " + expected);
     };
     if (hp.arch == 0 || hp.arch > arch_max) bad("arch", hp.arch, "a known architecture");
     if (hp.n_layer == 0 || hp.n_layer > 4096) bad("n_layer", hp.n_layer, "1..4096");
@@ -129,18 +114,21 @@ void model_file::check_hparams() const {
     if (hp.n_expert == 0 && hp.n_ff == 0) bad("n_ff", hp.n_ff, "> 0 for a dense model");
     if ((hp.flags & ~flags_known) != 0) bad("flags", hp.flags, "only known flag bits");
     if (hp.qk_norm > static_cast<uint32_t>(qk_norm::full)) bad("qk_norm", hp.qk_norm, "0..2");
-    const std::pair<const char*, float> floats[] = {
-        {"rope_theta", hp.rope_theta},           {"norm_eps", hp.norm_eps},
-        {"embedding_scale", hp.embedding_scale}, {"residual_scale", hp.residual_scale},
-        {"logit_scale", hp.logit_scale}};
+    const std::pair<const char*, float> floats[] = {{"rope_theta", hp.rope_theta},
+                                                    {"norm_eps", hp.norm_eps},
+                                                    {"embedding_scale", hp.embedding_scale},
+                                                    {"residual_scale", hp.residual_scale},
+                                                    {"logit_scale", hp.logit_scale}};
     for (const auto& [name, v] : floats) {
         if (!std::isfinite(v) || v <= 0) fail(std::string("hyperparameter ") + name + " is not a positive number");
     }
     if (!std::isfinite(hp.attention_scale) || hp.attention_scale < 0) {
         fail("hyperparameter attention_scale is not a non-negative number");
     }
-    for (const auto& [name, v] : {std::pair{"rope_attn_factor", hp.rope_attn_factor}, {"rope_theta_swa", hp.rope_theta_swa},
-                                  {"final_softcap", hp.final_softcap}, {"attn_softcap", hp.attn_softcap}}) {
+    for (const auto& [name, v] : {std::pair{"rope_attn_factor", hp.rope_attn_factor},
+                                  {"rope_theta_swa", hp.rope_theta_swa},
+                                  {"final_softcap", hp.final_softcap},
+                                  {"attn_softcap", hp.attn_softcap}}) {
         if (!std::isfinite(v) || v < 0) fail(std::string("hyperparameter ") + name + " is not a non-negative number");
     }
     if (!std::isfinite(hp.expert_weights_scale) || hp.expert_weights_scale < 0) {
@@ -178,8 +166,7 @@ void model_file::read_tokenizer() {
         fail("unknown tokenizer kind " + std::to_string(tokenizer_.kind));
     }
     if (tokenizer_.payload_size != s.size - sizeof(tokenizer_header)) {
-        fail("tokenizer payload size " + std::to_string(tokenizer_.payload_size) +
-             " does not match its section");
+        fail("tokenizer payload size " + std::to_string(tokenizer_.payload_size) + " does not match its section");
     }
     const int32_t n_vocab = static_cast<int32_t>(header_.hp.n_vocab);
     for (int32_t id : {tokenizer_.bos_id, tokenizer_.eos_id, tokenizer_.pad_id}) {
@@ -220,8 +207,8 @@ void model_file::read_tensors() {
         }
         const uint64_t rb = row_bytes(t.type, t.shape[t.n_dims - 1]);
         if (rb == 0) {
-            fail(where + "row of " + std::to_string(t.shape[t.n_dims - 1]) +
-                 " elements is not a whole number of " + std::string(dtype_name(t.type)) + " blocks");
+            fail(where + "row of " + std::to_string(t.shape[t.n_dims - 1]) + " elements is not a whole number of " +
+                 std::string(dtype_name(t.type)) + " blocks");
         }
         if (is_interleaved(t.type) && (t.n_dims != 2 || t.shape[0] % x8_rows != 0)) {
             std::string shape;

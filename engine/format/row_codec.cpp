@@ -115,7 +115,9 @@ void row_from_f32(dtype t, const float* x, void* out, int64_t n) {
     case dtype::q5_1x8:
     case dtype::iq4_nlx8:
     case dtype::q2_k:
-    case dtype::q3_k: throw error(errc::invalid_argument, "no quantiser for " + std::string(dtype_name(t)) + " (kept as GGUF files store it)");
+    case dtype::q3_k:
+        throw error(errc::invalid_argument,
+                    "no quantiser for " + std::string(dtype_name(t)) + " (kept as GGUF files store it)");
     case dtype::q4_k:
     case dtype::q5_k:
     case dtype::q6_k:

@@ -17,8 +17,7 @@ namespace colibri {
 
 using namespace format;
 
-model_writer::model_writer(const hparams& hp, const tokenizer_header& tok,
-                           std::vector<uint8_t> tokenizer_payload)
+model_writer::model_writer(const hparams& hp, const tokenizer_header& tok, std::vector<uint8_t> tokenizer_payload)
     : hp_(hp), tok_(tok), tok_payload_(std::move(tokenizer_payload)) {
     tok_.payload_size = tok_payload_.size();
 }
@@ -28,8 +27,7 @@ format::dtype model_writer::stored_type(std::string_view name, dtype type, const
     return matmul_storage(type, shape[0]);
 }
 
-void model_writer::add_tensor(const std::string& name, dtype type, std::vector<uint64_t> shape,
-                              producer fill) {
+void model_writer::add_tensor(const std::string& name, dtype type, std::vector<uint64_t> shape, producer fill) {
     if (name.empty() || name.size() >= max_name) {
         throw error(errc::invalid_argument, "tensor name '" + name + "' is empty or too long");
     }
@@ -38,10 +36,8 @@ void model_writer::add_tensor(const std::string& name, dtype type, std::vector<u
     }
     const uint64_t rb = row_bytes(type, shape.back());
     if (rb == 0) {
-        throw error(errc::invalid_argument, "tensor '" + name + "': rows of " +
-                                                std::to_string(shape.back()) +
-                                                " elements do not fit " +
-                                                std::string(dtype_name(type)) + " blocks");
+        throw error(errc::invalid_argument, "tensor '" + name + "': rows of " + std::to_string(shape.back()) +
+                                                " elements do not fit " + std::string(dtype_name(type)) + " blocks");
     }
     if (is_interleaved(type) && (shape.size() != 2 || shape[0] % x8_rows != 0)) {
         throw error(errc::invalid_argument, "tensor '" + name + "': " + std::string(dtype_name(type)) +

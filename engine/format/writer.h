@@ -29,8 +29,7 @@ public:
 
     /// Tensors are written in the order they are added, each as stored_type(); throws on a
     /// bad name or shape.
-    void add_tensor(const std::string& name, format::dtype type, std::vector<uint64_t> shape,
-                    producer fill);
+    void add_tensor(const std::string& name, format::dtype type, std::vector<uint64_t> shape, producer fill);
 
     /// Writes to `path` through a temporary file renamed into place on success.
     /// Returns the file size.

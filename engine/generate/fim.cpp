@@ -13,21 +13,50 @@ struct family_tokens {
     fim_kind kind;
     std::string_view name;
     std::string_view prefix, suffix, middle;
-    std::array<std::string_view, 5> stop; // empty entries unused
+    std::array<std::string_view, 5> stop;           // empty entries unused
     std::array<std::string_view, 2> repo_name = {}; // the first the vocabulary has
     std::string_view file_sep = {};
 };
 
 constexpr family_tokens families[] = {
     // StarCoder, StarCoder2, Granite (whose end of text is <|end_of_text|>), the default model
-    {fim_kind::starcoder, "starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
-     {"<|endoftext|>", "<fim_pad>", "<file_sep>", "</s>", "<|end_of_text|>"}, {"<repo_name>", "<reponame>"}, "<file_sep>"},
-    {fim_kind::qwen, "qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
-     {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>"}, {"<|repo_name|>"}, "<|file_sep|>"},
-    {fim_kind::deepseek, "deepseek", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-     "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
-     {"<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "<|EOT|>", "", "", ""}},
-    {fim_kind::codellama, "codellama", "\xE2\x96\x81<PRE>", "\xE2\x96\x81<SUF>", "\xE2\x96\x81<MID>",
+    {fim_kind::starcoder,
+     "starcoder",
+     "<fim_prefix>",
+     "<fim_suffix>",
+     "<fim_middle>",
+     {"<|endoftext|>", "<fim_pad>", "<file_sep>", "</s>", "<|end_of_text|>"},
+     {"<repo_name>", "<reponame>"},
+     "<file_sep>"},
+    {fim_kind::qwen,
+     "qwen",
+     "<|fim_prefix|>",
+     "<|fim_suffix|>",
+     "<|fim_middle|>",
+     {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>"},
+     {"<|repo_name|>"},
+     "<|file_sep|>"},
+    {fim_kind::deepseek,
+     "deepseek",
+     "<\xEF\xBD\x9C"
+     "fim\xE2\x96\x81"
+     "begin\xEF\xBD\x9C>",
+     "<\xEF\xBD\x9C"
+     "fim\xE2\x96\x81"
+     "hole\xEF\xBD\x9C>",
+     "<\xEF\xBD\x9C"
+     "fim\xE2\x96\x81"
+     "end\xEF\xBD\x9C>",
+     {"<\xEF\xBD\x9C"
+      "end\xE2\x96\x81"
+      "of\xE2\x96\x81"
+      "sentence\xEF\xBD\x9C>",
+      "<|EOT|>", "", "", ""}},
+    {fim_kind::codellama,
+     "codellama",
+     "\xE2\x96\x81<PRE>",
+     "\xE2\x96\x81<SUF>",
+     "\xE2\x96\x81<MID>",
      {"\xE2\x96\x81<EOT>", "", "", "", ""}},
     // Codestral, Devstral (Mistral's tekken vocabulary): no middle token
     {fim_kind::codestral, "codestral", "[PREFIX]", "[SUFFIX]", "", {"</s>", "", "", "", ""}},

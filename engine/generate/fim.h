@@ -23,8 +23,8 @@ bool parse_fim_kind(std::string_view name, fim_kind& out);
 struct fim_template {
     fim_kind kind = fim_kind::none;
     int32_t prefix = -1, suffix = -1, middle = -1; ///< middle -1: the family has none (codestral)
-    std::vector<int32_t> stop; ///< end-of-middle / end-of-text tokens the family uses
-    int32_t repo_name = -1, file_sep = -1; ///< repository-level tokens (starcoder, qwen); -1: none
+    std::vector<int32_t> stop;                     ///< end-of-middle / end-of-text tokens the family uses
+    int32_t repo_name = -1, file_sep = -1;         ///< repository-level tokens (starcoder, qwen); -1: none
 };
 
 /// Another file given as context for a completion (an open buffer, a yanked snippet).
@@ -52,8 +52,7 @@ bool parse_fim_order(std::string_view name, fim_order& out);
 /// one order of its own: [SUFFIX] suffix [PREFIX] prefix). Only the framing tokens are
 /// control tokens: prefix and suffix are encoded as `specials` says.
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix, std::string_view suffix,
-                      fim_order order, std::vector<int32_t>& out,
-                      special_tokens specials = special_tokens::as_text);
+                      fim_order order, std::vector<int32_t>& out, special_tokens specials = special_tokens::as_text);
 
 /// The spellings of a family's tokens (null-terminated; "" where it has none).
 struct fim_spellings {

@@ -128,8 +128,8 @@ std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request&
                              req.specials);
         const std::int64_t room = std::int64_t{n_ctx} - std::int64_t(tokens.size()) - std::max(0, req.max_tokens) - 1;
         const size_t take = static_cast<size_t>(std::clamp<std::int64_t>(room, 0, std::int64_t(context.size())));
-        tokens.insert(tokens.begin() + static_cast<std::ptrdiff_t>(head), context.end() - static_cast<std::ptrdiff_t>(take),
-                      context.end());
+        tokens.insert(tokens.begin() + static_cast<std::ptrdiff_t>(head),
+                      context.end() - static_cast<std::ptrdiff_t>(take), context.end());
     }
     if (fim_out != nullptr) *fim_out = std::move(fim);
     return tokens;
@@ -176,7 +176,9 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     if (req.speculative) {
         const auto h = s.history();
         const size_t from = common > size_t(ngram_drafter::max_n) ? common - size_t(ngram_drafter::max_n) : 0;
-        if (common < h.size()) context.assign(h.begin() + std::ptrdiff_t(from), h.begin() + std::ptrdiff_t(std::min(h.size(), common + 1024)));
+        if (common < h.size())
+            context.assign(h.begin() + std::ptrdiff_t(from),
+                           h.begin() + std::ptrdiff_t(std::min(h.size(), common + 1024)));
     }
     s.truncate(static_cast<int>(common));
     res.n_cached_tokens = static_cast<int>(common);
@@ -198,7 +200,8 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
 
     text_stream stream(tok, false);
     stop_matcher stops(req.stop);
-    const int indent = std::max(req.stop_on_dedent ? last_line_indent(req.prompt) : -1, req.min_indent > 0 ? req.min_indent : -1);
+    const int indent =
+        std::max(req.stop_on_dedent ? last_line_indent(req.prompt) : -1, req.min_indent > 0 ? req.min_indent : -1);
     line_limiter lines(req.max_lines, indent);
     auto emit = [&](const std::string& text) { return text.empty() || on_piece(text); };
     // One generated token through EOS, the text pipeline and the limits; false when it ends

@@ -62,11 +62,11 @@ struct generate_result {
     int n_prompt_tokens = 0;
     int n_cached_tokens = 0; ///< prompt tokens whose cache entries were reused, not recomputed
     int n_generated_tokens = 0;
-    int n_drafted_tokens = 0;  ///< drafted tokens verified
-    int n_accepted_tokens = 0; ///< of those, the ones kept
+    int n_drafted_tokens = 0;      ///< drafted tokens verified
+    int n_accepted_tokens = 0;     ///< of those, the ones kept
     fim_kind fim = fim_kind::none; ///< the template used (none: plain completion)
-    double prompt_ms = 0;   ///< tokenisation + prefill, up to the first token's logits
-    double generate_ms = 0; ///< the rest
+    double prompt_ms = 0;          ///< tokenisation + prefill, up to the first token's logits
+    double generate_ms = 0;        ///< the rest
 };
 
 /// The prompt's token ids as generate() builds them (BOS, context files, FIM framing) for a

@@ -12,9 +12,9 @@
 namespace colibri {
 
 struct perplexity_result {
-    double perplexity = 0;   ///< exp(mean negative log-likelihood)
-    double mean_nll = 0;     ///< nats per scored token
-    int64_t n_scored = 0;    ///< tokens scored
+    double perplexity = 0; ///< exp(mean negative log-likelihood)
+    double mean_nll = 0;   ///< nats per scored token
+    int64_t n_scored = 0;  ///< tokens scored
     int n_windows = 0;
 };
 

@@ -58,9 +58,10 @@ void session::latent_attention(int il, int n) {
     const mla_weights& m = model_.layers()[il].mla;
     const int H = static_cast<int>(hp.n_head), L = static_cast<int>(hp.kv_lora_rank), r = static_cast<int>(hp.rope_dim);
     const int nope = static_cast<int>(hp.head_dim) - r, row = L + r;
-    float* c = k_->data();   // [n, L]
+    float* c = k_->data();    // [n, L]
     float* k_pe = v_->data(); // [n, r]
-    const matmul_job in[3] = {{m.kv_a, xn_->data(), n, c}, {m.k_pe, xn_->data(), n, k_pe}, {m.q_a, xn_->data(), n, q_a_->data()}};
+    const matmul_job in[3] = {
+        {m.kv_a, xn_->data(), n, c}, {m.k_pe, xn_->data(), n, k_pe}, {m.q_a, xn_->data(), n, q_a_->data()}};
     be_.matmul_many(in, m.q_a != nullptr ? 3 : 2);
     const float* q_in = xn_->data();
     if (m.q_a != nullptr) {

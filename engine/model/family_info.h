@@ -23,8 +23,13 @@ struct hf_moe_names {
 
 /// The experts' names of most MoE checkpoints: mlp.gate, mlp.experts.{e}.{gate,up,down}_proj.
 constexpr hf_moe_names per_expert_mlp(std::string_view n_expert_key, std::string_view n_ff_exp_key) {
-    return {"mlp", "gate.weight", "experts.{e}.gate_proj.weight", "experts.{e}.up_proj.weight",
-            "experts.{e}.down_proj.weight", n_expert_key, n_ff_exp_key};
+    return {"mlp",
+            "gate.weight",
+            "experts.{e}.gate_proj.weight",
+            "experts.{e}.up_proj.weight",
+            "experts.{e}.down_proj.weight",
+            n_expert_key,
+            n_ff_exp_key};
 }
 
 /// Attention: grouped-query (or multi-head) over per-head cached keys and values, or
@@ -49,7 +54,7 @@ struct family_blocks {
     attention_kind attention = attention_kind::grouped;
     format::qk_norm qk = format::qk_norm::none; ///< q/k normalisation after projection
     norm_kind norm = norm_kind::rms;
-    bool sandwich_norm = false;                 ///< norms after the attention and the FFN too (Gemma)
+    bool sandwich_norm = false; ///< norms after the attention and the FFN too (Gemma)
     ffn_kind ffn = ffn_kind::swiglu;
     shared_experts_kind shared_experts = shared_experts_kind::none;
 

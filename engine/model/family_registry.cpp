@@ -22,9 +22,9 @@ namespace {
 
 // in the order of format::arch
 constexpr std::array<family_info, format::arch_max> table = {
-    family::llama, family::mixtral,  family::qwen2_moe,  family::qwen3_moe, family::olmoe,
-    family::granite_moe, family::qwen2, family::qwen3, family::granite, family::starcoder2,
-    family::gemma3, family::gemma2, family::deepseek2,
+    family::llama,       family::mixtral, family::qwen2_moe, family::qwen3_moe, family::olmoe,
+    family::granite_moe, family::qwen2,   family::qwen3,     family::granite,   family::starcoder2,
+    family::gemma3,      family::gemma2,  family::deepseek2,
 };
 
 template <class Name>
@@ -42,12 +42,14 @@ std::string joined(Name name) {
 } // namespace
 
 std::span<const family_info> families() {
-    static_assert([] {
-        for (uint32_t i = 0; i < table.size(); ++i) {
-            if (static_cast<uint32_t>(table[i].arch) != i + 1) return false;
-        }
-        return true;
-    }(), "the table follows format::arch");
+    static_assert(
+        [] {
+            for (uint32_t i = 0; i < table.size(); ++i) {
+                if (static_cast<uint32_t>(table[i].arch) != i + 1) return false;
+            }
+            return true;
+        }(),
+        "the table follows format::arch");
     return table;
 }
 

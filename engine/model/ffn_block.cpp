@@ -14,8 +14,8 @@ using namespace format;
 
 void session::dense_ffn(const expert_weights& w, const float* x, int n, float* out) {
     if (w.gate != nullptr) { // SwiGLU, or GeGLU
-        const ffn_job job{w.gate, w.up, w.down, x, n, nullptr, hg_->data(), hu_->data(), out,
-                          (model_.hp().flags & flag_geglu) != 0};
+        const ffn_job job{w.gate,  w.up,        w.down,      x,   n,
+                          nullptr, hg_->data(), hu_->data(), out, (model_.hp().flags & flag_geglu) != 0};
         be_.ffn_many(&job, 1);
         return;
     }
@@ -38,8 +38,17 @@ void session::ffn_block(int il, int n) {
         // one token without an observer (which needs the routing on the host): the backend
         // may route on its device
         const routing_rule rule = routing();
-        const moe_step one{l.router, l.experts.data(), rule.n_expert, rule.k, rule.renorm, rule.n_group, rule.n_group_used,
-                           rule.scale, l.shared.gate != nullptr ? &l.shared : nullptr, l.shared_gate, xn_->data(),
+        const moe_step one{l.router,
+                           l.experts.data(),
+                           rule.n_expert,
+                           rule.k,
+                           rule.renorm,
+                           rule.n_group,
+                           rule.n_group_used,
+                           rule.scale,
+                           l.shared.gate != nullptr ? &l.shared : nullptr,
+                           l.shared_gate,
+                           xn_->data(),
                            ffn_out_->data()};
         if (n > 1 || observer_.fn != nullptr || !be_.moe_one(one)) moe(l, n);
         if (observer_.fn != nullptr) {
@@ -51,7 +60,8 @@ void session::ffn_block(int il, int n) {
     } else {
         dense_ffn(l.dense, xn_->data(), n, ffn_out_->data());
     }
-    if (l.ffn_post_norm != nullptr) be_.rmsnorm(ffn_out_->data(), *l.ffn_post_norm, n, n_embd, hp.norm_eps, ffn_out_->data());
+    if (l.ffn_post_norm != nullptr)
+        be_.rmsnorm(ffn_out_->data(), *l.ffn_post_norm, n, n_embd, hp.norm_eps, ffn_out_->data());
     be_.add_scaled(x_->data(), ffn_out_->data(), int64_t(n) * n_embd, hp.residual_scale);
 }
 
@@ -76,7 +86,7 @@ void session::moe(const layer_weights& l, int n) {
 
     // 1. route: softmax over all experts, keep the top k, optionally renormalise (the shared
     //    expert's gate, when it has one, in the same dispatch)
-    const matmul_job route[2] = {{l.router, xn_->data(), n, router_->data()},             // [n, n_expert]
+    const matmul_job route[2] = {{l.router, xn_->data(), n, router_->data()},            // [n, n_expert]
                                  {l.shared_gate, xn_->data(), n, shared_gate_->data()}}; // [n, 1]
     be_.matmul_many(route, l.shared_gate != nullptr ? 2 : 1);
     const float* router = be_.to_host(router_->data(), size_t(n) * n_expert, router_staging_);
@@ -116,7 +126,8 @@ void session::moe(const layer_weights& l, int n) {
     }
     if (shared) { // its rows follow the routed ones
         const size_t h = n_pairs * n_ff;
-        ffn_jobs_.push_back({l.shared.gate, l.shared.up, l.shared.down, xn, n, nullptr, hg + h, hu + h, yo + n_pairs * n_embd});
+        ffn_jobs_.push_back(
+            {l.shared.gate, l.shared.up, l.shared.down, xn, n, nullptr, hg + h, hu + h, yo + n_pairs * n_embd});
     }
     be_.ffn_many(ffn_jobs_.data(), static_cast<int>(ffn_jobs_.size()));
 
@@ -130,7 +141,8 @@ void session::moe(const layer_weights& l, int n) {
         terms_w_[size_t(at)] = sel_w_[size_t(pair)];
     }
     if (shared) {
-        const float* gate = l.shared_gate != nullptr ? be_.to_host(shared_gate_->data(), size_t(n), gate_staging_) : nullptr;
+        const float* gate =
+            l.shared_gate != nullptr ? be_.to_host(shared_gate_->data(), size_t(n), gate_staging_) : nullptr;
         for (int t = 0; t < n; ++t) {
             rows_[size_t(t * terms + k)] = static_cast<int32_t>(n_pairs) + t;
             terms_w_[size_t(t * terms + k)] = gate != nullptr ? 1.0f / (1.0f + std::exp(-gate[t])) : 1.0f;

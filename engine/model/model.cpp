@@ -41,7 +41,8 @@ model::model(const std::string& path) : file_(path) {
         const auto* f = reinterpret_cast<const float*>(rope_freqs_->data);
         for (uint64_t i = 0; i < rope_pairs; ++i) {
             if (!std::isfinite(f[i]) || f[i] <= 0) {
-                throw error(errc::format, file_.path() + ": tensor 'rope_freqs.weight' holds a value that is not a positive number");
+                throw error(errc::format,
+                            file_.path() + ": tensor 'rope_freqs.weight' holds a value that is not a positive number");
             }
         }
     }
@@ -85,14 +86,16 @@ model::model(const std::string& path) : file_(path) {
             l.ffn_post_norm = require(name(names::blk::ffn_post_norm), {n_embd}, kind::vector);
         }
 
-        l.router = hp.n_expert ? optional(name(names::blk::ffn_gate_inp), {hp.n_expert, n_embd}, kind::router)
-                               : nullptr;
+        l.router =
+            hp.n_expert ? optional(name(names::blk::ffn_gate_inp), {hp.n_expert, n_embd}, kind::router) : nullptr;
         if (l.router != nullptr) {
             l.experts.resize(hp.n_expert);
             for (int e = 0; e < static_cast<int>(hp.n_expert); ++e) {
-                l.experts[e].gate = require(names::expert(il, e, names::exp::gate), {hp.n_ff_exp, n_embd}, kind::matrix);
+                l.experts[e].gate =
+                    require(names::expert(il, e, names::exp::gate), {hp.n_ff_exp, n_embd}, kind::matrix);
                 l.experts[e].up = require(names::expert(il, e, names::exp::up), {hp.n_ff_exp, n_embd}, kind::matrix);
-                l.experts[e].down = require(names::expert(il, e, names::exp::down), {n_embd, hp.n_ff_exp}, kind::matrix);
+                l.experts[e].down =
+                    require(names::expert(il, e, names::exp::down), {n_embd, hp.n_ff_exp}, kind::matrix);
             }
             if (hp.n_ff_shexp > 0) {
                 l.shared.gate = require(name(names::blk::ffn_gate_shexp), {hp.n_ff_shexp, n_embd}, kind::matrix);
@@ -104,11 +107,12 @@ model::model(const std::string& path) : file_(path) {
             }
         } else {
             if (hp.n_ff == 0) {
-                throw error(errc::format, file_.path() + ": layer " + std::to_string(il) +
-                                              " has no router ('" + name(names::blk::ffn_gate_inp) +
+                throw error(errc::format, file_.path() + ": layer " + std::to_string(il) + " has no router ('" +
+                                              name(names::blk::ffn_gate_inp) +
                                               "') and the model has no dense FFN width");
             }
-            if (!(hp.flags & flag_gelu_mlp)) l.dense.gate = require(name(names::blk::ffn_gate), {hp.n_ff, n_embd}, kind::matrix);
+            if (!(hp.flags & flag_gelu_mlp))
+                l.dense.gate = require(name(names::blk::ffn_gate), {hp.n_ff, n_embd}, kind::matrix);
             l.dense.up = require(name(names::blk::ffn_up), {hp.n_ff, n_embd}, kind::matrix);
             l.dense.down = require(name(names::blk::ffn_down), {n_embd, hp.n_ff}, kind::matrix);
             if (out_bias) {
@@ -139,12 +143,10 @@ void model::load_mla(int il, mla_weights& m) const {
     m.v_b = require(name(names::blk::attn_v_b), {n_head * hp.v_head_dim, lora}, kind::small);
 }
 
-const tensor_view* model::optional(const std::string& name, std::initializer_list<uint64_t> shape,
-                                   kind k) const {
+const tensor_view* model::optional(const std::string& name, std::initializer_list<uint64_t> shape, kind k) const {
     const tensor_view* t = file_.find(name);
     if (t == nullptr) return nullptr;
-    const bool same = t->n_dims == static_cast<int>(shape.size()) &&
-                      std::equal(shape.begin(), shape.end(), t->shape);
+    const bool same = t->n_dims == static_cast<int>(shape.size()) && std::equal(shape.begin(), shape.end(), t->shape);
     if (!same) {
         throw error(errc::format, file_.path() + ": tensor '" + name + "' has shape " +
                                       shape_text(t->shape, t->n_dims) + ", expected " +
@@ -166,8 +168,7 @@ const tensor_view* model::optional(const std::string& name, std::initializer_lis
     return t;
 }
 
-const tensor_view* model::require(const std::string& name, std::initializer_list<uint64_t> shape,
-                                  kind k) const {
+const tensor_view* model::require(const std::string& name, std::initializer_list<uint64_t> shape, kind k) const {
     const tensor_view* t = optional(name, shape, k);
     if (t == nullptr) throw error(errc::format, file_.path() + ": missing tensor '" + name + "'");
     return t;

@@ -13,7 +13,7 @@ namespace colibri {
 
 /// A latent-attention layer's projections (DeepSeek-V2; tensor_names.h).
 struct mla_weights {
-    const tensor_view* q_a = nullptr;      // null: queries straight from the input (no q_lora_rank)
+    const tensor_view* q_a = nullptr; // null: queries straight from the input (no q_lora_rank)
     const tensor_view* q_a_norm = nullptr;
     const tensor_view* q_nope = nullptr;
     const tensor_view* q_pe = nullptr;
@@ -27,7 +27,7 @@ struct mla_weights {
 struct layer_weights {
     const tensor_view* attn_norm = nullptr;
     const tensor_view* attn_norm_bias = nullptr; // LayerNorm only
-    const tensor_view* wq = nullptr; // null with latent attention
+    const tensor_view* wq = nullptr;             // null with latent attention
     const tensor_view* wk = nullptr;
     const tensor_view* wv = nullptr;
     const tensor_view* wo = nullptr;
@@ -38,7 +38,7 @@ struct layer_weights {
     const tensor_view* q_norm = nullptr; // optional
     const tensor_view* k_norm = nullptr;
     const tensor_view* ffn_norm = nullptr;
-    const tensor_view* ffn_norm_bias = nullptr; // LayerNorm only
+    const tensor_view* ffn_norm_bias = nullptr;  // LayerNorm only
     const tensor_view* attn_post_norm = nullptr; // sandwich norms only
     const tensor_view* ffn_post_norm = nullptr;
     const tensor_view* router = nullptr;      // null: dense layer
@@ -50,11 +50,41 @@ struct layer_weights {
     bool is_moe() const { return router != nullptr; }
     /// Every tensor but the routed experts' (null entries for those the layer lacks).
     std::array<const tensor_view*, 35> shared_tensors() const {
-        return {attn_norm, attn_norm_bias, wq, wk, wv, wo, bo, bq, bk, bv, q_norm, k_norm, ffn_norm, ffn_norm_bias,
-                attn_post_norm, ffn_post_norm,
-                router, shared.gate, shared.up, shared.down, shared_gate, dense.gate, dense.up, dense.down,
-                dense.up_bias, dense.down_bias, mla.q_a, mla.q_a_norm, mla.q_nope, mla.q_pe, mla.kv_a, mla.kv_a_norm,
-                mla.k_pe, mla.k_b, mla.v_b};
+        return {attn_norm,
+                attn_norm_bias,
+                wq,
+                wk,
+                wv,
+                wo,
+                bo,
+                bq,
+                bk,
+                bv,
+                q_norm,
+                k_norm,
+                ffn_norm,
+                ffn_norm_bias,
+                attn_post_norm,
+                ffn_post_norm,
+                router,
+                shared.gate,
+                shared.up,
+                shared.down,
+                shared_gate,
+                dense.gate,
+                dense.up,
+                dense.down,
+                dense.up_bias,
+                dense.down_bias,
+                mla.q_a,
+                mla.q_a_norm,
+                mla.q_nope,
+                mla.q_pe,
+                mla.kv_a,
+                mla.kv_a_norm,
+                mla.k_pe,
+                mla.k_b,
+                mla.v_b};
     }
 };
 
@@ -84,10 +114,8 @@ public:
 private:
     /// What dtypes a tensor may have.
     enum class kind { matrix, vector, router, small }; // small: f32 or f16 (latent attention's per-head matrices)
-    const tensor_view* require(const std::string& name, std::initializer_list<uint64_t> shape,
-                               kind k) const;
-    const tensor_view* optional(const std::string& name, std::initializer_list<uint64_t> shape,
-                                kind k) const;
+    const tensor_view* require(const std::string& name, std::initializer_list<uint64_t> shape, kind k) const;
+    const tensor_view* optional(const std::string& name, std::initializer_list<uint64_t> shape, kind k) const;
     void load_mla(int il, mla_weights& m) const;
     void count_params();
 

@@ -145,8 +145,8 @@ void profiled_backend::scale(float* x, int64_t n, float s) {
     inner_.scale(x, n, s);
 }
 
-void profiled_backend::weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n,
-                                         int k, int dim) {
+void profiled_backend::weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight,
+                                         int n, int k, int dim) {
     const timing t{this, op::expert_sum, 0};
     inner_.weighted_sum_rows(out, rows, index, weight, n, k, dim);
 }

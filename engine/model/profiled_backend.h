@@ -64,7 +64,8 @@ public:
     void matmul_many(const matmul_job* jobs, int n_jobs) override;
     void head_matmul(const tensor_view& w, int n_head, const float* x, int64_t x_stride, int n, float* y,
                      int64_t y_stride) override;
-    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int cols) override;
+    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                   int cols) override;
     void rmsnorm(const float* x, const tensor_view& w, int n, int dim, float eps, float* out) override;
     void add_bias(float* y, const tensor_view& b, int n, int dim) override;
     void layernorm(const float* x, const tensor_view& w, const tensor_view& b, int n, int dim, float eps,

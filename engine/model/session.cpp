@@ -77,8 +77,9 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
 
 size_t session::memory_bytes() const {
     size_t floats = 0;
-    for (const auto* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &ffn_out_, &hg_, &hu_, &yo_, &router_, &shared_gate_,
-                          &scratch_, &logits_, &k_cache_, &v_cache_, &lat_q_, &lat_att_, &lat_kv_, &q_pe_, &q_a_}) {
+    for (const auto* b : {&x_,       &xn_,    &q_,       &k_,      &v_,           &att_,     &o_,      &ffn_out_,
+                          &hg_,      &hu_,    &yo_,      &router_, &shared_gate_, &scratch_, &logits_, &k_cache_,
+                          &v_cache_, &lat_q_, &lat_att_, &lat_kv_, &q_pe_,        &q_a_}) {
         if (*b) floats += (*b)->size();
     }
     return floats * sizeof(float) + history_.capacity() * sizeof(int32_t);
@@ -124,18 +125,22 @@ size_t session::kv_bytes_read(int pos) const {
 bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& stop, int logit_rows) {
     const hparams& hp = model_.hp();
     if (n <= 0 || n > n_batch_) {
-        throw error(errc::invalid_argument, "batch of " + std::to_string(n) + " tokens, expected 1.." + std::to_string(n_batch_));
+        throw error(errc::invalid_argument,
+                    "batch of " + std::to_string(n) + " tokens, expected 1.." + std::to_string(n_batch_));
     }
     if (logit_rows < 1 || logit_rows > n || (!all_logits_ && logit_rows > max_draft + 1)) {
-        throw error(errc::invalid_argument, "logits of " + std::to_string(logit_rows) + " rows of a batch of " + std::to_string(n));
+        throw error(errc::invalid_argument,
+                    "logits of " + std::to_string(logit_rows) + " rows of a batch of " + std::to_string(n));
     }
     const int n_past = this->n_past();
     if (n_past + n > n_ctx_) {
-        throw error(errc::context_full, "context full: " + std::to_string(n_past + n) + " tokens, the context holds " + std::to_string(n_ctx_));
+        throw error(errc::context_full, "context full: " + std::to_string(n_past + n) + " tokens, the context holds " +
+                                            std::to_string(n_ctx_));
     }
     for (int t = 0; t < n; ++t) {
         if (tokens[t] < 0 || tokens[t] >= static_cast<int32_t>(hp.n_vocab)) {
-            throw error(errc::invalid_argument, "token id " + std::to_string(tokens[t]) + " is outside the vocabulary of " + std::to_string(hp.n_vocab));
+            throw error(errc::invalid_argument, "token id " + std::to_string(tokens[t]) +
+                                                    " is outside the vocabulary of " + std::to_string(hp.n_vocab));
         }
         pos_[t] = n_past + t;
     }

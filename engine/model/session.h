@@ -110,7 +110,7 @@ private:
     std::unique_ptr<device_buffer> k_cache_, v_cache_; // [n_layer, kv_heads_, n_ctx, kv_row_]; no v_cache_ with
                                                        // latent attention (its values lead its keys' rows)
     uint32_t kv_heads_ = 0, kv_row_ = 0;
-    bool kv_f16_ = false;                               // the caches hold f16, else f32
+    bool kv_f16_ = false; // the caches hold f16, else f32
     size_t kv_elem_bytes() const { return kv_f16_ ? 2 : 4; }
     int high_water_ = 0; // cache positions [0, high_water_) may hold memory
 

@@ -40,18 +40,18 @@ struct rope_params {
 };
 
 struct attention_args {
-    const float* q;       // [n, n_head*head_dim]
-    const float* k_new;   // [n, n_head_kv*head_dim]: this batch's keys, stored at pos[t] first
-    const float* v_new;   // [n, n_head_kv*head_dim]
-    void* k_cache;        // [n_head_kv, n_ctx, head_dim] of this layer: each head's keys in a row
-    void* v_cache;        // [n_head_kv, n_ctx, head_dim]
-    bool kv_f16;          // the caches hold f16 (otherwise f32)
-    const int32_t* pos;   // [n]: token t attends to cache rows 0..pos[t] (the last `window` of them)
-    float* out;           // [n, n_head*head_dim]
-    float* scratch;       // [n_threads, n_head / n_head_kv, n_ctx]
+    const float* q;     // [n, n_head*head_dim]
+    const float* k_new; // [n, n_head_kv*head_dim]: this batch's keys, stored at pos[t] first
+    const float* v_new; // [n, n_head_kv*head_dim]
+    void* k_cache;      // [n_head_kv, n_ctx, head_dim] of this layer: each head's keys in a row
+    void* v_cache;      // [n_head_kv, n_ctx, head_dim]
+    bool kv_f16;        // the caches hold f16 (otherwise f32)
+    const int32_t* pos; // [n]: token t attends to cache rows 0..pos[t] (the last `window` of them)
+    float* out;         // [n, n_head*head_dim]
+    float* scratch;     // [n_threads, n_head / n_head_kv, n_ctx]
     int n, n_ctx, n_head, n_head_kv, head_dim;
     float scale;
-    int window = 0; // > 0: token t attends to rows pos[t] - window + 1 .. pos[t] only (sliding window)
+    int window = 0;    // > 0: token t attends to rows pos[t] - window + 1 .. pos[t] only (sliding window)
     float softcap = 0; // > 0: scores become softcap * tanh(score / softcap) before the softmax (Gemma 2)
 };
 
@@ -85,9 +85,9 @@ struct ffn_job {
 
 /// One feed-forward's weights: a routed expert, a shared expert or a dense layer's FFN.
 struct expert_weights {
-    const tensor_view* gate = nullptr; // [n_ff, n_embd]; null in a GELU MLP
-    const tensor_view* up = nullptr;   // [n_ff, n_embd]
-    const tensor_view* down = nullptr; // [n_embd, n_ff]
+    const tensor_view* gate = nullptr;      // [n_ff, n_embd]; null in a GELU MLP
+    const tensor_view* up = nullptr;        // [n_ff, n_embd]
+    const tensor_view* down = nullptr;      // [n_embd, n_ff]
     const tensor_view* up_bias = nullptr;   // [n_ff], optional (dense FFN only)
     const tensor_view* down_bias = nullptr; // [n_embd]
 };
@@ -98,13 +98,13 @@ struct moe_step {
     const tensor_view* router;     ///< [n_expert, n_embd]
     const expert_weights* experts; ///< [n_expert]
     int n_expert, k;
-    bool renorm;                   ///< the k weights renormalised to sum 1
-    int n_group, n_group_used;     ///< n_group > 1: the k best of the n_group_used groups of best expert
-    float scale;                   ///< the k weights multiplied by this (after renorm)
-    const expert_weights* shared;  ///< null: no shared expert
+    bool renorm;                    ///< the k weights renormalised to sum 1
+    int n_group, n_group_used;      ///< n_group > 1: the k best of the n_group_used groups of best expert
+    float scale;                    ///< the k weights multiplied by this (after renorm)
+    const expert_weights* shared;   ///< null: no shared expert
     const tensor_view* shared_gate; ///< null: the shared expert's weight is 1
-    const float* x;                ///< [n_embd], normalised
-    float* out;                    ///< [n_embd]
+    const float* x;                 ///< [n_embd], normalised
+    float* out;                     ///< [n_embd]
 };
 
 /// What a backend's expert cache did (under a device weight budget, routed experts are
@@ -215,8 +215,8 @@ public:
     /// out[t] = sum over i < k of weight[t * k + i] * rows[index[t * k + i]], for n rows of
     /// dim floats: each term added onto the sum before it (from zero) in the order of i,
     /// element by element as add_scaled adds.
-    virtual void weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
-                                   int dim) = 0;
+    virtual void weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n,
+                                   int k, int dim) = 0;
 };
 
 struct kernel_table;

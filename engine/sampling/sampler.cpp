@@ -229,7 +229,7 @@ int sampler::all_candidates(const float* l) {
     for (int i = 0; i < n_vocab_; ++i) {
         if (!(weight_[i] >= floor)) continue;
         const uint32_t b = l[i] == 0.0f ? 0u : std::bit_cast<uint32_t>(l[i]); // -0 ranks as +0
-        const uint32_t up = b & 0x80000000u ? ~b : b | 0x80000000u; // the floats' order as integers
+        const uint32_t up = b & 0x80000000u ? ~b : b | 0x80000000u;           // the floats' order as integers
         keys_[n++] = uint64_t(~up) << 32 | uint32_t(i);
     }
     // (made in id order: a radix sort keeps that order among equal logits; a comparison

@@ -14,8 +14,9 @@ struct sampling_params {
     int top_k = 40;           ///< 0: off
     float top_p = 0.95f;      ///< 1: off
     float min_p = 0.05f;      ///< 0: off; drops tokens below min_p * p(most likely)
-    float repeat_penalty = 1.0f; ///< 1: off; as llama.cpp and Hugging Face: each recent token once, positive logits divided, negative multiplied
-    int repeat_last_n = 64;   ///< how many recent tokens the penalty looks at
+    float repeat_penalty =
+        1.0f; ///< 1: off; as llama.cpp and Hugging Face: each recent token once, positive logits divided, negative multiplied
+    int repeat_last_n = 64; ///< how many recent tokens the penalty looks at
     uint64_t seed = 0;
 };
 
@@ -58,14 +59,14 @@ private:
     int n_vocab_;
     sampling_params p_;
     xorshift64s rng_;
-    std::vector<float> work_;   // [n_vocab] adjusted logits
+    std::vector<float> work_;        // [n_vocab] adjusted logits
     std::vector<int32_t> penalised_; // the recent tokens, each once
-    std::vector<int32_t> idx_;  // [n_vocab] candidate ids
-    std::vector<float> prob_;   // [n_vocab] candidate probabilities
-    std::vector<float> weight_; // [n_vocab] without top-k: every token's exp((logit - max) / T)
-    double sum_ = 0;            // and their sum
-    std::vector<uint64_t> keys_; // [n_vocab] the candidates to sort
-    std::vector<uint64_t> spare_; // [n_vocab] the radix sort's other half
+    std::vector<int32_t> idx_;       // [n_vocab] candidate ids
+    std::vector<float> prob_;        // [n_vocab] candidate probabilities
+    std::vector<float> weight_;      // [n_vocab] without top-k: every token's exp((logit - max) / T)
+    double sum_ = 0;                 // and their sum
+    std::vector<uint64_t> keys_;     // [n_vocab] the candidates to sort
+    std::vector<uint64_t> spare_;    // [n_vocab] the radix sort's other half
 };
 
 } // namespace colibri

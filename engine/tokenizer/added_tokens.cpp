@@ -10,7 +10,8 @@ bool looks_special(std::string_view s) {
     const auto wrapped = [s](std::string_view open, std::string_view close) {
         return s.size() >= open.size() + close.size() && s.starts_with(open) && s.ends_with(close);
     };
-    return s == "<pad>" || s == "<mask>" || wrapped("<|", "|>") || wrapped("<\xEF\xBD\x9C", "\xEF\xBD\x9C>") || // U+FF5C
+    return s == "<pad>" || s == "<mask>" || wrapped("<|", "|>") ||
+           wrapped("<\xEF\xBD\x9C", "\xEF\xBD\x9C>") || // U+FF5C
            wrapped("<unused", ">") || wrapped("<fim_", ">") || wrapped("<fim-", ">");
 }
 

@@ -69,7 +69,7 @@ private:
     static size_t whitespace_after(std::string_view text, size_t pos);
 
     struct node {
-        int32_t token = -1; // index into tokens_ when a token ends here
+        int32_t token = -1;                             // index into tokens_ when a token ends here
         std::vector<std::pair<uint8_t, uint32_t>> next; // sorted by byte
     };
     std::vector<node> nodes_{1};

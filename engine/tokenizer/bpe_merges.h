@@ -36,9 +36,7 @@ private:
         uint64_t key = empty;
         value v{};
     };
-    static uint64_t make_key(int32_t l, int32_t r) {
-        return (uint64_t(uint32_t(l)) << 32) | uint32_t(r);
-    }
+    static uint64_t make_key(int32_t l, int32_t r) { return (uint64_t(uint32_t(l)) << 32) | uint32_t(r); }
     size_t slot(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> shift_; }
 
     std::vector<entry> entries_;

@@ -73,7 +73,10 @@ int byte_token_value(std::string_view t) {
     int v = 0;
     for (size_t i = 3; i < 5; ++i) {
         const char c = t[i];
-        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        const int d = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                             : -1;
         if (d < 0) return -1;
         v = v * 16 + d;
     }
@@ -139,7 +142,7 @@ struct encode_state {
     std::vector<std::pair<span_t, bool>> matches;
     std::vector<int32_t> word;
     merge_scratch merge;
-    std::string mapped;                   // the text in the byte-level alphabet
+    std::string mapped;                      // the text in the byte-level alphabet
     std::vector<uint32_t> mapped_at, raw_at; // byte offsets from the text to it and back
     special_tokens specials = special_tokens::as_text;
 };
@@ -172,8 +175,7 @@ public:
         encode_state st;
         st.specials = specials;
         raw_added_[size_t(specials)].split(
-            text, [&](std::string_view seg) { encode_segment(seg, st, out); },
-            [&](int32_t id) { out.push_back(id); });
+            text, [&](std::string_view seg) { encode_segment(seg, st, out); }, [&](int32_t id) { out.push_back(id); });
     }
 
     std::string decode(std::span<const int32_t> ids) const override {
@@ -204,7 +206,8 @@ public:
         return std::string(token_at(id));
     }
     bool is_control(int32_t id) const override {
-        return id < 0 || id >= n_tokens_ || (added_index_[id] >= 0 ? added_special_[added_index_[id]] : token_at(id).empty());
+        return id < 0 || id >= n_tokens_ ||
+               (added_index_[id] >= 0 ? added_special_[added_index_[id]] : token_at(id).empty());
     }
     int32_t piece_to_id(std::string_view p) const override {
         if (auto it = added_by_content_.find(std::string(p)); it != added_by_content_.end()) return it->second;
@@ -253,8 +256,8 @@ private:
     int32_t n_tokens_ = 0;
     uint32_t model_flags_ = 0;
     int32_t unk_id_ = -1;
-    std::string pool_;                    // every model token's bytes, id after id
-    std::vector<uint32_t> offsets_;       // [n_tokens + 1] into pool_
+    std::string pool_;              // every model token's bytes, id after id
+    std::vector<uint32_t> offsets_; // [n_tokens + 1] into pool_
     std::vector<std::string_view> token_views_;
     std::unordered_map<std::string_view, int32_t> vocab_; // model vocabulary only
     merge_table merges_;
@@ -300,7 +303,8 @@ void bpe_tokenizer::read(payload_reader& r, uint32_t n_vocab) {
         r.fail("n_tokens " + std::to_string(n) + " is not in 1..n_vocab (" + std::to_string(n_vocab) + ")");
     }
     n_tokens_ = static_cast<int32_t>(n);
-    if (unk_id_ < -1 || unk_id_ >= n_tokens_) r.fail("unk_id " + std::to_string(unk_id_) + " is outside the vocabulary");
+    if (unk_id_ < -1 || unk_id_ >= n_tokens_)
+        r.fail("unk_id " + std::to_string(unk_id_) + " is outside the vocabulary");
 
     offsets_.reserve(n + 1);
     pool_.reserve(r.left());
@@ -345,7 +349,8 @@ void bpe_tokenizer::read(payload_reader& r, uint32_t n_vocab) {
         const std::string_view content = r.str("added token content");
         if (id >= n) r.fail("added token id " + std::to_string(id) + " is outside the vocabulary");
         if ((flags & ~added_flags_known) != 0) r.fail("unknown added token flags " + std::to_string(flags));
-        if (content.empty() || !unicode::is_valid_utf8(content)) r.fail("added token " + std::to_string(id) + " has no valid text");
+        if (content.empty() || !unicode::is_valid_utf8(content))
+            r.fail("added token " + std::to_string(id) + " has no valid text");
         if (added_index_[id] >= 0) r.fail("added token id " + std::to_string(id) + " appears twice");
         added_index_[id] = static_cast<int32_t>(added_content_.size());
         added_content_.emplace_back(content);
@@ -401,7 +406,8 @@ std::string bpe_tokenizer::stream_bytes(int32_t id) const {
             if (const int b = byte_token_value(s); b >= 0) s.assign(1, static_cast<char>(b));
             break;
         case decoder_op::byte_level: s = byte_level_bytes(s); break;
-        case decoder_op::fuse: case decoder_op::strip: break;
+        case decoder_op::fuse:
+        case decoder_op::strip: break;
         }
     }
     return s;
@@ -457,15 +463,18 @@ void bpe_tokenizer::read_steps(payload_reader& r) {
         }
         case pre_tokenizer_op::byte_level: {
             if (flag("byte_level add_prefix_space")) {
-                throw error(errc::unsupported, "tokenizer: ByteLevel pre-tokenizer with add_prefix_space is not supported");
+                throw error(errc::unsupported,
+                            "tokenizer: ByteLevel pre-tokenizer with add_prefix_space is not supported");
             }
-            if (flag("byte_level use_regex")) splits_.push_back({compile(gpt2_pattern), split_behaviour::isolated, false});
+            if (flag("byte_level use_regex"))
+                splits_.push_back({compile(gpt2_pattern), split_behaviour::isolated, false});
             if (!byte_level_) mapped_from_ = splits_.size();
             byte_level_ = true;
             break;
         }
         case pre_tokenizer_op::digits:
-            splits_.push_back({compile(flag("digits individual") ? R"(\p{N})" : R"(\p{N}+)"), split_behaviour::isolated, false});
+            splits_.push_back(
+                {compile(flag("digits individual") ? R"(\p{N})" : R"(\p{N}+)"), split_behaviour::isolated, false});
             break;
         default: r.fail("unknown pre-tokenizer " + std::to_string(static_cast<uint32_t>(op)));
         }
@@ -476,7 +485,9 @@ void bpe_tokenizer::read_steps(payload_reader& r) {
         decoder_step d;
         d.op = static_cast<decoder_op>(r.u32("decoder"));
         switch (d.op) {
-        case decoder_op::byte_level: case decoder_op::byte_fallback: case decoder_op::fuse: break;
+        case decoder_op::byte_level:
+        case decoder_op::byte_fallback:
+        case decoder_op::fuse: break;
         case decoder_op::replace:
             d.pattern = r.str("decoder replace pattern");
             d.content = r.str("decoder replace content");
@@ -486,7 +497,8 @@ void bpe_tokenizer::read_steps(payload_reader& r) {
             d.content = r.str("strip content");
             d.start = r.u32("strip start");
             d.stop = r.u32("strip stop");
-            if (d.content.empty() || unicode::char_length(static_cast<unsigned char>(d.content[0])) != d.content.size() ||
+            if (d.content.empty() ||
+                unicode::char_length(static_cast<unsigned char>(d.content[0])) != d.content.size() ||
                 !unicode::is_valid_utf8(d.content)) {
                 r.fail("strip content is not one character");
             }
@@ -521,8 +533,7 @@ void bpe_tokenizer::encode_segment(std::string_view seg, encode_state& st, std::
         seg = st.normalized;
     }
     normalized_added_[size_t(st.specials)].split(
-        seg, [&](std::string_view text) { encode_pieces(text, st, out); },
-        [&](int32_t id) { out.push_back(id); });
+        seg, [&](std::string_view text) { encode_pieces(text, st, out); }, [&](int32_t id) { out.push_back(id); });
 }
 
 void bpe_tokenizer::encode_pieces(std::string_view text, encode_state& st, std::vector<int32_t>& out) const {
@@ -716,7 +727,8 @@ void bpe_tokenizer::run_decoder(const decoder_step& d, std::vector<std::string>&
         auto flush = [&] {
             if (run_len == 0) return;
             if (unicode::is_valid_utf8(run)) res.push_back(run);
-            else for (size_t k = 0; k < run_len; ++k) res.emplace_back("\xEF\xBF\xBD");
+            else
+                for (size_t k = 0; k < run_len; ++k) res.emplace_back("\xEF\xBF\xBD");
             run.clear();
             run_len = 0;
         };
@@ -742,9 +754,11 @@ void bpe_tokenizer::run_decoder(const decoder_step& d, std::vector<std::string>&
     case decoder_op::strip:
         for (auto& t : toks) {
             size_t b = 0, e = t.size();
-            for (uint32_t k = 0; k < d.start && t.compare(b, d.content.size(), d.content) == 0 && b < e; ++k) b += d.content.size();
+            for (uint32_t k = 0; k < d.start && t.compare(b, d.content.size(), d.content) == 0 && b < e; ++k)
+                b += d.content.size();
             for (uint32_t k = 0; k < d.stop && e >= b + d.content.size() &&
-                                 t.compare(e - d.content.size(), d.content.size(), d.content) == 0; ++k) {
+                                 t.compare(e - d.content.size(), d.content.size(), d.content) == 0;
+                 ++k) {
                 e -= d.content.size();
             }
             t = t.substr(b, e - b);

@@ -46,8 +46,8 @@ public:
     uint32_t count(const char* field, size_t min_bytes_each) {
         const uint32_t n = u32(field);
         if (uint64_t(n) * min_bytes_each > left()) {
-            fail(std::string(field) + " = " + std::to_string(n) + " does not fit in the " +
-                 std::to_string(left()) + " bytes left");
+            fail(std::string(field) + " = " + std::to_string(n) + " does not fit in the " + std::to_string(left()) +
+                 " bytes left");
         }
         return n;
     }

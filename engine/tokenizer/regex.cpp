@@ -60,8 +60,8 @@ regex::regex(std::string_view onig_pattern) {
     const std::string pattern = onig_to_pcre2(onig_pattern);
     int err = 0;
     PCRE2_SIZE offset = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
+                          &offset, nullptr);
     if (code_ == nullptr) {
         throw error(errc::format, "split pattern '" + std::string(onig_pattern) + "' does not compile: " +
                                       pcre2_message(err) + " at offset " + std::to_string(offset));

@@ -43,7 +43,8 @@ public:
         strips_leading_space_ = sp_.Encode("a", &probe).ok() && !probe.empty() && probe[0].starts_with("\xE2\x96\x81");
         for (int id = 0; id < sp_.GetPieceSize(); ++id) {
             if (sp_.IsControl(id)) controls_.add(sp_.IdToPiece(id), {id, false, false});
-            if (!sp_.IsControl(id) && !sp_.IsUnknown(id) && looks_special(sp_.IdToPiece(id))) spelled_out_.push_back(id);
+            if (!sp_.IsControl(id) && !sp_.IsUnknown(id) && looks_special(sp_.IdToPiece(id)))
+                spelled_out_.push_back(id);
         }
     }
 
@@ -98,9 +99,7 @@ public:
     std::string piece(int32_t id) const override {
         return id >= 0 && id < sp_.GetPieceSize() ? sp_.IdToPiece(id) : std::string();
     }
-    bool is_control(int32_t id) const override {
-        return id < 0 || id >= sp_.GetPieceSize() || sp_.IsControl(id);
-    }
+    bool is_control(int32_t id) const override { return id < 0 || id >= sp_.GetPieceSize() || sp_.IsControl(id); }
     int32_t piece_to_id(std::string_view piece) const override {
         const int id = sp_.PieceToId(piece);
         return id == sp_.unk_id() && piece != sp_.IdToPiece(id) ? -1 : id;

@@ -12,10 +12,16 @@ size_t valid_sequence(std::string_view s, size_t i) {
     size_t need;
     uint32_t cp;
     if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0) { need = 2; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { need = 3; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { need = 4; cp = c & 0x07; }
-    else return 0;
+    if ((c & 0xE0) == 0xC0) {
+        need = 2;
+        cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+        need = 3;
+        cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+        need = 4;
+        cp = c & 0x07;
+    } else return 0;
     if (i + need > s.size()) return 0;
     for (size_t k = 1; k < need; ++k) {
         const auto cc = static_cast<unsigned char>(s[i + k]);

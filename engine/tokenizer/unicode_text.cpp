@@ -105,9 +105,7 @@ uint32_t next_code_point(std::string_view s, size_t& i) {
     return cp;
 }
 
-bool is_white_space(uint32_t cp) {
-    return u_isUWhiteSpace(static_cast<UChar32>(cp));
-}
+bool is_white_space(uint32_t cp) { return u_isUWhiteSpace(static_cast<UChar32>(cp)); }
 
 normalizer::normalizer(normal_form form) {
     UErrorCode status = U_ZERO_ERROR;

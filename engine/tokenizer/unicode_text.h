@@ -22,9 +22,7 @@ void append_utf8(std::string& out, uint32_t cp);
 uint32_t next_code_point(std::string_view s, size_t& i);
 
 /// Byte length of the character whose lead byte is c, in well-formed UTF-8.
-inline size_t char_length(unsigned char c) {
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-}
+inline size_t char_length(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
 
 /// Unicode White_Space property (what Rust's char::is_whitespace tests).
 bool is_white_space(uint32_t cp);

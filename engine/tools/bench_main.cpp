@@ -3,6 +3,7 @@
 // This file: the command line, the random-weight shapes, and which run to make.
 
 #include "api/runtime.h"
+#include "command_line.hpp"
 #include "convert/convert.h"
 #include "core/cpu_count.h"
 #include "core/error.h"
@@ -10,7 +11,6 @@
 #include "tools/bench_report.h"
 #include "tools/bench_run.h"
 #include "tools/bench_speculative.h"
-#include "command_line.hpp"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -77,7 +77,8 @@ random_model_options shape_options(const std::string& shape) {
 // its matrices are stored as: a file from before a layout change is not taken for a
 // current one.
 std::string shape_path(const std::string& shape, const quant_choice& q, const std::string& cache_dir) {
-    const std::string stored = std::string(format::dtype_name(format::matmul_storage(q.base(), 8))) + (q.is_mix() ? "-mix" : "");
+    const std::string stored =
+        std::string(format::dtype_name(format::matmul_storage(q.base(), 8))) + (q.is_mix() ? "-mix" : "");
     const auto dir = cache_dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(cache_dir);
     return (dir / ("colibri-bench-" + shape + "-" + stored + ".colibri")).string();
 }
@@ -88,7 +89,8 @@ std::string fixture_tokenizer() {
     const auto exe_dir = std::filesystem::canonical("/proc/self/exe").parent_path();
     std::string path = (exe_dir / "../../tests/fixtures/tokenizer/tokenizer.model").string();
     if (!std::filesystem::exists(path)) path = COLIBRI_SOURCE_DIR "/tests/fixtures/tokenizer/tokenizer.model";
-    if (const char* fixtures = std::getenv("COLIBRI_FIXTURES_DIR")) path = std::string(fixtures) + "/tokenizer/tokenizer.model";
+    if (const char* fixtures = std::getenv("COLIBRI_FIXTURES_DIR"))
+        path = std::string(fixtures) + "/tokenizer/tokenizer.model";
     return path;
 }
 
@@ -99,10 +101,12 @@ int main(int argc, char** argv) {
     std::string model_path, shape, quant = "q8_0", threads_list, cache_dir, json_file, device = "cpu", speculative;
     int gpu_memory_mib = 0;
     bench_options bo;
-    po::options_description opts("colibri-bench: measure a model on the CPU (or a GPU: --device) against the machine's limits\n\n"
-                                 "  colibri-bench --model FILE [options]\n"
-                                 "  colibri-bench --shape mixtral-like|fine-grained|deepseek-v2-lite [--quant q8_0|q4_0|...] [options]\n\n"
-                                 "Options");
+    po::options_description opts(
+        "colibri-bench: measure a model on the CPU (or a GPU: --device) against the machine's limits\n\n"
+        "  colibri-bench --model FILE [options]\n"
+        "  colibri-bench --shape mixtral-like|fine-grained|deepseek-v2-lite [--quant q8_0|q4_0|...] [options]\n\n"
+        "Options");
+    // clang-format off
     opts.add_options()
         ("help,h", "show this help")
         ("model,m", po::value(&model_path), "a .colibri file")
@@ -131,6 +135,7 @@ int main(int argc, char** argv) {
                 "bytes at the read bandwidth")
         ("json", "print one JSON object instead of text")
         ("json-file", po::value(&json_file), "also append the JSON object as one line to this file");
+    // clang-format on
     po::variables_map vm;
     if (const int status = cli::parse(argc, argv, "colibri-bench", opts, vm); status >= 0) return status;
     if (model_path.empty() == shape.empty()) return cli::usage_error("colibri-bench", "give one of --model or --shape");
@@ -168,8 +173,10 @@ int main(int argc, char** argv) {
             return 0;
         }
         const kernel_table& kt = best_kernel_table();
-        const std::vector<int> threads = threads_list.empty() ? std::vector<int>{usable_cpu_count()} : parse_list(threads_list);
-        if (!speculative.empty()) return run_speculative(model_path, speculative, threads.front(), bo.gen_tokens, bo.reps, json);
+        const std::vector<int> threads =
+            threads_list.empty() ? std::vector<int>{usable_cpu_count()} : parse_list(threads_list);
+        if (!speculative.empty())
+            return run_speculative(model_path, speculative, threads.front(), bo.gen_tokens, bo.reps, json);
         const cpu_bench b = run_on_cpu(model_path, threads, kt, bo, process_start);
         emit_json(json_line(b), json_file, json);
         if (!json) print_text(b);

@@ -44,9 +44,10 @@ double between_ops(const op_table& ops, double seconds) {
 // beyond what its bytes take at that bandwidth; then the time between operations (the
 // session's own work and the token's pick).
 void print_ops(const op_table& ops, double probe, double seconds, int tokens) {
-    std::printf("  decode by operation (the last repetition through a timing wrapper; bytes against %.2f GB/s):\n", probe / 1e9);
-    std::printf("    %-18s %10s %7s %9s %7s %8s %11s %6s\n", "operation", "us/token", "share", "MB/token", "GB/s", "of probe",
-                "us beyond", "calls");
+    std::printf("  decode by operation (the last repetition through a timing wrapper; bytes against %.2f GB/s):\n",
+                probe / 1e9);
+    std::printf("    %-18s %10s %7s %9s %7s %8s %11s %6s\n", "operation", "us/token", "share", "MB/token", "GB/s",
+                "of probe", "us beyond", "calls");
     for (int i = 0; i < profiled_backend::op_count; ++i) {
         const profiled_backend::op_stats& o = ops[size_t(i)];
         if (o.calls == 0) continue;
@@ -67,8 +68,8 @@ void print_ops(const op_table& ops, double probe, double seconds, int tokens) {
 // --ops: the prompt's operations, each as its time, its share of the prompt and its calls
 // (prefill is bound by arithmetic, not by bytes).
 void print_prefill_ops(const op_table& ops, double seconds, int tokens) {
-    std::printf("  prefill of %d tokens by operation (the last repetition through the timing wrapper, %.1f ms):\n", tokens,
-                seconds * 1e3);
+    std::printf("  prefill of %d tokens by operation (the last repetition through the timing wrapper, %.1f ms):\n",
+                tokens, seconds * 1e3);
     std::printf("    %-18s %10s %7s %6s\n", "operation", "ms", "share", "calls");
     for (int i = 0; i < profiled_backend::op_count; ++i) {
         const profiled_backend::op_stats& o = ops[size_t(i)];
@@ -119,8 +120,8 @@ json run_json(const thread_run& r) {
               {"decode_fraction_range", range(r.decode_fraction, 1)},
               {"prefill_tps", summary(r.prefill_tps, 3)},
               {"ttft_ms", summary(r.ttft_ms, 2)},
-              {"dot_peak_gmacs", {{"machine_int8", fixed(r.machine_peak.median / 1e9, 2)},
-                                  {"used", fixed(r.used_peak.median / 1e9, 2)}}},
+              {"dot_peak_gmacs",
+               {{"machine_int8", fixed(r.machine_peak.median / 1e9, 2)}, {"used", fixed(r.used_peak.median / 1e9, 2)}}},
               {"prefill_fraction_of_int8_peak", fixed(r.prefill_fraction.median, 4)},
               {"prefill_fraction_of_int8_peak_range", range(r.prefill_fraction, 1)},
               {"prefill_fraction_of_used_peak", fixed(r.prefill_used_fraction.median, 4)},
@@ -157,9 +158,10 @@ std::string json_line(const cpu_bench& b) {
                     {"page_in_ms", fixed(b.page_in_ms, 2)},
                     {"weights_in_2mib_pages", fixed(b.huge_share, 4)},
                     {"peak_rss_kib", b.model_rss_kib},
-                    {"pick_us", {{"greedy", fixed(b.pick.greedy_us, 3)},
-                                 {"defaults", fixed(b.pick.defaults_us, 3)},
-                                 {"top_k_0", fixed(b.pick.all_us, 3)}}},
+                    {"pick_us",
+                     {{"greedy", fixed(b.pick.greedy_us, 3)},
+                      {"defaults", fixed(b.pick.defaults_us, 3)},
+                      {"top_k_0", fixed(b.pick.all_us, 3)}}},
                     {"runs", runs}};
     return dump(j);
 }
@@ -186,38 +188,44 @@ std::string json_line(const device_bench& b) {
                     {"prefill_tps", summary(b.prefill_tps, 3)},
                     {"ttft_ms", summary(b.ttft_ms, 2)},
                     {"weight_budget_mib", b.weight_budget >> 20},
-                    {"expert_cache", {{"slots_per_layer", b.cache.slots_per_layer},
-                                      {"hit_rate", fixed(used > 0 ? double(b.cache.hits) / used : 1.0, 4)},
-                                      {"misses_per_token", fixed(double(b.cache.misses) / decoded, 3)},
-                                      {"bytes_copied_per_token", whole(double(b.cache.bytes_copied) / decoded)}}}};
+                    {"expert_cache",
+                     {{"slots_per_layer", b.cache.slots_per_layer},
+                      {"hit_rate", fixed(used > 0 ? double(b.cache.hits) / used : 1.0, 4)},
+                      {"misses_per_token", fixed(double(b.cache.misses) / decoded, 3)},
+                      {"bytes_copied_per_token", whole(double(b.cache.bytes_copied) / decoded)}}}};
     return dump(j);
 }
 
 void print_text(const cpu_bench& b) {
     const bench_options& o = b.options;
-    std::printf("model %s: %s, %s weights, %.1f MiB, %.1fM parameters (%.1fM active), %s kernels%s\n", b.model_path.c_str(),
-                b.arch.c_str(), b.weight_type.c_str(), double(b.file_bytes) / 1048576.0, double(b.params) / 1e6, double(b.params_active) / 1e6,
-                b.kernels.c_str(), o.f32_act ? ", f32 activations" : ", int8 activations");
-    std::printf("load to ready %.1f ms (process start to ready %.1f ms, not counting a random model's writing; then the "
-                "weights' pages mapped in, %.1f ms, before the repetitions); bytes read per decoded token %.1f MiB "
-                "(weights %.1f MiB + KV cache %.2f MiB)\n",
-                b.load_ms, b.ready_ms, b.page_in_ms, b.bytes_per_token / 1048576.0, b.weight_bytes / 1048576.0,
-                b.kv_bytes / 1048576.0);
+    std::printf("model %s: %s, %s weights, %.1f MiB, %.1fM parameters (%.1fM active), %s kernels%s\n",
+                b.model_path.c_str(), b.arch.c_str(), b.weight_type.c_str(), double(b.file_bytes) / 1048576.0,
+                double(b.params) / 1e6, double(b.params_active) / 1e6, b.kernels.c_str(),
+                o.f32_act ? ", f32 activations" : ", int8 activations");
+    std::printf(
+        "load to ready %.1f ms (process start to ready %.1f ms, not counting a random model's writing; then the "
+        "weights' pages mapped in, %.1f ms, before the repetitions); bytes read per decoded token %.1f MiB "
+        "(weights %.1f MiB + KV cache %.2f MiB)\n",
+        b.load_ms, b.ready_ms, b.page_in_ms, b.bytes_per_token / 1048576.0, b.weight_bytes / 1048576.0,
+        b.kv_bytes / 1048576.0);
     if (b.huge_share >= 0) {
         std::printf("weights in 2 MiB pages: %.0f%% of their resident pages (4 KiB pages read a few percent slower; "
-                    "docs/performance-log.md)\n", 100.0 * b.huge_share);
+                    "docs/performance-log.md)\n",
+                    100.0 * b.huge_share);
     }
-    std::printf("prompt %d tokens (batches of %d), %d decoded, %d repetitions: median [min-max]\n", o.prompt_tokens, b.n_batch,
-                o.gen_tokens, o.reps);
+    std::printf("prompt %d tokens (batches of %d), %d decoded, %d repetitions: median [min-max]\n", o.prompt_tokens,
+                b.n_batch, o.gen_tokens, o.reps);
     std::printf("decode: every %d tokens against the read bandwidth measured just before and after them; prefill: each "
-                "repetition against the int8 peak measured just before it\n", decode_stretch);
+                "repetition against the int8 peak measured just before it\n",
+                decode_stretch);
     for (const thread_run& r : b.runs) {
         std::printf("threads %d: read bandwidth %.2f GB/s [%.2f-%.2f] -> decode ceiling %.2f tok/s\n", r.threads,
                     r.bandwidth.median / 1e9, r.bandwidth.min / 1e9, r.bandwidth.max / 1e9, r.ceiling.median);
         std::printf("  decode  %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the ceiling [%.1f-%.1f]\n", r.decode_tps.median,
                     r.decode_tps.min, r.decode_tps.max, 100.0 * r.decode_fraction.median, 100.0 * r.decode_fraction.min,
                     100.0 * r.decode_fraction.max);
-        std::printf("  prefill %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the machine's int8 peak (%.1f GMAC/s) [%.1f-%.1f], %5.1f%% of "
+        std::printf("  prefill %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the machine's int8 peak (%.1f GMAC/s) [%.1f-%.1f], "
+                    "%5.1f%% of "
                     "the kernel used on cached data (%.1f GMAC/s)\n",
                     r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max, 100.0 * r.prefill_fraction.median,
                     r.machine_peak.median / 1e9, 100.0 * r.prefill_fraction.min, 100.0 * r.prefill_fraction.max,
@@ -235,7 +243,8 @@ void print_text(const cpu_bench& b) {
         for (int il = 0; il < b.routes.n_layer; ++il) {
             std::printf("  layer %2d:", il);
             for (int e = 0; e < b.routes.n_expert; ++e) {
-                std::printf(" %llu", static_cast<unsigned long long>(b.routes.counts[size_t(il) * size_t(b.routes.n_expert) + size_t(e)]));
+                std::printf(" %llu", static_cast<unsigned long long>(
+                                         b.routes.counts[size_t(il) * size_t(b.routes.n_expert) + size_t(e)]));
             }
             std::printf("\n");
         }
@@ -248,11 +257,12 @@ void print_text(const device_bench& b) {
     std::printf("model %s: %s, %s weights, on %s\n", b.model_path.c_str(), b.arch.c_str(), b.weight_type.c_str(),
                 b.backend.c_str());
     std::printf("load to ready %.1f ms (process start to ready %.1f ms); weights copied to the device during the first "
-                "batch: %.1f ms\n", b.load_ms, b.ready_ms, b.upload_ms);
-    std::printf("prompt %d tokens (batches of %d), %d decoded, %d repetitions: median [min-max]\n", o.prompt_tokens, b.n_batch,
-                o.gen_tokens, o.reps);
-    std::printf("device read bandwidth %.1f GB/s [%.1f-%.1f] -> decode ceiling %.1f tok/s\n", bw.median / 1e9, bw.min / 1e9,
-                bw.max / 1e9, b.ceiling.median);
+                "batch: %.1f ms\n",
+                b.load_ms, b.ready_ms, b.upload_ms);
+    std::printf("prompt %d tokens (batches of %d), %d decoded, %d repetitions: median [min-max]\n", o.prompt_tokens,
+                b.n_batch, o.gen_tokens, o.reps);
+    std::printf("device read bandwidth %.1f GB/s [%.1f-%.1f] -> decode ceiling %.1f tok/s\n", bw.median / 1e9,
+                bw.min / 1e9, bw.max / 1e9, b.ceiling.median);
     std::printf("  decode  %8.2f tok/s [%.2f-%.2f]  %5.1f%% of the ceiling [%.1f-%.1f]\n", dt.median, dt.min, dt.max,
                 100.0 * f.median, 100.0 * f.min, 100.0 * f.max);
     std::printf("  prefill %8.2f tok/s [%.2f-%.2f]\n", p.median, p.min, p.max);
@@ -261,10 +271,11 @@ void print_text(const device_bench& b) {
     if (b.weight_budget > 0) {
         const double decoded = double(o.gen_tokens) * o.reps, used = double(b.cache.hits + b.cache.misses);
         const double hit_rate = used > 0 ? double(b.cache.hits) / used : 1.0;
-        std::printf("weights within %zu MiB of device memory: %d experts per MoE layer kept; during decode %.1f%% of the "
-                    "experts used were there, %.2f copied in per token (%.1f MiB)\n",
-                    b.weight_budget >> 20, b.cache.slots_per_layer, 100.0 * hit_rate, double(b.cache.misses) / decoded,
-                    double(b.cache.bytes_copied) / decoded / 1048576.0);
+        std::printf(
+            "weights within %zu MiB of device memory: %d experts per MoE layer kept; during decode %.1f%% of the "
+            "experts used were there, %.2f copied in per token (%.1f MiB)\n",
+            b.weight_budget >> 20, b.cache.slots_per_layer, 100.0 * hit_rate, double(b.cache.misses) / decoded,
+            double(b.cache.bytes_copied) / decoded / 1048576.0);
     }
 }
 

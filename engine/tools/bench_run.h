@@ -86,9 +86,9 @@ struct cpu_bench {
     double page_in_ms = 0;            // the file's pages mapped in, before the repetitions
     double huge_share = -1;           // share of the weights' resident pages in 2 MiB pages; -1: unknown
     double weight_bytes = 0, kv_bytes = 0, bytes_per_token = 0; // read per decoded token
-    long model_rss_kib = 0;           // peak resident memory, the bandwidth probe's buffer left out
-    pick_times pick;                  // on the last decode step's logits
-    route_counts routes;              // --routing: the last repetition's decode
+    long model_rss_kib = 0; // peak resident memory, the bandwidth probe's buffer left out
+    pick_times pick;        // on the last decode step's logits
+    route_counts routes;    // --routing: the last repetition's decode
     std::vector<thread_run> runs;
 };
 

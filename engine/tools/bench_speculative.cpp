@@ -20,7 +20,9 @@ namespace {
 struct run {
     std::string text;
     generate_result r;
-    double tok_s() const { return r.n_generated_tokens > 1 ? (r.n_generated_tokens - 1) * 1000.0 / r.generate_ms : 0.0; }
+    double tok_s() const {
+        return r.n_generated_tokens > 1 ? (r.n_generated_tokens - 1) * 1000.0 / r.generate_ms : 0.0;
+    }
 };
 
 double median(std::vector<double> v) {
@@ -30,8 +32,8 @@ double median(std::vector<double> v) {
 
 } // namespace
 
-int run_speculative(const std::string& model_path, const std::string& prompt_file, int threads, int gen_tokens, int reps,
-                    bool json) {
+int run_speculative(const std::string& model_path, const std::string& prompt_file, int threads, int gen_tokens,
+                    int reps, bool json) {
     std::ifstream in(prompt_file, std::ios::binary);
     if (!in) throw error(errc::io, prompt_file + ": cannot open");
     std::stringstream buf;
@@ -65,18 +67,24 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
     const bool same = plain.text == spec.text;
     const double p = median(plain_tok_s), sp = median(spec_tok_s);
     if (json) {
-        const nlohmann::json j = {{"model", model_path}, {"prompt_file", prompt_file}, {"threads", threads},
-                                  {"prompt_tokens", spec.r.n_prompt_tokens}, {"generated_tokens", spec.r.n_generated_tokens},
-                                  {"plain_tok_s", p}, {"speculative_tok_s", sp}, {"speedup", p > 0 ? sp / p : 0.0},
-                                  {"drafted_tokens", spec.r.n_drafted_tokens}, {"accepted_tokens", spec.r.n_accepted_tokens},
+        const nlohmann::json j = {{"model", model_path},
+                                  {"prompt_file", prompt_file},
+                                  {"threads", threads},
+                                  {"prompt_tokens", spec.r.n_prompt_tokens},
+                                  {"generated_tokens", spec.r.n_generated_tokens},
+                                  {"plain_tok_s", p},
+                                  {"speculative_tok_s", sp},
+                                  {"speedup", p > 0 ? sp / p : 0.0},
+                                  {"drafted_tokens", spec.r.n_drafted_tokens},
+                                  {"accepted_tokens", spec.r.n_accepted_tokens},
                                   {"same_text", same}};
         std::printf("%s\n", j.dump().c_str());
     } else {
         std::printf("speculative decoding, %s: prompt %d tokens, %d generated (greedy), %d threads, %d repetitions\n",
                     prompt_file.c_str(), spec.r.n_prompt_tokens, spec.r.n_generated_tokens, threads, reps);
         std::printf("  plain        %8.1f tok/s\n", p);
-        std::printf("  speculative  %8.1f tok/s   %.2fx, %d of %d drafted tokens kept (%.0f%%)\n", sp, p > 0 ? sp / p : 0.0,
-                    spec.r.n_accepted_tokens, spec.r.n_drafted_tokens,
+        std::printf("  speculative  %8.1f tok/s   %.2fx, %d of %d drafted tokens kept (%.0f%%)\n", sp,
+                    p > 0 ? sp / p : 0.0, spec.r.n_accepted_tokens, spec.r.n_drafted_tokens,
                     spec.r.n_drafted_tokens > 0 ? 100.0 * spec.r.n_accepted_tokens / spec.r.n_drafted_tokens : 0.0);
         std::printf("  text         %s\n", same ? "identical" : "DIFFERS");
     }

@@ -10,7 +10,7 @@ namespace colibri {
 /// speculative decoding, alternating, reps times each: medians of decode tok/s, the
 /// drafts kept, and whether the two texts are identical (they must be). Returns the exit
 /// status.
-int run_speculative(const std::string& model_path, const std::string& prompt_file, int threads, int gen_tokens, int reps,
-                    bool json);
+int run_speculative(const std::string& model_path, const std::string& prompt_file, int threads, int gen_tokens,
+                    int reps, bool json);
 
 } // namespace colibri

@@ -74,8 +74,8 @@ int main(int argc, char** argv) {
             uint64_t checksum = 0;
             for (size_t i = 0; i < ids.size(); ++i) checksum += uint64_t(uint32_t(ids[i])) * (i + 1);
             std::printf("%-11s %zu tokens, checksum %llu, %.1f ms best of %d, %.2f MB/s (1 thread)\n",
-                        whole ? "whole" : "chunks", ids.size(), static_cast<unsigned long long>(checksum),
-                        best * 1e3, repeats, double(text.size()) / best / 1e6);
+                        whole ? "whole" : "chunks", ids.size(), static_cast<unsigned long long>(checksum), best * 1e3,
+                        repeats, double(text.size()) / best / 1e6);
         }
         return 0;
     } catch (const colibri::error& e) {

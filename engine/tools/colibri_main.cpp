@@ -2,11 +2,11 @@
 // progress and timings go to standard error.
 
 #include "api/runtime.h"
+#include "command_line.hpp"
 #include "core/error.h"
 #include "generate/generate.h"
 #include "generate/perplexity.h"
 #include "tools/tokenize_cmd.h"
-#include "command_line.hpp"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -66,7 +66,8 @@ void print_route(void*, int pos, int layer, const int32_t* experts, const float*
 
 int main(int argc, char** argv) {
     if (argc > 1 && std::string_view(argv[1]) == "tokenize") return tokenize_main(argc - 1, argv + 1);
-    std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto", order_name = "auto", ppl_path;
+    std::string model_path, prompt, device = "cpu", dump_path, tokens, suffix, fim = "auto", order_name = "auto",
+                                    ppl_path;
     std::vector<std::string> stops;
     generate_request req;
     int threads = 0, n_ctx = 0, gpu_memory_mib = 0;
@@ -75,12 +76,14 @@ int main(int argc, char** argv) {
                                  "  colibri --model M --tokens 1,2,3 --dump-logits FILE\n"
                                  "  colibri tokenize --model M --text T   (see colibri tokenize --help)\n\n"
                                  "Options (--max_tokens and --max-tokens are the same option, likewise the others)");
-    auto both = [&](const char* underscored, const po::value_semantic* v1, const po::value_semantic* v2, const char* help) {
+    auto both = [&](const char* underscored, const po::value_semantic* v1, const po::value_semantic* v2,
+                    const char* help) {
         std::string dashed = underscored;
         for (char& c : dashed) c = c == '_' ? '-' : c;
         opts.add_options()(underscored, v1, help);
         if (dashed != underscored) opts.add_options()(dashed.c_str(), v2, "");
     };
+    // clang-format off
     opts.add_options()
         ("help,h", "show this help")
         ("model,m", po::value(&model_path), "the .colibri model file")
@@ -105,7 +108,9 @@ int main(int argc, char** argv) {
                            "more steps where the completion repeats its context)")
         ("parse-special", "text in --prompt and --suffix that spells a special token (<|endoftext|>) becomes that token; "
                           "by default it is encoded as text");
-    both("max_tokens", po::value(&req.max_tokens), po::value(&req.max_tokens), "tokens to generate at most (default 128)");
+    // clang-format on
+    both("max_tokens", po::value(&req.max_tokens), po::value(&req.max_tokens),
+         "tokens to generate at most (default 128)");
     both("max_lines", po::value(&req.max_lines), po::value(&req.max_lines),
          "end before line N+1 of the completion (1: the rest of the cursor's line); 0: no limit (default)");
     both("stop_on_dedent", po::bool_switch(&req.stop_on_dedent), po::bool_switch(&req.stop_on_dedent),
@@ -114,7 +119,8 @@ int main(int argc, char** argv) {
     both("top_k", po::value(&req.sampling.top_k), po::value(&req.sampling.top_k), "top-k, 0: off (default 40)");
     both("top_p", po::value(&req.sampling.top_p), po::value(&req.sampling.top_p), "top-p, 1: off (default 0.95)");
     both("min_p", po::value(&req.sampling.min_p), po::value(&req.sampling.min_p), "min-p, 0: off (default 0.05)");
-    both("repeat_penalty", po::value(&req.sampling.repeat_penalty), po::value(&req.sampling.repeat_penalty), "1: off (default 1.0)");
+    both("repeat_penalty", po::value(&req.sampling.repeat_penalty), po::value(&req.sampling.repeat_penalty),
+         "1: off (default 1.0)");
     both("ctx_size", po::value(&n_ctx), po::value(&n_ctx), "context length (default: the model's, at most 4096)");
     po::variables_map vm;
     if (const int status = cli::parse(argc, argv, "colibri", opts, vm); status >= 0) return status;
@@ -130,11 +136,10 @@ int main(int argc, char** argv) {
         if (gpu_memory_mib < 0) throw error(errc::invalid_argument, "--gpu-memory must not be negative");
         auto rt = load_runtime(model_path, device, threads, false, size_t(gpu_memory_mib) << 20);
         const auto& hp = rt->mdl->hp();
-        std::fprintf(stderr, "model %s: %s, %u layers, %u experts (%u used), %s, %s, %d threads\n",
-                     model_path.c_str(), format::arch_name(static_cast<format::arch>(hp.arch)).data(), hp.n_layer,
-                     hp.n_expert, hp.n_expert_used,
-                     format::dtype_name(static_cast<format::dtype>(hp.weight_type)).data(), rt->be->name().c_str(),
-                     rt->be->n_threads());
+        std::fprintf(stderr, "model %s: %s, %u layers, %u experts (%u used), %s, %s, %d threads\n", model_path.c_str(),
+                     format::arch_name(static_cast<format::arch>(hp.arch)).data(), hp.n_layer, hp.n_expert,
+                     hp.n_expert_used, format::dtype_name(static_cast<format::dtype>(hp.weight_type)).data(),
+                     rt->be->name().c_str(), rt->be->n_threads());
         if (dumping) {
             dump_logits(*rt, parse_ids(tokens), dump_path);
             return 0;
@@ -151,8 +156,8 @@ int main(int argc, char** argv) {
             const perplexity_result r = perplexity(*rt->mdl, *rt->be, ids, ctx, [tty](int w, int nw) {
                 if (tty) std::fprintf(stderr, "\rwindow %d/%d", w, nw);
             });
-            std::fprintf(stderr, "%s%lld tokens scored in %d windows of %d\n", tty ? "\n" : "", static_cast<long long>(r.n_scored),
-                         r.n_windows, ctx);
+            std::fprintf(stderr, "%s%lld tokens scored in %d windows of %d\n", tty ? "\n" : "",
+                         static_cast<long long>(r.n_scored), r.n_windows, ctx);
             std::printf("%.4f\n", r.perplexity);
             return 0;
         }
@@ -190,12 +195,15 @@ int main(int argc, char** argv) {
         if (!stream) std::fwrite(all.data(), 1, all.size(), stdout);
         std::fflush(stdout);
         if (req.suffix) std::fprintf(stderr, "\nfill-in-the-middle: %s", fim_kind_name(r.fim).data());
-        std::fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f tok/s); generated: %d tokens in %.1f ms (%.1f tok/s); finish: %s\n",
-                     r.n_prompt_tokens, r.prompt_ms, r.n_prompt_tokens * 1000.0 / std::max(r.prompt_ms, 1e-3),
-                     r.n_generated_tokens, r.generate_ms,
-                     r.n_generated_tokens > 1 ? (r.n_generated_tokens - 1) * 1000.0 / std::max(r.generate_ms, 1e-3) : 0.0,
-                     finish_reason_name(r.reason).data());
-        if (r.n_drafted_tokens > 0) std::fprintf(stderr, "drafts: %d of %d tokens kept\n", r.n_accepted_tokens, r.n_drafted_tokens);
+        std::fprintf(
+            stderr,
+            "\nprompt: %d tokens in %.1f ms (%.1f tok/s); generated: %d tokens in %.1f ms (%.1f tok/s); finish: %s\n",
+            r.n_prompt_tokens, r.prompt_ms, r.n_prompt_tokens * 1000.0 / std::max(r.prompt_ms, 1e-3),
+            r.n_generated_tokens, r.generate_ms,
+            r.n_generated_tokens > 1 ? (r.n_generated_tokens - 1) * 1000.0 / std::max(r.generate_ms, 1e-3) : 0.0,
+            finish_reason_name(r.reason).data());
+        if (r.n_drafted_tokens > 0)
+            std::fprintf(stderr, "drafts: %d of %d tokens kept\n", r.n_accepted_tokens, r.n_drafted_tokens);
     } catch (const std::exception& e) {
         std::cerr << "colibri: " << e.what() << "\n";
         return 1;

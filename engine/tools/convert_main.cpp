@@ -1,9 +1,9 @@
 // colibri-convert: Hugging Face checkpoint directory, GGUF file (or random weights) -> .colibri file.
 
+#include "command_line.hpp"
 #include "convert/convert.h"
 #include "convert/gguf_file.h"
 #include "core/error.h"
-#include "command_line.hpp"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -37,11 +37,13 @@ std::string human_count(uint64_t n) {
 int main(int argc, char** argv) {
     std::string input, output, quant, arch = "mixtral", tokenizer, fim_order_name;
     random_model_options ro;
-    po::options_description opts("colibri-convert: write a .colibri model file\n\n"
-                                 "  colibri-convert --input <hf-checkpoint-dir> --output <file.colibri> [--quant TYPE]\n"
-                                 "  colibri-convert --input <model.gguf> --output <file.colibri> [--quant TYPE]\n"
-                                 "  colibri-convert --random --tokenizer <tokenizer.model> --output <file.colibri> [shape options]\n\n"
-                                 "Options");
+    po::options_description opts(
+        "colibri-convert: write a .colibri model file\n\n"
+        "  colibri-convert --input <hf-checkpoint-dir> --output <file.colibri> [--quant TYPE]\n"
+        "  colibri-convert --input <model.gguf> --output <file.colibri> [--quant TYPE]\n"
+        "  colibri-convert --random --tokenizer <tokenizer.model> --output <file.colibri> [shape options]\n\n"
+        "Options");
+    // clang-format off
     opts.add_options()
         ("help,h", "show this help")
         ("input,i", po::value(&input), "Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.model or tokenizer.json), or a GGUF file")
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
         ("n-vocab", po::value(&ro.n_vocab), "with --random: vocabulary size")
         ("n-ctx", po::value(&ro.n_ctx), "with --random: context length")
         ("seed", po::value(&ro.seed), "with --random: weight seed");
+    // clang-format on
     po::variables_map vm;
     if (const int status = cli::parse(argc, argv, "colibri-convert", opts, vm); status >= 0) return status;
     const bool random = vm.count("random") > 0;
@@ -94,9 +97,11 @@ int main(int argc, char** argv) {
         std::optional<fim_order> order;
         if (!fim_order_name.empty() && !parse_fim_order(fim_order_name, order.emplace()))
             throw error(errc::invalid_argument, "--fim-order must be 'psm' or 'spm' (got '" + fim_order_name + "')");
-        if (random && order) throw error(errc::invalid_argument, "--fim-order applies to a converted model, not --random");
+        if (random && order)
+            throw error(errc::invalid_argument, "--fim-order applies to a converted model, not --random");
         if (!random && std::filesystem::is_regular_file(input) && is_gguf_file(input)) {
-            s = convert_gguf(input, output, quant.empty() ? std::nullopt : std::optional<quant_choice>(q), progress, order);
+            s = convert_gguf(input, output, quant.empty() ? std::nullopt : std::optional<quant_choice>(q), progress,
+                             order);
         } else if (random) {
             ro.arch = parse_arch(arch);
             ro.tokenizer_model = tokenizer;
@@ -104,13 +109,13 @@ int main(int argc, char** argv) {
         } else {
             s = convert_checkpoint(input, output, q, progress, order);
         }
-        std::fprintf(stderr,
-                     "wrote %s: %s, %zu tensors, %s parameters (%s active per token), %.1f MiB, %.2f s\n",
+        std::fprintf(stderr, "wrote %s: %s, %zu tensors, %s parameters (%s active per token), %.1f MiB, %.2f s\n",
                      output.c_str(), s.family.c_str(), s.n_tensors, human_count(s.n_params).c_str(),
                      human_count(s.n_params_active).c_str(), double(s.file_size) / 1048576.0, s.seconds);
         for (const type_conversion& c : s.conversions) {
-            const std::string how = c.copied ? "blocks copied" :
-                                    c.err2 == 0 ? "exact" : "relative RMS error " + std::to_string(c.rms_rel_error());
+            const std::string how = c.copied      ? "blocks copied"
+                                    : c.err2 == 0 ? "exact"
+                                                  : "relative RMS error " + std::to_string(c.rms_rel_error());
             std::fprintf(stderr, "  %-5s -> %-5s %4llu tensors, %s elements: %s\n", c.from.c_str(),
                          format::dtype_name(c.to).data(), static_cast<unsigned long long>(c.n_tensors),
                          human_count(c.n_elements).c_str(), how.c_str());

@@ -1,8 +1,8 @@
 #include "tools/machine_limits.h"
 
+#include "cpu/kernel_table.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
-#include "cpu/kernel_table.h"
 #include "format/row_codec.h"
 
 #include <algorithm>
@@ -84,7 +84,7 @@ double read_probe::measure(int passes) {
 
 dot_peak measure_dot_peak(int n_threads, const kernel_table& kt, format::dtype weights) {
     if (!format::is_quantized(weights)) weights = format::dtype::q8_0; // f32/f16/bf16 models: the q8_0 kernels
-    const int64_t n = 4096, rows = 8, iters = 1000; // 8 rows of 4096: 34 KiB per thread at q8_0
+    const int64_t n = 4096, rows = 8, iters = 1000;                    // 8 rows of 4096: 34 KiB per thread at q8_0
     thread_pool pool(n_threads);
     // activation vectors: the prefill kernels' batch, four (eight for the interleaved types)
     std::vector<float> x(size_t(x8_prefill_tokens * n));
@@ -95,7 +95,8 @@ dot_peak measure_dot_peak(int n_threads, const kernel_table& kt, format::dtype w
     const size_t rb = format::row_bytes(row_type, n);
     std::vector<uint8_t> w(size_t(rows) * rb);
     for (int64_t r = 0; r < rows; ++r) {
-        if (format::is_read_only(row_type)) std::memset(w.data() + size_t(r) * rb, 0x11, rb); // no quantiser: any blocks
+        if (format::is_read_only(row_type))
+            std::memset(w.data() + size_t(r) * rb, 0x11, rb); // no quantiser: any blocks
         else format::row_from_f32(row_type, x.data(), w.data() + size_t(r) * rb, n);
     }
     std::vector<uint8_t> groups(x8 ? w.size() : 0);
@@ -125,7 +126,8 @@ dot_peak measure_dot_peak(int n_threads, const kernel_table& kt, format::dtype w
             for (int64_t it = 0; it < iters; ++it) {
                 for (int64_t r = 0; r < rows; ++r) {
                     if (k_quant) { // the backend's K-quant rows with f32 activations: kernels::dot_row
-                        for (int t = 0; t < 4; ++t) out[t] = kernels::dot_row(row_type, w.data() + size_t(r) * rb, x.data() + t * n, n);
+                        for (int t = 0; t < 4; ++t)
+                            out[t] = kernels::dot_row(row_type, w.data() + size_t(r) * rb, x.data() + t * n, n);
                     } else {
                         dotx4(w.data() + size_t(r) * rb, x.data(), size_t(n), n, out);
                     }
@@ -140,7 +142,8 @@ dot_peak measure_dot_peak(int n_threads, const kernel_table& kt, format::dtype w
             float s = 0, out[x8_prefill_tokens * 8 * x8_prefill_groups];
             for (int64_t it = 0; it < iters; ++it) {
                 if (x8) { // the one group again, as many times as prefill passes groups
-                    tile_x8(groups.data(), 0, x8_prefill_groups, xq.data(), size_t(n / format::qk), x8_prefill_tokens, n, out);
+                    tile_x8(groups.data(), 0, x8_prefill_groups, xq.data(), size_t(n / format::qk), x8_prefill_tokens,
+                            n, out);
                     s += out[0] + out[std::size(out) - 1];
                     continue;
                 }

@@ -3,10 +3,10 @@
 
 #include "tools/tokenize_cmd.h"
 
+#include "command_line.hpp"
 #include "convert/tokenizer_file.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
-#include "command_line.hpp"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -50,6 +50,7 @@ int tokenize_main(int argc, char** argv) {
                                  "  colibri tokenize --model M < file           ids of standard input\n"
                                  "  colibri tokenize --model M --decode 1,2,3   the text of ids\n\n"
                                  "M is a .colibri file, a GGUF file or a Hugging Face tokenizer.json.\n\nOptions");
+    // clang-format off
     opts.add_options()
         ("help,h", "show this help")
         ("model,m", po::value(&path), "tokenizer source: .colibri, .gguf or tokenizer.json")
@@ -60,6 +61,7 @@ int tokenize_main(int argc, char** argv) {
         ("pieces", "print one 'id<TAB>piece' line per token instead of the id list")
         ("parse-special", "text that spells a special token (<|endoftext|>) becomes that token, as Hugging Face "
                           "tokenizers and llama.cpp's tokenizer tests read it; by default it is encoded as text");
+    // clang-format on
     po::variables_map vm;
     if (const int status = cli::parse(argc, argv, "colibri tokenize", opts, vm); status >= 0) return status;
     if (path.empty()) return cli::usage_error("colibri tokenize", "--model is required");

@@ -83,9 +83,7 @@ constexpr std::array<std::pair<fault_kind, std::string_view>, 8> k_fault_names{{
     {fault_kind::device_error, "device_error"},
 }};
 
-[[noreturn]] void bad(const std::string& message) {
-    throw protocol_error(error_code::invalid_request, message);
-}
+[[noreturn]] void bad(const std::string& message) { throw protocol_error(error_code::invalid_request, message); }
 
 /// Reads the fields of one JSON object, remembering which were consumed so that unknown
 /// fields can be reported by name.
@@ -117,8 +115,7 @@ public:
         const json* v = get(name);
         if (!v) return std::nullopt;
         if (!v->is_number_integer()) bad(std::string("'") + name + "' must be an integer");
-        if (v->is_number_unsigned() &&
-            v->get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
+        if (v->is_number_unsigned() && v->get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
             bad(range_message(name, lo, hi));
         const auto x = v->get<std::int64_t>();
         if (x < lo || x > hi) bad(range_message(name, lo, hi));
@@ -163,8 +160,7 @@ json read_id(const json& obj, const request_limits& limits) {
         return id;
     }
     if (id.is_number_integer()) {
-        if (id.is_number_unsigned() &&
-            id.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+        if (id.is_number_unsigned() && id.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
             bad("'id' integer out of range");
         return id;
     }
@@ -178,13 +174,11 @@ std::vector<std::string> read_stop(const json& v, const request_limits& limits) 
         const auto& str = s.get_ref<const std::string&>();
         if (str.empty()) bad("'stop' strings must not be empty");
         if (str.size() > limits.max_stop_bytes)
-            bad("'stop' strings are limited to " + std::to_string(limits.max_stop_bytes) +
-                " bytes");
+            bad("'stop' strings are limited to " + std::to_string(limits.max_stop_bytes) + " bytes");
         out.push_back(str);
     };
     if (v.is_array()) {
-        if (v.size() > limits.max_stop)
-            bad("'stop' holds at most " + std::to_string(limits.max_stop) + " strings");
+        if (v.size() > limits.max_stop) bad("'stop' holds at most " + std::to_string(limits.max_stop) + " strings");
         for (const auto& s : v) add(s);
     } else {
         add(v);
@@ -238,8 +232,7 @@ complete_request read_complete(object_reader& r, const request_limits& limits) {
             bad("'session' is longer than " + std::to_string(limits.max_session_bytes) + " bytes");
         c.session = std::move(*s);
     }
-    if (auto n = r.integer(field::max_tokens, 0, limits.max_tokens))
-        c.max_tokens = static_cast<int>(*n);
+    if (auto n = r.integer(field::max_tokens, 0, limits.max_tokens)) c.max_tokens = static_cast<int>(*n);
     if (auto n = r.integer(field::max_lines, 0, 1 << 20)) c.max_lines = static_cast<int>(*n);
     if (auto b = r.boolean(field::stop_on_dedent)) c.stop_on_dedent = *b;
     if (auto n = r.integer(field::min_indent, 0, 1 << 20)) c.min_indent = static_cast<int>(*n);
@@ -257,8 +250,7 @@ complete_request read_complete(object_reader& r, const request_limits& limits) {
     }
     if (const json* s = r.get(field::stop)) c.stop = read_stop(*s, limits);
     if (auto b = r.boolean(field::stream)) c.stream = *b;
-    if (auto n = r.integer(field::timeout_ms, 1, std::numeric_limits<std::int64_t>::max()))
-        c.timeout_ms = *n;
+    if (auto n = r.integer(field::timeout_ms, 1, std::numeric_limits<std::int64_t>::max())) c.timeout_ms = *n;
     if (limits.allow_fault_injection)
         if (const json* f = r.get(field::debug_fault)) c.fault = read_fault(*f);
     return c;
@@ -271,17 +263,15 @@ request_body read_body(const std::string& op, object_reader& r, const request_li
         if (auto v = r.integer(field::protocol, 0, INT32_MAX)) h.protocol = static_cast<int>(*v);
         if (auto s = r.string(field::client)) h.client = std::move(*s);
         if (h.protocol != protocol_version)
-            throw protocol_error(error_code::unsupported_protocol,
-                                 "protocol " + std::to_string(h.protocol) +
-                                     " is not supported; this server speaks " +
-                                     std::to_string(protocol_version));
+            throw protocol_error(error_code::unsupported_protocol, "protocol " + std::to_string(h.protocol) +
+                                                                       " is not supported; this server speaks " +
+                                                                       std::to_string(protocol_version));
         return h;
     }
     if (op == "cancel") {
         const json* t = r.get(field::target);
         if (!t) bad("missing 'target'");
-        if (!(t->is_string() || t->is_number_integer()))
-            bad("'target' must be a string or an integer");
+        if (!(t->is_string() || t->is_number_integer())) bad("'target' must be a string or an integer");
         return cancel_request{*t};
     }
     if (op == "health") return health_request{};
@@ -315,14 +305,10 @@ std::optional<fault_kind> fault_kind_from_string(std::string_view name) {
     return std::nullopt;
 }
 
-std::variant<request, request_error> parse_request(std::string_view line,
-                                                   const request_limits& limits) {
+std::variant<request, request_error> parse_request(std::string_view line, const request_limits& limits) {
     json obj = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-    if (obj.is_discarded())
-        return request_error{nullptr, error_code::invalid_json, "the line is not valid JSON"};
-    if (!obj.is_object())
-        return request_error{nullptr, error_code::invalid_request,
-                             "a request must be a JSON object"};
+    if (obj.is_discarded()) return request_error{nullptr, error_code::invalid_json, "the line is not valid JSON"};
+    if (!obj.is_object()) return request_error{nullptr, error_code::invalid_request, "a request must be a JSON object"};
     json id;
     try {
         id = read_id(obj, limits);
@@ -397,9 +383,7 @@ json to_json(const request& req) {
     return j;
 }
 
-std::string dump_line(const json& j) {
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string dump_line(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json make_hello_event(const json& id, std::string_view server_version) {
     return {{field::id, id},
@@ -433,19 +417,14 @@ json make_done_event(const json& id, const done_event& done) {
     return j;
 }
 
-json make_error_event(const json& id, error_code code, std::string_view message,
-                      std::optional<finish_reason> reason) {
-    json j = {{field::id, id},
-              {field::event, event::error},
-              {field::code, to_string(code)},
-              {field::message, message}};
+json make_error_event(const json& id, error_code code, std::string_view message, std::optional<finish_reason> reason) {
+    json j = {{field::id, id}, {field::event, event::error}, {field::code, to_string(code)}, {field::message, message}};
     if (reason) j[field::finish_reason] = to_string(*reason);
     return j;
 }
 
 json make_cancel_event(const json& id, const json& target, bool found) {
-    return {{field::id, id}, {field::event, event::cancel}, {field::target, target},
-            {field::found, found}};
+    return {{field::id, id}, {field::event, event::cancel}, {field::target, target}, {field::found, found}};
 }
 
 done_event parse_done_event(const json& j) {

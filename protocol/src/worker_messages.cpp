@@ -104,8 +104,7 @@ to_worker decode_to_worker(std::string_view line) {
             auto parsed = parse_request(dump_line(r), limits);
             if (auto* err = std::get_if<request_error>(&parsed))
                 throw protocol_error(error_code::internal, "bad run request: " + err->message);
-            return run_msg{whole_number(j, "job"),
-                           std::get<complete_request>(std::get<request>(parsed).body),
+            return run_msg{whole_number(j, "job"), std::get<complete_request>(std::get<request>(parsed).body),
                            whole_number(j, "seed")};
         }
         if (t == "cancel") return cancel_msg{whole_number(j, "job")};
@@ -143,7 +142,8 @@ from_worker decode_from_worker(std::string_view line) {
         if (t == "ready") return ready_msg{j.at("info")};
         if (t == "error") {
             const auto c = error_code_from_string(j.at("code").get<std::string>());
-            error_msg e{whole_number(j, "job"), c.value_or(error_code::internal), j.at("message").get<std::string>(), {}};
+            error_msg e{
+                whole_number(j, "job"), c.value_or(error_code::internal), j.at("message").get<std::string>(), {}};
             if (auto it = j.find("upstreams"); it != j.end()) e.upstreams = *it;
             return e;
         }

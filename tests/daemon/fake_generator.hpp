@@ -30,8 +30,9 @@ inline std::uint64_t fnv1a(std::string_view s) {
 
 /// Multi-byte UTF-8 pieces on purpose: the daemon must pass them through untouched.
 inline fake_completion make_fake_completion(const protocol::complete_request& req, std::uint64_t seed) {
-    static const char* const words[] = {" foo", "(",  ")",  " bar", "\n", " \xc3\xa9", "\xe4\xb8\xad",
-                                        "\xf0\x9f\x90\x8d", " x", " = ", "1", ";", "\"q\"", "\\"};
+    static const char* const words[] = {
+        " foo", "(",   ")", " bar", "\n",    " \xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x90\x8d",
+        " x",   " = ", "1", ";",    "\"q\"", "\\"};
     constexpr std::uint64_t n_words = sizeof(words) / sizeof(words[0]);
     std::uint64_t h = fnv1a(req.prompt) ^ (fnv1a(req.suffix) * 31) ^ (seed * 0x9E3779B97F4A7C15ull);
     fake_completion out;

@@ -27,8 +27,8 @@ class fake_upstream {
 public:
     struct script {
         std::vector<std::string> pieces = {"def", " f", "(x):\n", "    return x\n"};
-        int delay_ms = 0;  ///< before each piece
-        int status = 200;  ///< anything else: an error body with this status
+        int delay_ms = 0; ///< before each piece
+        int status = 200; ///< anything else: an error body with this status
         std::string error_message = "bad request";
         std::string cert_file, key_file; ///< both set: https with this certificate
     };
@@ -117,9 +117,12 @@ private:
             requests_.push_back(nlohmann::json::parse(in.substr(body_at, length), nullptr, false));
         }
         if (script_.status != 200) {
-            const std::string body = nlohmann::json{{"error", {{"message", script_.error_message}, {"code", script_.status}}}}.dump();
-            send_all(c, "HTTP/1.1 " + std::to_string(script_.status) + " Error\r\nContent-Type: application/json\r\n"
-                        "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+            const std::string body =
+                nlohmann::json{{"error", {{"message", script_.error_message}, {"code", script_.status}}}}.dump();
+            send_all(c, "HTTP/1.1 " + std::to_string(script_.status) +
+                            " Error\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " +
+                            std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
             return;
         }
         if (!send_all(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
@@ -127,7 +130,8 @@ private:
             return;
         auto event = [&](const nlohmann::json& j) { return chunk("data: " + j.dump() + "\n\n"); };
         auto choice = [](const std::string& text, const nlohmann::json& reason) {
-            return nlohmann::json{{"id", "cmpl-1"}, {"object", "text_completion"},
+            return nlohmann::json{{"id", "cmpl-1"},
+                                  {"object", "text_completion"},
                                   {"choices", {{{"text", text}, {"index", 0}, {"finish_reason", reason}}}}};
         };
         for (const auto& piece : script_.pieces) {
@@ -139,7 +143,8 @@ private:
         }
         nlohmann::json usage = choice("", nullptr);
         usage["choices"] = nlohmann::json::array();
-        usage["usage"] = {{"prompt_tokens", 7}, {"completion_tokens", static_cast<int>(script_.pieces.size())},
+        usage["usage"] = {{"prompt_tokens", 7},
+                          {"completion_tokens", static_cast<int>(script_.pieces.size())},
                           {"total_tokens", 7 + static_cast<int>(script_.pieces.size())}};
         send_all(c, event(choice("", "length")) + event(usage) + chunk("data: [DONE]\n\n") + "0\r\n\r\n");
     }

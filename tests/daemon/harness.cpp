@@ -63,8 +63,8 @@ temp_dir::~temp_dir() {
     std::filesystem::remove_all(path_, ec);
 }
 
-daemon_process::daemon_process(const options& overrides, bool wait, const std::string& model_content,
-                               int listen_fd, const launch_options& launch) {
+daemon_process::daemon_process(const options& overrides, bool wait, const std::string& model_content, int listen_fd,
+                               const launch_options& launch) {
     socket_ = dir_.path() + "/run/colibri.sock";
     model_ = dir_.path() + "/model.colibri";
     log_path_ = dir_.path() + "/colibrid.log";
@@ -430,7 +430,8 @@ http_response http_call(const std::string& path, const std::string& method, cons
     client c(path);
     c.send_raw(http_request_bytes(method, target, body, false, headers));
     const auto responses = parse_http_responses(c.read_to_eof(timeout));
-    if (responses.size() != 1) throw std::runtime_error("expected one HTTP response, got " + std::to_string(responses.size()));
+    if (responses.size() != 1)
+        throw std::runtime_error("expected one HTTP response, got " + std::to_string(responses.size()));
     return responses[0];
 }
 

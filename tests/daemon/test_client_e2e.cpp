@@ -75,7 +75,8 @@ TEST_CASE("client: errors go to stderr with a non-zero status") {
     CHECK(exit_code(usage) == 2);
     CHECK(usage.err.find("--temperature") != std::string::npos);
 
-    auto nobody = run_command({COLIBRI_CLIENT_EXE, "--socket", d.dir() + "/nobody.sock", "x"}, std::chrono::seconds(10));
+    auto nobody =
+        run_command({COLIBRI_CLIENT_EXE, "--socket", d.dir() + "/nobody.sock", "x"}, std::chrono::seconds(10));
     CHECK(exit_code(nobody) == 1);
     CHECK(nobody.err.find("cannot connect") != std::string::npos);
     CHECK(nobody.out.empty());

@@ -12,10 +12,10 @@
 #include <fstream>
 
 #include "config.hpp"
+#include "harness.hpp"
 #include "listen_socket.hpp"
 #include "sd_notify.hpp"
 #include "worker_process.hpp"
-#include "harness.hpp"
 
 namespace cd = colibri::daemon;
 
@@ -52,19 +52,19 @@ TEST_CASE("command line: defaults and overrides") {
 
 TEST_CASE("command line: errors are config_error with the option's name") {
     CHECK_THROWS_WITH_AS(parse({}), doctest::Contains("--model"), cd::config_error);
-    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--threads", "lots"}), doctest::Contains("threads"),
-                         cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--threads", "lots"}), doctest::Contains("threads"), cd::config_error);
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--device", "tpu"}), doctest::Contains("device"), cd::config_error);
-    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--gpu-memory", "-1"}), doctest::Contains("gpu-memory"), cd::config_error);
-    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--max-queue", "0"}), doctest::Contains("max-queue"),
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--gpu-memory", "-1"}), doctest::Contains("gpu-memory"),
                          cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--max-queue", "0"}), doctest::Contains("max-queue"), cd::config_error);
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--default-timeout-ms", "9", "--max-timeout-ms", "5"}),
                          doctest::Contains("default-timeout-ms"), cd::config_error);
     CHECK_THROWS_AS(parse({"--model", "m", "--no-such-flag"}), cd::config_error);
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--fim-order", "middle"}), doctest::Contains("'auto', 'psm' or 'spm'"),
                          cd::config_error);
     CHECK(parse({"--model", "m", "--fim-order", "spm"}).config.fim_order == "spm");
-    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--prompt-batch", "0"}), doctest::Contains("prompt-batch"), cd::config_error);
+    CHECK_THROWS_WITH_AS(parse({"--model", "m", "--prompt-batch", "0"}), doctest::Contains("prompt-batch"),
+                         cd::config_error);
     CHECK_THROWS_WITH_AS(parse({"--model", "m", "--prompt-batch", "4097"}), doctest::Contains("prompt-batch"),
                          cd::config_error);
     CHECK(parse({"--help"}).help);
@@ -104,7 +104,7 @@ TEST_CASE("peer policy: owner - root - and the configured group") {
     CHECK_FALSE(cd::peer_allowed(1001, 1000, {1000}, owner_only));
 
     cd::peer_policy with_group{1000, gid_t{2000}};
-    CHECK(cd::peer_allowed(1001, 2000, {}, with_group));      // primary group
+    CHECK(cd::peer_allowed(1001, 2000, {}, with_group));        // primary group
     CHECK(cd::peer_allowed(1001, 1001, {5, 2000}, with_group)); // supplementary group
     CHECK_FALSE(cd::peer_allowed(1001, 1001, {5, 6}, with_group));
 
@@ -171,11 +171,11 @@ TEST_CASE("slot choice: the request's own session keeps its slot even when it re
 TEST_CASE("eviction under the memory cap: least recently used first - only what is needed") {
     const std::vector<cw::slot_state> s = {{100, 0, 5}, {100, 0, 2}, {100, 0, 9}, {0, 0, 0}};
     // 100 bytes per token; chosen slot 3 needs 150 tokens
-    CHECK(cw::slots_to_evict(s, 3, 150, 100, 45000).empty());                          // 450 tokens fit
-    CHECK(cw::slots_to_evict(s, 3, 150, 100, 40000) == std::vector<std::size_t>{1});    // oldest first
+    CHECK(cw::slots_to_evict(s, 3, 150, 100, 45000).empty());                        // 450 tokens fit
+    CHECK(cw::slots_to_evict(s, 3, 150, 100, 40000) == std::vector<std::size_t>{1}); // oldest first
     CHECK(cw::slots_to_evict(s, 3, 150, 100, 25000) == std::vector<std::size_t>{1, 0});
     CHECK(cw::slots_to_evict(s, 3, 150, 100, 100) == std::vector<std::size_t>{1, 0, 2}); // all others
-    CHECK(cw::slots_to_evict(s, 0, 150, 100, 25000) == std::vector<std::size_t>{1});    // never the chosen one
+    CHECK(cw::slots_to_evict(s, 0, 150, 100, 25000) == std::vector<std::size_t>{1});     // never the chosen one
 }
 
 TEST_CASE("sd_notifier never blocks when nobody reads the notify socket") {

@@ -85,9 +85,15 @@ std::string in_process(const reference_params& rp, int* n_tokens = nullptr, int*
 }
 
 json request_for(const json& id, const reference_params& rp) {
-    json j = {{"id", id},          {"op", "complete"},         {"prompt", rp.prompt},
-              {"max_tokens", rp.max_tokens}, {"temperature", rp.temperature}, {"top_k", rp.top_k},
-              {"top_p", rp.top_p}, {"min_p", rp.min_p},        {"seed", rp.seed},
+    json j = {{"id", id},
+              {"op", "complete"},
+              {"prompt", rp.prompt},
+              {"max_tokens", rp.max_tokens},
+              {"temperature", rp.temperature},
+              {"top_k", rp.top_k},
+              {"top_p", rp.top_p},
+              {"min_p", rp.min_p},
+              {"seed", rp.seed},
               {"repeat_penalty", rp.repeat_penalty}};
     if (!rp.stop.empty()) j["stop"] = rp.stop;
     if (!rp.suffix.empty()) j["suffix"] = rp.suffix;
@@ -244,8 +250,8 @@ TEST_CASE("engine: a prompt that extends the previous one reuses the cached pref
 
 TEST_CASE("engine: colibri-client prints exactly what colibri prints for the same request") {
     daemon_process d(engine_daemon());
-    const std::vector<std::string> common = {"--max_tokens", "20", "--temperature", "0.7", "--seed", "99",
-                                             "--top_k", "30", "--prompt", "for i in range("};
+    const std::vector<std::string> common = {
+        "--max_tokens", "20", "--temperature", "0.7", "--seed", "99", "--top_k", "30", "--prompt", "for i in range("};
     std::vector<std::string> cli = {COLIBRI_CLI_EXE, "--model", COLIBRI_DAEMON_TEST_MODEL, "--threads", "1"};
     cli.insert(cli.end(), common.begin(), common.end());
     std::vector<std::string> client_args = {COLIBRI_CLIENT_EXE, "--socket", d.socket_path()};
@@ -297,7 +303,8 @@ TEST_CASE("engine: each file keeps its own cache slot - evicted or restarted mea
     CHECK(status["cache"]["hits"] == 4);
     CHECK(status["cache"]["evictions"] == 2);
     CHECK(status["cache"]["memory_bytes"].get<std::int64_t>() ==
-          (status["cache"]["slot_tokens"][0].get<std::int64_t>() + status["cache"]["slot_tokens"][1].get<std::int64_t>()) *
+          (status["cache"]["slot_tokens"][0].get<std::int64_t>() +
+           status["cache"]["slot_tokens"][1].get<std::int64_t>()) *
               status["cache"]["token_bytes"].get<std::int64_t>());
     CHECK(status["cache"]["hit_rate"].get<double>() > 0.3);
 
@@ -324,8 +331,9 @@ TEST_CASE("engine: the memory cap empties the least recently used slot") {
     a.max_tokens = b.max_tokens = 4;
     const json da = complete(c, "a", a);
     const json cache = c.call({{"id", "s0"}, {"op", "status"}})["cache"];
-    const std::int64_t one = (da["usage"]["prompt_tokens"].get<std::int64_t>() + 4) * cache["token_bytes"].get<std::int64_t>();
-    REQUIRE(one <= cache["memory_cap_bytes"].get<std::int64_t>());   // one such prompt fits
+    const std::int64_t one =
+        (da["usage"]["prompt_tokens"].get<std::int64_t>() + 4) * cache["token_bytes"].get<std::int64_t>();
+    REQUIRE(one <= cache["memory_cap_bytes"].get<std::int64_t>());    // one such prompt fits
     REQUIRE(2 * one > cache["memory_cap_bytes"].get<std::int64_t>()); // two exceed the cap
     CHECK(complete(c, "b", b)["usage"]["cached_tokens"] == 0);
     a.prompt += "def";
@@ -335,7 +343,8 @@ TEST_CASE("engine: the memory cap empties the least recently used slot") {
     const json status = c.call({{"id", "s"}, {"op", "status"}});
     CHECK(status["cache"]["evictions"].get<int>() >= 2);
     CHECK(status["cache"]["slots_used"] == 1);
-    CHECK(status["cache"]["memory_bytes"].get<std::int64_t>() <= status["cache"]["memory_cap_bytes"].get<std::int64_t>());
+    CHECK(status["cache"]["memory_bytes"].get<std::int64_t>() <=
+          status["cache"]["memory_cap_bytes"].get<std::int64_t>());
 }
 
 TEST_CASE("engine: a newer request in the same session cancels the older one at once") {
@@ -495,8 +504,10 @@ TEST_CASE("engine: suffix-first FIM keeps the cache valid up to the cursor as th
     CHECK(cached[0] < cached[1] - 30);
 }
 
-TEST_CASE("engine: a copy-heavy completion is drafted from its context, with the text of plain decoding, counted in usage and status") {
-    const std::string fn = "def push(self, item):\n    self.items.append(item)\n    self.size += 1\n    return self\n\n";
+TEST_CASE("engine: a copy-heavy completion is drafted from its context, with the text of plain decoding, counted in "
+          "usage and status") {
+    const std::string fn =
+        "def push(self, item):\n    self.items.append(item)\n    self.size += 1\n    return self\n\n";
     reference_params rp;
     rp.model = COLIBRI_DEFAULT_MODEL;
     rp.prompt = "class Stack:\n" + fn + "class Queue:\n" + fn.substr(0, 20);
@@ -508,7 +519,8 @@ TEST_CASE("engine: a copy-heavy completion is drafted from its context, with the
         const json spec = complete(c, "spec", rp);
         REQUIRE(spec["event"] == "done");
         CHECK(spec["text"] == plain);
-        const int drafted = spec["usage"]["drafted_tokens"].get<int>(), accepted = spec["usage"]["accepted_tokens"].get<int>();
+        const int drafted = spec["usage"]["drafted_tokens"].get<int>(),
+                  accepted = spec["usage"]["accepted_tokens"].get<int>();
         CHECK(drafted > 0);
         CHECK(accepted > 0);
         CHECK(accepted <= drafted);
@@ -549,16 +561,17 @@ TEST_CASE("engine over HTTP: /infill with llama.vim's extra chunks gives the in-
     in_process(without, nullptr, &n_prompt_without);
     CHECK(n_prompt_with > n_prompt_without + 10); // the chunks are in the prompt
 
-    const json body = {{"input_prefix", "def total(items):\n"},
-                       {"input_suffix", rp.suffix},
-                       {"prompt", "    "},
-                       {"input_extra", json::array({{{"filename", "util.py"}, {"text", rp.context[0].second}, {"time", 1}},
-                                                    {{"text", rp.context[1].second}}})},
-                       {"n_predict", rp.max_tokens},
-                       {"n_indent", 4},
-                       {"temperature", 0},
-                       {"samplers", {"top_k", "top_p", "infill"}},
-                       {"cache_prompt", true}};
+    const json body = {
+        {"input_prefix", "def total(items):\n"},
+        {"input_suffix", rp.suffix},
+        {"prompt", "    "},
+        {"input_extra", json::array({{{"filename", "util.py"}, {"text", rp.context[0].second}, {"time", 1}},
+                                     {{"text", rp.context[1].second}}})},
+        {"n_predict", rp.max_tokens},
+        {"n_indent", 4},
+        {"temperature", 0},
+        {"samplers", {"top_k", "top_p", "infill"}},
+        {"cache_prompt", true}};
     auto r = http_call(http, "POST", "/infill", body.dump(), {}, std::chrono::seconds(30));
     REQUIRE(r.status == 200);
     const json j = r.json_body();

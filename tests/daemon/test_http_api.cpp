@@ -114,11 +114,15 @@ TEST_CASE("bad HTTP bodies get the socket protocol's codes, naming the client's 
     CHECK(parse_err(http_api::completion, R"({"prompt":"x","stream":"yes"})").message.find("'stream'") !=
           std::string::npos);
     // Neutral values of unsupported fields, and unknown fields, pass.
-    parse_ok(http_api::completion, {{"prompt", "x"}, {"grammar", ""}, {"n_probs", 0}, {"mirostat", 0}, {"typical_p", 1},
+    parse_ok(http_api::completion, {{"prompt", "x"},
+                                    {"grammar", ""},
+                                    {"n_probs", 0},
+                                    {"mirostat", 0},
+                                    {"typical_p", 1},
                                     {"some_future_field", {1, 2}}});
     // debug_fault is the socket's test field: unknown unless the daemon enables fault injection.
-    CHECK(parse_err(http_api::completion, R"({"prompt":"x","debug_fault":{"kind":"crash"}})").message.find(
-              "'debug_fault'") != std::string::npos);
+    CHECK(parse_err(http_api::completion, R"({"prompt":"x","debug_fault":{"kind":"crash"}})")
+              .message.find("'debug_fault'") != std::string::npos);
 }
 
 TEST_CASE("/v1/completions: OpenAI's defaults and shapes") {
@@ -132,9 +136,14 @@ TEST_CASE("/v1/completions: OpenAI's defaults and shapes") {
     CHECK(c.req.top_k == 0);
     CHECK(c.req.min_p == 0.0f);
     CHECK(c.model == "anything");
-    c = parse_ok(http_api::openai_completion, {{"prompt", "x"}, {"max_tokens", nullptr}, {"stream", true},
-                                               {"stream_options", {{"include_usage", true}}}, {"n", 1},
-                                               {"logprobs", nullptr}, {"echo", false}, {"user", "me"}});
+    c = parse_ok(http_api::openai_completion, {{"prompt", "x"},
+                                               {"max_tokens", nullptr},
+                                               {"stream", true},
+                                               {"stream_options", {{"include_usage", true}}},
+                                               {"n", 1},
+                                               {"logprobs", nullptr},
+                                               {"echo", false},
+                                               {"user", "me"}});
     CHECK(c.req.max_tokens == 16);
     CHECK(c.stream);
     CHECK(c.include_usage);
@@ -209,7 +218,9 @@ TEST_CASE("OpenAI replies: text_completion objects, finish_reason, usage, and [D
     CHECK(j["choices"][0]["index"] == 0);
     CHECK(j["choices"][0]["logprobs"].is_null());
     CHECK(j["choices"][0]["finish_reason"] == "stop");
-    CHECK(j["usage"] == json{{"prompt_tokens", 9}, {"completion_tokens", 2}, {"total_tokens", 11},
+    CHECK(j["usage"] == json{{"prompt_tokens", 9},
+                             {"completion_tokens", 2},
+                             {"total_tokens", 11},
                              {"prompt_tokens_details", {{"cached_tokens", 3}}}});
     o.reason = p::finish_reason::timeout;
     CHECK(cd::http_final_body(r, o)["choices"][0]["finish_reason"] == "length");

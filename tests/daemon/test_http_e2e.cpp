@@ -52,7 +52,7 @@ private:
 
 TEST_CASE("HTTP: health, models, unknown paths and methods") {
     http_fixture f;
-    struct stat st{};
+    struct stat st {};
     REQUIRE(::stat(f.http().c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600); // owner only, as the protocol socket
 
@@ -129,8 +129,8 @@ TEST_CASE("HTTP /completion streams SSE events whose content joins to the comple
 
 TEST_CASE("HTTP /v1/completions: one body, or SSE chunks with usage and [DONE]") {
     http_fixture f;
-    const json req = {{"model", "whatever"}, {"prompt", "x = "}, {"suffix", ";\n"}, {"max_tokens", 5}, {"seed", 9},
-                      {"stop", "\n"}};
+    const json req = {{"model", "whatever"}, {"prompt", "x = "}, {"suffix", ";\n"},
+                      {"max_tokens", 5},     {"seed", 9},        {"stop", "\n"}};
     auto r = http_call(f.http(), "POST", "/v1/completions", req.dump());
     REQUIRE(r.status == 200);
     const json j = r.json_body();
@@ -146,7 +146,8 @@ TEST_CASE("HTTP /v1/completions: one body, or SSE chunks with usage and [DONE]")
     CHECK(j["choices"][0]["text"] == expected.text());
     CHECK(j["choices"][0]["finish_reason"] == (expected.reason == p::finish_reason::stop ? "stop" : "length"));
     CHECK(j["usage"]["completion_tokens"] == static_cast<int>(expected.pieces.size()));
-    CHECK(j["usage"]["total_tokens"] == j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+    CHECK(j["usage"]["total_tokens"] ==
+          j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
 
     json stream_req = req;
     stream_req["stream"] = true;
@@ -203,11 +204,13 @@ TEST_CASE("HTTP: a client that closes the connection mid-stream cancels its comp
     http_fixture f;
     {
         client c(f.http());
-        c.send_raw(http_request_bytes(
-            "POST", "/completion",
-            json{{"prompt", "slow"}, {"n_predict", 1000}, {"stream", true},
-                 {"debug_fault", {{"kind", "slow"}, {"delay_ms", 20}}}}.dump(),
-            true));
+        c.send_raw(http_request_bytes("POST", "/completion",
+                                      json{{"prompt", "slow"},
+                                           {"n_predict", 1000},
+                                           {"stream", true},
+                                           {"debug_fault", {{"kind", "slow"}, {"delay_ms", 20}}}}
+                                          .dump(),
+                                      true));
         c.read_until("data: ");
     } // closed
     json st;
@@ -226,7 +229,10 @@ TEST_CASE("HTTP: a client that closes the connection mid-stream cancels its comp
 
 TEST_CASE("HTTP t_max_predict_ms: past the time the completion ends once it holds a newline") {
     http_fixture f;
-    const json req = {{"prompt", "p"}, {"n_predict", 300}, {"seed", 5}, {"t_max_predict_ms", 100},
+    const json req = {{"prompt", "p"},
+                      {"n_predict", 300},
+                      {"seed", 5},
+                      {"t_max_predict_ms", 100},
                       {"debug_fault", {{"kind", "slow"}, {"delay_ms", 10}}}};
     auto r = http_call(f.http(), "POST", "/completion", req.dump());
     REQUIRE(r.status == 200);
@@ -286,7 +292,8 @@ TEST_CASE("HTTP Expect: 100-continue gets its 100 before the body is sent") {
     client c(f.http());
     const std::string body = R"({"prompt":"e","n_predict":2,"seed":1})";
     c.send_raw("POST /completion HTTP/1.1\r\nHost: x\r\nConnection: close\r\nExpect: 100-continue\r\n"
-               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+               "Content-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n");
     CHECK(c.read_until("\r\n\r\n", std::chrono::seconds(2)) == "HTTP/1.1 100 Continue\r\n\r\n");
     c.send_raw(body);
     const auto responses = parse_http_responses(c.read_to_eof());

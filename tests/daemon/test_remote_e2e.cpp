@@ -16,7 +16,8 @@ using namespace std::chrono_literals;
 namespace {
 
 daemon_process::options remote_daemon(const std::string& upstream, const std::string& model = "") {
-    daemon_process::options o = {{"--backend", "openai"}, {"--worker-exe", COLIBRI_WORKER_EXE}, {"--upstream", upstream}};
+    daemon_process::options o = {
+        {"--backend", "openai"}, {"--worker-exe", COLIBRI_WORKER_EXE}, {"--upstream", upstream}};
     o["--model"] = model.empty() ? "<remove>" : model; // none: the upstream's own
     return o;
 }
@@ -43,8 +44,13 @@ TEST_CASE("remote: the upstream's stream arrives as pieces, with its usage; the 
     fake_upstream up({});
     daemon_process d(remote_daemon(up.url(), "qwen2.5-coder"), true, "");
     client c(d.socket_path());
-    const json done = run(c, 1, {{"prompt", "def f"}, {"suffix", "\n"}, {"max_tokens", 30}, {"temperature", 0},
-                                 {"stop", {"\n\n"}}, {"seed", 3}});
+    const json done = run(c, 1,
+                          {{"prompt", "def f"},
+                           {"suffix", "\n"},
+                           {"max_tokens", 30},
+                           {"temperature", 0},
+                           {"stop", {"\n\n"}},
+                           {"seed", 3}});
     CHECK(done["event"] == "done");
     CHECK(done["text"] == "def f(x):\n    return x\n");
     CHECK(done["finish_reason"] == "length");
@@ -127,8 +133,9 @@ TEST_CASE("remote: with two upstreams one of which is down, every request is ser
     temp_dir dir;
     const std::string conf = dir.path() + "/colibrid.conf";
     std::ofstream(conf) << "upstream = http://127.0.0.1:" << port << "\nupstream = " << live.url() << "\n";
-    daemon_process d({{"--backend", "openai"}, {"--worker-exe", COLIBRI_WORKER_EXE}, {"--config", conf}, {"--model", "<remove>"}},
-                     true, "");
+    daemon_process d(
+        {{"--backend", "openai"}, {"--worker-exe", COLIBRI_WORKER_EXE}, {"--config", conf}, {"--model", "<remove>"}},
+        true, "");
     client c(d.socket_path());
     for (int i = 0; i < 4; ++i) CHECK(run(c, i, {{"prompt", "x"}, {"max_tokens", 4}})["event"] == "done");
     CHECK(live.requests().size() == 4);
@@ -155,9 +162,10 @@ TEST_CASE("remote: with two upstreams one of which is down, every request is ser
 TEST_CASE("remote: an https upstream, its certificate checked against the trusted ones") {
     temp_dir dir;
     const std::string cert = dir.path() + "/cert.pem", key = dir.path() + "/key.pem";
-    const auto made = run_command({COLIBRI_OPENSSL_EXE, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
-                                   "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"},
-                                  30s);
+    const auto made =
+        run_command({COLIBRI_OPENSSL_EXE, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                     "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"},
+                    30s);
     REQUIRE_MESSAGE(made.status == 0, made.err);
     fake_upstream::script s;
     s.cert_file = cert;
@@ -188,8 +196,10 @@ TEST_CASE("remote: --upstream-fim builds the model's own FIM prompt, context fil
     opts["--upstream-fim"] = "qwen";
     daemon_process d(opts, true, "");
     client c(d.socket_path());
-    CHECK(run(c, 1, {{"prompt", "def f("}, {"suffix", "):\n"},
-                     {"context", {{{"filename", "a.py"}, {"text", "A = 1\n"}}, {{"text", "B = 2\n"}}}}})["event"] == "done");
+    CHECK(run(c, 1,
+              {{"prompt", "def f("},
+               {"suffix", "):\n"},
+               {"context", {{{"filename", "a.py"}, {"text", "A = 1\n"}}, {{"text", "B = 2\n"}}}}})["event"] == "done");
     CHECK(run(c, 2, {{"prompt", "import os\n"}})["event"] == "done");
     const auto reqs = up.requests();
     REQUIRE(reqs.size() == 2);

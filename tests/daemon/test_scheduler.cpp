@@ -422,8 +422,8 @@ TEST_CASE("scheduler: through any mix of outcomes every accepted job ends with e
         case 2: { // a client submits
             const auto& to = clients[static_cast<std::size_t>(pick(3))];
             static const char* const sessions[] = {"", "", "s1", "s2"};
-            job_options o{.session = sessions[pick(4)], .timeout_ms = pick(6) == 0 ? std::optional<std::int64_t>(0)
-                                                                                    : std::nullopt,
+            job_options o{.session = sessions[pick(4)],
+                          .timeout_ms = pick(6) == 0 ? std::optional<std::int64_t>(0) : std::nullopt,
                           .stream = pick(2) == 0};
             auto j = t.make(next_id++, to, o);
             if (!t.sched->submit(j)) accepted.push_back(j);

@@ -24,7 +24,7 @@ namespace {
 
 struct soak_totals {
     std::mutex mu;
-    std::map<std::string, long> outcomes;  // final lines by event / finish reason / error code
+    std::map<std::string, long> outcomes; // final lines by event / finish reason / error code
     std::vector<std::string> failures;
     long requests = 0;
 
@@ -191,8 +191,8 @@ TEST_CASE("soak: mixed traffic with worker crashes, hangs, cancels, supersedes a
     const auto status = c.call({{"id", 3}, {"op", "status"}});
     const auto rss1 = status["memory"]["daemon_rss_bytes"].get<long long>();
     MESSAGE("soak: " << std::chrono::duration<double>(clock_type::now() - start).count() << " s, " << t.requests
-                     << " requests, worker restarts " << status["worker"]["restarts"] << ", daemon RSS "
-                     << rss0 / 1024 << " KiB -> " << rss1 / 1024 << " KiB");
+                     << " requests, worker restarts " << status["worker"]["restarts"] << ", daemon RSS " << rss0 / 1024
+                     << " KiB -> " << rss1 / 1024 << " KiB");
     for (const auto& [what, n] : t.outcomes) MESSAGE("  " << what << ": " << n);
     MESSAGE("  daemon's counts: " << status["requests"].dump());
     for (const auto& f : t.failures) MESSAGE(f);

@@ -43,7 +43,7 @@ int listening_socket(const std::string& path) {
 
 TEST_CASE("socket 0600 in a new 0700 directory") {
     daemon_process d;
-    struct stat st{};
+    struct stat st {};
     REQUIRE(::stat(d.socket_path().c_str(), &st) == 0);
     CHECK(S_ISSOCK(st.st_mode));
     CHECK((st.st_mode & 0777) == 0600);
@@ -53,7 +53,7 @@ TEST_CASE("socket 0600 in a new 0700 directory") {
 
 TEST_CASE("socket group mode: 0660 with the group") {
     daemon_process d(daemon_process::options{{"--socket-group", "0"}});
-    struct stat st{};
+    struct stat st {};
     REQUIRE(::stat(d.socket_path().c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0660);
     CHECK(st.st_gid == 0);
@@ -61,9 +61,9 @@ TEST_CASE("socket group mode: 0660 with the group") {
 
 TEST_CASE("a second daemon on the same path refuses to start and the first keeps serving") {
     daemon_process d;
-    auto r = run_command({COLIBRID_EXE, "--model", d.model_path(), "--socket", d.socket_path(), "--worker-exe",
-                          COLIBRI_TEST_WORKER_EXE},
-                         std::chrono::seconds(10));
+    auto r = run_command(
+        {COLIBRID_EXE, "--model", d.model_path(), "--socket", d.socket_path(), "--worker-exe", COLIBRI_TEST_WORKER_EXE},
+        std::chrono::seconds(10));
     CHECK(WIFEXITED(r.status));
     CHECK(WEXITSTATUS(r.status) == 1);
     CHECK(r.err.find("refusing to take over") != std::string::npos);
@@ -85,9 +85,9 @@ TEST_CASE("a live server without the lock (another program) is not hijacked") {
     temp_dir dir;
     const std::string path = dir.path() + "/live.sock";
     const int fd = listening_socket(path);
-    auto r = run_command({COLIBRID_EXE, "--model", "/proc/self/exe", "--socket", path, "--worker-exe",
-                          COLIBRI_TEST_WORKER_EXE},
-                         std::chrono::seconds(10));
+    auto r = run_command(
+        {COLIBRID_EXE, "--model", "/proc/self/exe", "--socket", path, "--worker-exe", COLIBRI_TEST_WORKER_EXE},
+        std::chrono::seconds(10));
     ::close(fd);
     CHECK(WEXITSTATUS(r.status) == 1);
     CHECK(r.err.find("already listening") != std::string::npos);

@@ -335,7 +335,8 @@ struct watchdog_test {
     std::vector<std::uint64_t> pings;
     bool answer_pings = false;
     std::vector<std::pair<std::string, p::error_code>> hangs;
-    cd::watchdog wd{io, cfg,
+    cd::watchdog wd{io,
+                    cfg,
                     {.send_ping =
                          [this](const w::ping_msg& m) {
                              pings.push_back(m.n);
@@ -461,8 +462,8 @@ TEST_CASE("supervisor: a crash mid-job loses the job as worker_crashed - the res
     CHECK(t.errors.empty());
     CHECK(t.lost.size() == 1);
     using s = cd::worker_state;
-    CHECK(t.states == std::vector<s>{s::starting, s::ready, s::busy, s::restarting, s::starting, s::ready, s::busy,
-                                     s::ready});
+    CHECK(t.states ==
+          std::vector<s>{s::starting, s::ready, s::busy, s::restarting, s::starting, s::ready, s::busy, s::ready});
 }
 
 TEST_CASE("supervisor: a hung job is killed after the progress timeout - timeout - and the worker replaced") {
@@ -630,7 +631,8 @@ TEST_CASE("supervisor and scheduler: through crashes - hangs and refusals each r
     submit(6, "device", {p::fault_kind::device_error, 1, 0});
     submit(7, "after all that");
     sched.cancel(jobs[4], true);
-    REQUIRE(run_until(io, [&] { return sched.in_flight() == 0; }, milliseconds(20000)));
+    REQUIRE(run_until(
+        io, [&] { return sched.in_flight() == 0; }, milliseconds(20000)));
     run_for(io, milliseconds(50)); // anything late would arrive now
 
     for (int id = 1; id <= 7; ++id) REQUIRE_MESSAGE(client->finals(id).size() == 1, "request " << id);

@@ -36,7 +36,8 @@ int first_index(const std::vector<std::string>& msgs, const std::string& line) {
 }
 
 int count_of(const std::vector<std::string>& msgs, const std::string& line) {
-    return static_cast<int>(std::count_if(msgs.begin(), msgs.end(), [&](const std::string& m) { return has(m, line); }));
+    return static_cast<int>(
+        std::count_if(msgs.begin(), msgs.end(), [&](const std::string& m) { return has(m, line); }));
 }
 
 /// Reads notifications for `duration`; returns those received.
@@ -78,12 +79,11 @@ TEST_CASE("notify: STATUS while loading - READY=1 - WATCHDOG=1 pings - STATUS wi
         c.send(complete_request("a", "count me", 4, 1));
         CHECK(c.until_final("a").back()["event"] == "done");
     }
-    REQUIRE(wait_for(d, "STATUS=serving " + d.model_path() + " (fake none, cpu); 1 request served, 0 worker restarts",
-                     3s));
+    REQUIRE(
+        wait_for(d, "STATUS=serving " + d.model_path() + " (fake none, cpu); 1 request served, 0 worker restarts", 3s));
     collect(d, 500ms);
     REQUIRE(d.stop(SIGTERM).has_value());
-    while (d.next_notification(100ms)) {
-    }
+    while (d.next_notification(100ms)) {}
     const auto& msgs = d.notifications();
     INFO("notifications: " << nlohmann::json(msgs).dump());
 
@@ -118,8 +118,8 @@ TEST_CASE("notify: worker restarts show in STATUS") {
     req["debug_fault"] = {{"kind", "crash"}, {"after_tokens", 0}};
     c.send(req);
     CHECK(c.until_final("x").back()["code"] == "worker_crashed");
-    CHECK(wait_for(d, "STATUS=serving " + d.model_path() + " (fake none, cpu); 0 requests served, 1 worker restart",
-                   3s));
+    CHECK(
+        wait_for(d, "STATUS=serving " + d.model_path() + " (fake none, cpu); 0 requests served, 1 worker restart", 3s));
     const auto& msgs = d.notifications();
     INFO("notifications: " << nlohmann::json(msgs).dump());
     CHECK(std::any_of(msgs.begin(), msgs.end(), [](const std::string& m) {
@@ -203,8 +203,7 @@ TEST_CASE("socket activation with systemd-socket-activate: started by the first 
     REQUIRE(::access(path.c_str(), F_OK) == 0);
     CHECK_FALSE(d.next_notification(200ms).has_value());
 
-    auto r = run_command({COLIBRI_CLIENT_EXE, "--socket", path, "--max_tokens", "12", "--seed", "5", "def f(x):"},
-                         10s);
+    auto r = run_command({COLIBRI_CLIENT_EXE, "--socket", path, "--max_tokens", "12", "--seed", "5", "def f(x):"}, 10s);
     CHECK(WIFEXITED(r.status));
     CHECK(WEXITSTATUS(r.status) == 0);
     CHECK(r.out == fake_text("def f(x):", 12, 5));
@@ -226,8 +225,9 @@ TEST_CASE("socket activation of HTTP too: the socket named 'http' is the HTTP fr
     temp_dir dir;
     const std::string path = dir.path() + "/activated.sock", http = dir.path() + "/http.sock";
     daemon_process d({{"--socket", path}}, false, "fake model\n", -1,
-                     {{}, {COLIBRI_SOCKET_ACTIVATE_EXE, "--listen=" + path, "--listen=" + http,
-                           "--fdname=colibrid.socket:http", "--setenv=NOTIFY_SOCKET"}});
+                     {{},
+                      {COLIBRI_SOCKET_ACTIVATE_EXE, "--listen=" + path, "--listen=" + http,
+                       "--fdname=colibrid.socket:http", "--setenv=NOTIFY_SOCKET"}});
     for (int i = 0; i < 200 && ::access(http.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(10ms);
     REQUIRE(::access(http.c_str(), F_OK) == 0);
     // The first HTTP request starts colibrid, which takes both sockets.

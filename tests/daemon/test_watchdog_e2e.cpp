@@ -106,7 +106,8 @@ TEST_CASE("a device failure ends the request with its reason and restarts the wo
     CHECK(events[0]["event"] == "piece");
     CHECK(events.back()["event"] == "error");
     CHECK(events.back()["code"] == "worker_crashed");
-    CHECK(events.back()["message"].get<std::string>().find("the device failed: injected device error") != std::string::npos);
+    CHECK(events.back()["message"].get<std::string>().find("the device failed: injected device error") !=
+          std::string::npos);
     auto q = waiter.until_final("q", std::chrono::seconds(5));
     CHECK(q.back()["event"] == "done");
     CHECK(concat_pieces(q) == fake_text("queued", 5, 1));
@@ -168,9 +169,8 @@ TEST_CASE("a frozen worker (SIGSTOP) fails the liveness probe and is replaced") 
 }
 
 TEST_CASE("crash loop: unavailable in health and errors - then recovery") {
-    daemon_process d(daemon_process::options{{"--crash-loop-threshold", "2"},
-                      {"--crash-loop-window-ms", "60000"},
-                      {"--crash-loop-retry-ms", "400"}});
+    daemon_process d(daemon_process::options{
+        {"--crash-loop-threshold", "2"}, {"--crash-loop-window-ms", "60000"}, {"--crash-loop-retry-ms", "400"}});
     client c(d.socket_path());
     c.send(faulty("x1", "crash", 0));
     CHECK(c.until_final("x1").back()["code"] == "worker_crashed");
@@ -190,7 +190,8 @@ TEST_CASE("crash loop: unavailable in health and errors - then recovery") {
 }
 
 TEST_CASE("a worker that cannot load its model: unavailable with the reason - daemon stays up") {
-    daemon_process d(daemon_process::options{{"--crash-loop-threshold", "2"}, {"--crash-loop-retry-ms", "60000"}}, true, "fail: corrupt\n");
+    daemon_process d(daemon_process::options{{"--crash-loop-threshold", "2"}, {"--crash-loop-retry-ms", "60000"}}, true,
+                     "fail: corrupt\n");
     client c(d.socket_path());
     REQUIRE(wait_health(c, "unavailable", std::chrono::seconds(5)));
     auto health = c.call({{"id", "h"}, {"op", "health"}});

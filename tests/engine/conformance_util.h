@@ -66,9 +66,9 @@ inline std::vector<int32_t> run_greedy(runtime& rt, const std::vector<int32_t>& 
 }
 
 struct error_stats {
-    double max_rel = 0;   // max |ours - ref| / max |ref|, over all positions
-    double top1 = 0;      // fraction of positions with the same arg-max
-    double mean_kl = 0;   // mean KL(ref || ours) over positions
+    double max_rel = 0; // max |ours - ref| / max |ref|, over all positions
+    double top1 = 0;    // fraction of positions with the same arg-max
+    double mean_kl = 0; // mean KL(ref || ours) over positions
 };
 
 inline error_stats compare(const reference& r, const std::vector<float>& ours) {

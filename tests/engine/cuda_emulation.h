@@ -67,8 +67,8 @@ namespace colibri::emulation {
 inline dim3 grid_dim, block_dim, block_idx, thread_idx;
 
 struct fiber {
-    ucontext_t ctx;  // its first start
-    jmp_buf env;     // where it yielded
+    ucontext_t ctx; // its first start
+    jmp_buf env;    // where it yielded
     bool started = false;
     enum state_t { ready, at_barrier, at_shuffle, done } state = ready;
     float shuffle_value = 0.0f, shuffle_result = 0.0f;
@@ -150,7 +150,8 @@ inline void run_block(const std::function<void()>& body, unsigned threads, size_
         bool released = false;
         // __syncthreads: every thread not done waits there
         bool all_at_barrier = true;
-        for (const fiber& f : b.fibers) all_at_barrier = all_at_barrier && (f.state == fiber::done || f.state == fiber::at_barrier);
+        for (const fiber& f : b.fibers)
+            all_at_barrier = all_at_barrier && (f.state == fiber::done || f.state == fiber::at_barrier);
         if (all_at_barrier) {
             for (fiber& f : b.fibers) {
                 if (f.state == fiber::at_barrier) f.state = fiber::ready;
@@ -216,7 +217,8 @@ struct launcher {
             }
         };
         if (capturing != nullptr) {
-            capturing->launches.push_back([run_all, t = std::make_tuple(static_cast<P>(args)...)] { std::apply(run_all, t); });
+            capturing->launches.push_back(
+                [run_all, t = std::make_tuple(static_cast<P>(args)...)] { std::apply(run_all, t); });
         } else {
             run_all(static_cast<P>(args)...);
         }
@@ -253,8 +255,17 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
 
 // ---- the runtime API ----
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorStreamCaptureUnsupported = 900 };
-enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
+enum cudaError_t {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorStreamCaptureUnsupported = 900
+};
+enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal,
+    cudaStreamCaptureModeThreadLocal,
+    cudaStreamCaptureModeRelaxed
+};
 using cudaGraph_t = colibri::emulation::recording*;
 using cudaGraphExec_t = colibri::emulation::recording*;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
@@ -267,7 +278,9 @@ struct cudaDeviceProp {
 };
 
 inline const char* cudaGetErrorString(cudaError_t e) {
-    return e == cudaSuccess ? "no error" : e == cudaErrorStreamCaptureUnsupported ? "operation not permitted when stream is capturing" : "emulated error";
+    return e == cudaSuccess                         ? "no error"
+           : e == cudaErrorStreamCaptureUnsupported ? "operation not permitted when stream is capturing"
+                                                    : "emulated error";
 }
 // What CUDA refuses while a stream is captured (copies from pageable memory, waits).
 inline cudaError_t not_while_capturing() {

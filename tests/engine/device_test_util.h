@@ -15,15 +15,16 @@
 
 namespace colibri::test {
 
-inline constexpr format::dtype device_test_types[] = {format::dtype::f32,  format::dtype::f16,    format::dtype::bf16,
-                                                      format::dtype::q8_0, format::dtype::q4_0,   format::dtype::q8_0x8,
+inline constexpr format::dtype device_test_types[] = {format::dtype::f32,   format::dtype::f16,  format::dtype::bf16,
+                                                      format::dtype::q8_0,  format::dtype::q4_0, format::dtype::q8_0x8,
                                                       format::dtype::q4_0x8};
 /// The types read from GGUF files, blocks of 32 and super-blocks of 256 (x8: interleaved).
 inline constexpr format::dtype device_gguf_types[] = {
-    format::dtype::q4_1,   format::dtype::q5_0,   format::dtype::q5_1,   format::dtype::iq4_nl, format::dtype::q4_k,
-    format::dtype::q5_k,   format::dtype::q6_k,   format::dtype::q2_k,   format::dtype::q3_k,   format::dtype::iq4_xs,
-    format::dtype::q4_kx8, format::dtype::q5_kx8, format::dtype::q6_kx8, format::dtype::iq4_xsx8, format::dtype::q4_1x8,
-    format::dtype::q5_0x8, format::dtype::q5_1x8, format::dtype::iq4_nlx8};
+    format::dtype::q4_1,   format::dtype::q5_0,     format::dtype::q5_1,   format::dtype::iq4_nl,
+    format::dtype::q4_k,   format::dtype::q5_k,     format::dtype::q6_k,   format::dtype::q2_k,
+    format::dtype::q3_k,   format::dtype::iq4_xs,   format::dtype::q4_kx8, format::dtype::q5_kx8,
+    format::dtype::q6_kx8, format::dtype::iq4_xsx8, format::dtype::q4_1x8, format::dtype::q5_0x8,
+    format::dtype::q5_1x8, format::dtype::iq4_nlx8};
 
 // Rows of random bits, as GGUF files may hold them, for the types Colibri does not quantise
 // to itself the way llama.cpp does (K-quants, read-only types), with finite scales of either
@@ -34,8 +35,11 @@ inline std::vector<uint8_t> random_k_rows(format::dtype t, int64_t rows, int64_t
     std::vector<uint8_t> q(format::row_bytes(t, uint64_t(cols)) * uint64_t(rows));
     for (auto& b : q) b = static_cast<uint8_t>(rng.next() >> 56);
     const size_t bb = format::row_bytes(t, uint64_t(format::block_elements(t)));
-    const auto scale = [&] { return f32_to_f16((rng.uniform() < 0.5 ? -1.0f : 1.0f) * (0.001f + 0.05f * rng.uniform())); };
-    const bool second = t == dtype::q4_k || t == dtype::q5_k || t == dtype::q4_1 || t == dtype::q5_1 || t == dtype::q2_k;
+    const auto scale = [&] {
+        return f32_to_f16((rng.uniform() < 0.5 ? -1.0f : 1.0f) * (0.001f + 0.05f * rng.uniform()));
+    };
+    const bool second =
+        t == dtype::q4_k || t == dtype::q5_k || t == dtype::q4_1 || t == dtype::q5_1 || t == dtype::q2_k;
     const size_t d_at = t == dtype::q6_k   ? offsetof(format::block_q6_k, d)
                         : t == dtype::q2_k ? offsetof(format::block_q2_k, d)
                         : t == dtype::q3_k ? offsetof(format::block_q3_k, d)
@@ -47,7 +51,6 @@ inline std::vector<uint8_t> random_k_rows(format::dtype t, int64_t rows, int64_t
     }
     return q;
 }
-
 
 /// Random normal values stored as `type` (the x8 types interleaved; the read-only types,
 /// which have no quantiser, random blocks), and its view.
@@ -65,7 +68,8 @@ inline test_matrix make_matrix(format::dtype type, int64_t rows, int64_t cols, u
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
         for (float& v : row) v = normal(rng);
-        if (!format::is_read_only(plain)) format::row_from_f32(plain, row.data(), plain_rows.data() + uint64_t(r) * rb, cols);
+        if (!format::is_read_only(plain))
+            format::row_from_f32(plain, row.data(), plain_rows.data() + uint64_t(r) * rb, cols);
     }
     if (format::is_read_only(plain)) plain_rows = random_k_rows(plain, rows, cols, seed);
     test_matrix m;

@@ -47,12 +47,16 @@ public:
         }
         kv_.emplace_back(key, std::move(v));
     }
-    void erase(const std::string& key) { std::erase_if(kv_, [&](const auto& kv) { return kv.first == key; }); }
+    void erase(const std::string& key) {
+        std::erase_if(kv_, [&](const auto& kv) { return kv.first == key; });
+    }
     /// A tensor appended; ne innermost first, as GGUF lists dimensions.
     void add_tensor(const std::string& name, uint32_t type, std::vector<uint64_t> ne, std::vector<uint8_t> data) {
         tensors_.push_back({name, type, std::move(ne), std::move(data)});
     }
-    void erase_tensor(const std::string& name) { std::erase_if(tensors_, [&](const auto& t) { return t.name == name; }); }
+    void erase_tensor(const std::string& name) {
+        std::erase_if(tensors_, [&](const auto& t) { return t.name == name; });
+    }
     void set_tensor_type(const std::string& name, uint32_t type, std::vector<uint8_t> data) {
         for (auto& t : tensors_) {
             if (t.name == name) {
@@ -64,23 +68,49 @@ public:
 
     std::vector<uint8_t> bytes() const {
         std::vector<uint8_t> b;
-        auto raw = [&b](const void* p, size_t n) { b.insert(b.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n); };
+        auto raw = [&b](const void* p, size_t n) {
+            b.insert(b.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+        };
         auto u32 = [&](uint32_t v) { raw(&v, 4); };
         auto u64 = [&](uint64_t v) { raw(&v, 8); };
-        auto str = [&](const std::string& s) { u64(s.size()); raw(s.data(), s.size()); };
+        auto str = [&](const std::string& s) {
+            u64(s.size());
+            raw(s.data(), s.size());
+        };
         raw("GGUF", 4);
         u32(3);
         u64(tensors_.size());
         u64(kv_.size());
         for (const auto& [k, v] : kv_) {
             str(k);
-            if (auto* s = std::get_if<std::string>(&v)) { u32(8); str(*s); }
-            else if (auto* u = std::get_if<uint32_t>(&v)) { u32(4); u32(*u); }
-            else if (auto* f = std::get_if<float>(&v)) { u32(6); raw(f, 4); }
-            else if (auto* bo = std::get_if<bool>(&v)) { u32(7); b.push_back(*bo ? 1 : 0); }
-            else if (auto* vs = std::get_if<std::vector<std::string>>(&v)) { u32(9); u32(8); u64(vs->size()); for (const auto& e : *vs) str(e); }
-            else if (auto* vf = std::get_if<std::vector<float>>(&v)) { u32(9); u32(6); u64(vf->size()); raw(vf->data(), 4 * vf->size()); }
-            else if (auto* vi = std::get_if<std::vector<int32_t>>(&v)) { u32(9); u32(5); u64(vi->size()); raw(vi->data(), 4 * vi->size()); }
+            if (auto* s = std::get_if<std::string>(&v)) {
+                u32(8);
+                str(*s);
+            } else if (auto* u = std::get_if<uint32_t>(&v)) {
+                u32(4);
+                u32(*u);
+            } else if (auto* f = std::get_if<float>(&v)) {
+                u32(6);
+                raw(f, 4);
+            } else if (auto* bo = std::get_if<bool>(&v)) {
+                u32(7);
+                b.push_back(*bo ? 1 : 0);
+            } else if (auto* vs = std::get_if<std::vector<std::string>>(&v)) {
+                u32(9);
+                u32(8);
+                u64(vs->size());
+                for (const auto& e : *vs) str(e);
+            } else if (auto* vf = std::get_if<std::vector<float>>(&v)) {
+                u32(9);
+                u32(6);
+                u64(vf->size());
+                raw(vf->data(), 4 * vf->size());
+            } else if (auto* vi = std::get_if<std::vector<int32_t>>(&v)) {
+                u32(9);
+                u32(5);
+                u64(vi->size());
+                raw(vi->data(), 4 * vi->size());
+            }
         }
         uint64_t offset = 0;
         for (const auto& t : tensors_) {

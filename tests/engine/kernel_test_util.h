@@ -4,26 +4,26 @@
 
 #include "core/half.h"
 #include "core/softmax.h"
-#include "cpu/kernels.h"
-#include "tools/machine_limits.h"
-#include "cpu/thread_pool.h"
 #include "cpu/kernel_table.h"
+#include "cpu/kernels.h"
+#include "cpu/thread_pool.h"
+#include "device_test_util.h"
 #include "format/row_codec.h"
 #include "model/moe_routing.h"
 #include "ops/backend.h"
 #include "sampling/sampler.h"
-#include "device_test_util.h"
 #include "test_util.h"
+#include "tools/machine_limits.h"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <doctest/doctest.h>
 #include <string>
 #include <thread>
-#include <chrono>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -89,7 +89,8 @@ inline std::vector<uint8_t> stored_matrix(dtype t, const std::vector<float>& w, 
     if (!format::is_interleaved(t) && (format::is_k_quant(t) || format::is_read_only(t))) {
         return test::random_k_rows(t, rows, cols, w.size() + uint64_t(t));
     }
-    auto q = format::is_read_only(plain) ? test::random_k_rows(plain, rows, cols, w.size() + uint64_t(t)) : quantize(plain, w, rows, cols);
+    auto q = format::is_read_only(plain) ? test::random_k_rows(plain, rows, cols, w.size() + uint64_t(t))
+                                         : quantize(plain, w, rows, cols);
     if (format::is_interleaved(t)) {
         const std::vector<uint8_t> rows_plain = q;
         format::interleave_x8(t, rows_plain.data(), uint64_t(rows), uint64_t(cols), q.data());

@@ -33,103 +33,114 @@ TEST_CASE("attention kernels give the same bits whatever the next keys they are 
     std::vector<uint16_t> next_f16(next_f32.size());
     for (size_t i = 0; i < next_f32.size(); ++i) next_f16[i] = f32_to_f16(next_f32[i]);
     for (const kernel_table* kt : all_tables())
-    for (int hd : {8, 12, 64, 128, 136})
-    for (int n_q : {1, 2, 3, 4})
-    for (int n : {1, 6, 37, 70, 300}) {
-        const std::string table = kt->name;
-        CAPTURE(table);
-        CAPTURE(hd);
-        CAPTURE(n_q);
-        CAPTURE(n);
-        const auto q = random_vec(size_t(n_q) * hd, 42), k = random_vec(size_t(n) * hd, 43), v = random_vec(size_t(n) * hd, 44);
-        std::vector<uint16_t> k16(k.size()), v16(v.size());
-        for (size_t i = 0; i < k.size(); ++i) {
-            k16[i] = f32_to_f16(k[i]);
-            v16[i] = f32_to_f16(v[i]);
-        }
-        std::vector<float> scores(size_t(n_q) * n), want(size_t(n_q) * hd), got(want.size());
-        kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
-        for (int next_n : {1, 5, 64, 400}) {
-            kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), got.data(), next_f32.data(), next_n);
-            CHECK(got == want);
-        }
-        kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
-        for (int next_n : {1, 5, 64, 400}) {
-            kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), got.data(), next_f16.data(), next_n);
-            CHECK(got == want);
-        }
-    }
+        for (int hd : {8, 12, 64, 128, 136})
+            for (int n_q : {1, 2, 3, 4})
+                for (int n : {1, 6, 37, 70, 300}) {
+                    const std::string table = kt->name;
+                    CAPTURE(table);
+                    CAPTURE(hd);
+                    CAPTURE(n_q);
+                    CAPTURE(n);
+                    const auto q = random_vec(size_t(n_q) * hd, 42), k = random_vec(size_t(n) * hd, 43),
+                               v = random_vec(size_t(n) * hd, 44);
+                    std::vector<uint16_t> k16(k.size()), v16(v.size());
+                    for (size_t i = 0; i < k.size(); ++i) {
+                        k16[i] = f32_to_f16(k[i]);
+                        v16[i] = f32_to_f16(v[i]);
+                    }
+                    std::vector<float> scores(size_t(n_q) * n), want(size_t(n_q) * hd), got(want.size());
+                    kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
+                    for (int next_n : {1, 5, 64, 400}) {
+                        kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), got.data(),
+                                   next_f32.data(), next_n);
+                        CHECK(got == want);
+                    }
+                    kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), want.data(),
+                                   nullptr, 0);
+                    for (int next_n : {1, 5, 64, 400}) {
+                        kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), got.data(),
+                                       next_f16.data(), next_n);
+                        CHECK(got == want);
+                    }
+                }
 }
 
 TEST_CASE("backend attention stores the batch and matches a direct computation with grouped heads") {
     for (const kernel_table* kt : all_tables())
-    for (bool f16 : {false, true})
-    for (int hd : {8, 12, 64, 128, 136})
-    for (auto [n_head, n_head_kv] : {std::pair{4, 2}, std::pair{6, 3}, std::pair{3, 1}})
-    for (float scale : {0.35f, 40.0f}) { // 40: score differences past e^-87, where weights vanish
-        const std::string table = kt->name;
-        CAPTURE(table);
-        CAPTURE(f16);
-        CAPTURE(hd);
-        CAPTURE(n_head_kv);
-        CAPTURE(scale);
-        // a batch of every position of the context: token t attends to 0..t
-        const int n_ctx = 70, n = n_ctx;
-        cpu_options o;
-        o.n_threads = 2;
-        o.kernels = kt;
-        auto be = make_cpu_backend(o, 256);
-        auto kn = random_vec(n * n_head_kv * hd, 31), vn = random_vec(n * n_head_kv * hd, 32);
-        auto q = random_vec(n * n_head * hd, 33);
-        std::vector<float> out(n * n_head * hd), scratch(2 * (n_head / n_head_kv) * n_ctx);
-        std::vector<float> kc(n_head_kv * n_ctx * hd), vc(n_head_kv * n_ctx * hd); // f16 uses half
-        std::vector<int32_t> pos(n);
-        for (int t = 0; t < n; ++t) pos[t] = t;
-        attention_args a{q.data(), kn.data(), vn.data(), kc.data(), vc.data(), f16, pos.data(), out.data(),
-                         scratch.data(), n, n_ctx, n_head, n_head_kv, hd, scale};
-        be->attention(a);
-        // the last token again on its own (decode), its cache rows wiped first: it stores
-        // them again, and gives the same bits
-        const std::vector<float> kc_batch = kc, vc_batch = vc;
-        const size_t row_floats = f16 ? size_t(hd) / 2 : size_t(hd);
-        for (int h = 0; h < n_head_kv; ++h) {
-            const size_t at = (size_t(h) * n_ctx + size_t(n - 1)) * row_floats;
-            std::fill_n(kc.begin() + at, row_floats, 0.0f);
-            std::fill_n(vc.begin() + at, row_floats, 0.0f);
-        }
-        std::vector<float> out1(n_head * hd);
-        attention_args a1 = a;
-        a1.q += (n - 1) * n_head * hd;
-        a1.k_new += (n - 1) * n_head_kv * hd;
-        a1.v_new += (n - 1) * n_head_kv * hd;
-        a1.pos = pos.data() + n - 1;
-        a1.out = out1.data();
-        a1.n = 1;
-        be->attention(a1);
-        REQUIRE(std::memcmp(kc.data(), kc_batch.data(), kc.size() * sizeof(float)) == 0);
-        REQUIRE(std::memcmp(vc.data(), vc_batch.data(), vc.size() * sizeof(float)) == 0);
-        for (int i = 0; i < n_head * hd; ++i) REQUIRE(out1[i] == out[(n - 1) * n_head * hd + i]);
-        const auto stored = [&](const std::vector<float>& x, size_t i) { return f16 ? f16_to_f32(f32_to_f16(x[i])) : x[i]; };
-        for (int t : {0, 4, 31, 32, 40, 69}) { // across the kernels' chunks of keys
-            for (int h = 0; h < n_head; ++h) {
-                const int kvh = h / (n_head / n_head_kv);
-                std::vector<double> s(t + 1);
-                double mx = -1e300, sum = 0;
-                for (int j = 0; j <= t; ++j) {
-                    double d = 0;
-                    for (int i = 0; i < hd; ++i) d += double(q[(t * n_head + h) * hd + i]) * stored(kn, size_t((j * n_head_kv + kvh) * hd + i));
-                    s[j] = d * double(scale);
-                    mx = std::max(mx, s[j]);
-                }
-                for (double& v : s) sum += (v = std::exp(v - mx));
-                for (int i = 0; i < hd; ++i) {
-                    double ref = 0;
-                    for (int j = 0; j <= t; ++j) ref += s[j] / sum * stored(vn, size_t((j * n_head_kv + kvh) * hd + i));
-                    // f32 rounding only: an exponential off by 1e-5 fails at the small scale;
-                    // at 40 the scores' own rounding is amplified forty times
-                    CHECK(out[(t * n_head + h) * hd + i] == doctest::Approx(ref).epsilon(scale < 1 ? 1e-6 : 1e-4));
-                }
-            }
-        }
-    }
+        for (bool f16 : {false, true})
+            for (int hd : {8, 12, 64, 128, 136})
+                for (auto [n_head, n_head_kv] : {std::pair{4, 2}, std::pair{6, 3}, std::pair{3, 1}})
+                    for (float scale : {0.35f, 40.0f}) { // 40: score differences past e^-87, where weights vanish
+                        const std::string table = kt->name;
+                        CAPTURE(table);
+                        CAPTURE(f16);
+                        CAPTURE(hd);
+                        CAPTURE(n_head_kv);
+                        CAPTURE(scale);
+                        // a batch of every position of the context: token t attends to 0..t
+                        const int n_ctx = 70, n = n_ctx;
+                        cpu_options o;
+                        o.n_threads = 2;
+                        o.kernels = kt;
+                        auto be = make_cpu_backend(o, 256);
+                        auto kn = random_vec(n * n_head_kv * hd, 31), vn = random_vec(n * n_head_kv * hd, 32);
+                        auto q = random_vec(n * n_head * hd, 33);
+                        std::vector<float> out(n * n_head * hd), scratch(2 * (n_head / n_head_kv) * n_ctx);
+                        std::vector<float> kc(n_head_kv * n_ctx * hd), vc(n_head_kv * n_ctx * hd); // f16 uses half
+                        std::vector<int32_t> pos(n);
+                        for (int t = 0; t < n; ++t) pos[t] = t;
+                        attention_args a{q.data(),   kn.data(),  vn.data(),      kc.data(), vc.data(), f16,
+                                         pos.data(), out.data(), scratch.data(), n,         n_ctx,     n_head,
+                                         n_head_kv,  hd,         scale};
+                        be->attention(a);
+                        // the last token again on its own (decode), its cache rows wiped first: it stores
+                        // them again, and gives the same bits
+                        const std::vector<float> kc_batch = kc, vc_batch = vc;
+                        const size_t row_floats = f16 ? size_t(hd) / 2 : size_t(hd);
+                        for (int h = 0; h < n_head_kv; ++h) {
+                            const size_t at = (size_t(h) * n_ctx + size_t(n - 1)) * row_floats;
+                            std::fill_n(kc.begin() + at, row_floats, 0.0f);
+                            std::fill_n(vc.begin() + at, row_floats, 0.0f);
+                        }
+                        std::vector<float> out1(n_head * hd);
+                        attention_args a1 = a;
+                        a1.q += (n - 1) * n_head * hd;
+                        a1.k_new += (n - 1) * n_head_kv * hd;
+                        a1.v_new += (n - 1) * n_head_kv * hd;
+                        a1.pos = pos.data() + n - 1;
+                        a1.out = out1.data();
+                        a1.n = 1;
+                        be->attention(a1);
+                        REQUIRE(std::memcmp(kc.data(), kc_batch.data(), kc.size() * sizeof(float)) == 0);
+                        REQUIRE(std::memcmp(vc.data(), vc_batch.data(), vc.size() * sizeof(float)) == 0);
+                        for (int i = 0; i < n_head * hd; ++i) REQUIRE(out1[i] == out[(n - 1) * n_head * hd + i]);
+                        const auto stored = [&](const std::vector<float>& x, size_t i) {
+                            return f16 ? f16_to_f32(f32_to_f16(x[i])) : x[i];
+                        };
+                        for (int t : {0, 4, 31, 32, 40, 69}) { // across the kernels' chunks of keys
+                            for (int h = 0; h < n_head; ++h) {
+                                const int kvh = h / (n_head / n_head_kv);
+                                std::vector<double> s(t + 1);
+                                double mx = -1e300, sum = 0;
+                                for (int j = 0; j <= t; ++j) {
+                                    double d = 0;
+                                    for (int i = 0; i < hd; ++i)
+                                        d += double(q[(t * n_head + h) * hd + i]) *
+                                             stored(kn, size_t((j * n_head_kv + kvh) * hd + i));
+                                    s[j] = d * double(scale);
+                                    mx = std::max(mx, s[j]);
+                                }
+                                for (double& v : s) sum += (v = std::exp(v - mx));
+                                for (int i = 0; i < hd; ++i) {
+                                    double ref = 0;
+                                    for (int j = 0; j <= t; ++j)
+                                        ref += s[j] / sum * stored(vn, size_t((j * n_head_kv + kvh) * hd + i));
+                                    // f32 rounding only: an exponential off by 1e-5 fails at the small scale;
+                                    // at 40 the scores' own rounding is amplified forty times
+                                    CHECK(out[(t * n_head + h) * hd + i] ==
+                                          doctest::Approx(ref).epsilon(scale < 1 ? 1e-6 : 1e-4));
+                                }
+                            }
+                        }
+                    }
 }

@@ -127,10 +127,33 @@ TEST_CASE("BPE ids match the reference library: Llama-2 (no pre-tokenizer, byte 
 TEST_CASE("byte-level BPE is lossless on random text, ill-formed bytes read as U+FFFD") {
     // Fragments that NFC leaves alone, so Qwen3's normaliser changes nothing either; no '<',
     // so no added token can match. Ill-formed fragments may join their neighbours.
-    const std::vector<std::string> fragments = {
-        "a", "Z", "if ", "  ", "\t", "\n", "\r\n", "123", "4567", "\xC3\xA9", "\xE4\xB8\xAD\xE6\x96\x87",
-        "\xF0\x9F\x9A\x80", "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9", "\x80", "\xE2\x82", "\xF0", "'s",
-        "'LL", "::", "->", "\xC2\xA0", "\xC2\x85", "\xD9\xA3", "x_y", "{}", "    ", "\xFF"};
+    const std::vector<std::string> fragments = {"a",
+                                                "Z",
+                                                "if ",
+                                                "  ",
+                                                "\t",
+                                                "\n",
+                                                "\r\n",
+                                                "123",
+                                                "4567",
+                                                "\xC3\xA9",
+                                                "\xE4\xB8\xAD\xE6\x96\x87",
+                                                "\xF0\x9F\x9A\x80",
+                                                "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9",
+                                                "\x80",
+                                                "\xE2\x82",
+                                                "\xF0",
+                                                "'s",
+                                                "'LL",
+                                                "::",
+                                                "->",
+                                                "\xC2\xA0",
+                                                "\xC2\x85",
+                                                "\xD9\xA3",
+                                                "x_y",
+                                                "{}",
+                                                "    ",
+                                                "\xFF"};
     std::mt19937 rng(7);
     for (const char* name : {"qwen3", "deepseek-v3"}) {
         CAPTURE(name);
@@ -197,7 +220,8 @@ TEST_CASE("streaming any ids of a byte-level tokenizer gives decode's text, ill-
             std::vector<int32_t> ids;
             const int len = 1 + static_cast<int>(rng() % 12);
             for (int k = 0; k < len; ++k) {
-                ids.push_back(rng() % 2 ? byte_ids[rng() % byte_ids.size()] : static_cast<int32_t>(rng() % tok->n_vocab()));
+                ids.push_back(rng() % 2 ? byte_ids[rng() % byte_ids.size()]
+                                        : static_cast<int32_t>(rng() % tok->n_vocab()));
             }
             CAPTURE(ids);
             text_stream stream(*tok, true);
@@ -247,7 +271,7 @@ TEST_CASE("special token ids come from tokenizer_config.json") {
     const auto tok = load(qwen);
     CHECK(tok->piece_to_id("<|fim_prefix|>") == 151659);
     CHECK(tok->piece(151659) == "<|fim_prefix|>");
-    CHECK(tok->is_control(151643));      // <|endoftext|>: special
+    CHECK(tok->is_control(151643));       // <|endoftext|>: special
     CHECK_FALSE(tok->is_control(151659)); // <|fim_prefix|>: an added token, not special
     CHECK_FALSE(tok->strips_leading_space());
     std::string bytes;
@@ -431,8 +455,8 @@ TEST_CASE("added token ids the reference library would reassign are refused") {
         FAIL("accepted");
     } catch (const error& e) {
         CHECK(e.code() == errc::format);
-        CHECK(std::string(e.what()).find("added token '<mask>' has id 20 but the reference library would give it id 12") !=
-              std::string::npos);
+        CHECK(std::string(e.what()).find(
+                  "added token '<mask>' has id 20 but the reference library would give it id 12") != std::string::npos);
     }
 }
 
@@ -491,9 +515,9 @@ TEST_CASE("ill-formed UTF-8 becomes one U+FFFD per maximal subpart, as Python an
         return out;
     };
     CHECK(lossy("caf\xC3 \xE2\x82 end\xF0\x9F\x98") == "caf\xEF\xBF\xBD \xEF\xBF\xBD end\xEF\xBF\xBD");
-    CHECK(lossy("\xC0\xAF") == "\xEF\xBF\xBD\xEF\xBF\xBD");             // overlong: each byte
+    CHECK(lossy("\xC0\xAF") == "\xEF\xBF\xBD\xEF\xBF\xBD");                 // overlong: each byte
     CHECK(lossy("\xED\xA0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"); // surrogate: each byte
-    CHECK(lossy("ok \xE2\x82\xAC") == "ok \xE2\x82\xAC");                 // valid: unchanged
+    CHECK(lossy("ok \xE2\x82\xAC") == "ok \xE2\x82\xAC");                   // valid: unchanged
     CHECK(unicode::is_valid_utf8("plain ascii and \xE2\x82\xAC"));
     CHECK_FALSE(unicode::is_valid_utf8("\xF4\x90\x80\x80")); // past U+10FFFF
 }

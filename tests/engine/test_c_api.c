@@ -7,12 +7,12 @@
 #include <string.h>
 
 static int failures = 0;
-#define EXPECT(cond)                                                             \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond); \
-            ++failures;                                                          \
-        }                                                                        \
+#define EXPECT(cond)                                                                                                   \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);                             \
+            ++failures;                                                                                                \
+        }                                                                                                              \
     } while (0)
 
 struct collected {
@@ -185,7 +185,8 @@ int main(int argc, char** argv) {
     colibri_session_params_init(&sp);
     sp.n_ctx = 4;
     EXPECT(colibri_session_create(model, &sp, &small) == COLIBRI_OK);
-    EXPECT(colibri_generate(small, "a long prompt that does not fit", 31, &gp, NULL, NULL, &res) == COLIBRI_ERR_CONTEXT_FULL);
+    EXPECT(colibri_generate(small, "a long prompt that does not fit", 31, &gp, NULL, NULL, &res) ==
+           COLIBRI_ERR_CONTEXT_FULL);
 
     /* the batch size: refused out of range; a prompt one token at a time gives the same text */
     sp.n_ctx = 0;

@@ -3,28 +3,28 @@
 // tests/reference/generate.py (computed in float64 from the stored weights).
 
 #include "api/runtime.h"
-#include "core/error.h"
+#include "conformance_util.h"
 #include "convert/convert.h"
+#include "core/error.h"
 #include "generate/generate.h"
 #include "generate/perplexity.h"
 #include "model/session.h"
-#include "conformance_util.h"
 #include "test_util.h"
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <doctest/doctest.h>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 using namespace colibri;
-using test::reference;
-using test::load_reference;
-using test::run_logits;
-using test::run_greedy;
-using test::error_stats;
 using test::compare;
+using test::error_stats;
+using test::load_reference;
+using test::reference;
+using test::run_greedy;
+using test::run_logits;
 
 namespace {
 
@@ -52,12 +52,9 @@ struct budget {
 // activations (the default) add to q8_0 about as much error again as its weights (mean KL
 // 0.0002-0.008 against 0.0002-0.003 with f32 activations); to q4_0 they add next to nothing.
 const budget budgets[] = {
-    {format::dtype::f16, false, 1.0, 1e-5},
-    {format::dtype::bf16, false, 0.95, 5e-4},
-    {format::dtype::q8_0, true, 0.85, 6e-3},
-    {format::dtype::q8_0, false, 0.8, 1.2e-2},
-    {format::dtype::q4_0, true, 0.25, 0.6},
-    {format::dtype::q4_0, false, 0.25, 0.6},
+    {format::dtype::f16, false, 1.0, 1e-5},  {format::dtype::bf16, false, 0.95, 5e-4},
+    {format::dtype::q8_0, true, 0.85, 6e-3}, {format::dtype::q8_0, false, 0.8, 1.2e-2},
+    {format::dtype::q4_0, true, 0.25, 0.6},  {format::dtype::q4_0, false, 0.25, 0.6},
 };
 
 } // namespace
@@ -143,8 +140,8 @@ TEST_CASE("quantised types stay within their error budgets") {
             }
             const error_stats st = compare(r, run_logits(*rt, r.prompt, 32));
             MESSAGE(family << " " << format::dtype_name(b.type) << std::string(b.f32_activations ? " f32" : " int8")
-                           << " activations: top-1 agreement " << st.top1
-                           << ", mean KL " << st.mean_kl << ", max relative logit error " << st.max_rel);
+                           << " activations: top-1 agreement " << st.top1 << ", mean KL " << st.mean_kl
+                           << ", max relative logit error " << st.max_rel);
             CHECK(st.top1 >= b.min_top1);
             CHECK(st.mean_kl <= b.max_kl);
         }
@@ -214,7 +211,8 @@ TEST_CASE("linear RoPE scaling divides every frequency by its factor; unknown sc
         return ckpt;
     };
     const std::string path = dir.file("linear.colibri");
-    convert_checkpoint(with_scaling({{"rope_type", "linear"}, {"factor", 2.0}}, "linear"), path, format::dtype::f32, {});
+    convert_checkpoint(with_scaling({{"rope_type", "linear"}, {"factor", 2.0}}, "linear"), path, format::dtype::f32,
+                       {});
     auto rt = load_runtime(path, "cpu", 1);
     REQUIRE(rt->mdl->rope_freqs() != nullptr);
     const auto* f = reinterpret_cast<const float*>(rt->mdl->rope_freqs()->data);

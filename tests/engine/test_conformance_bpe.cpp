@@ -6,8 +6,8 @@
 // tests/fixtures/tokenizers/, copied next to the checkpoint only for conversion.
 
 #include "api/runtime.h"
-#include "convert/convert.h"
 #include "conformance_util.h"
+#include "convert/convert.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -37,10 +37,10 @@ struct bpe_reference {
     bool add_bos = false;
     int32_t bos_id = -1;
     double max_abs = 0;
-    std::vector<int32_t> columns;      // shared sampled columns
-    std::vector<float> values;         // [n_rows][n_top + columns]: top logits, then sampled ones
-    std::vector<int32_t> top_ids;      // [n_rows][n_top]
-    std::vector<float> full;           // [n_vocab]: row full_row, whole
+    std::vector<int32_t> columns; // shared sampled columns
+    std::vector<float> values;    // [n_rows][n_top + columns]: top logits, then sampled ones
+    std::vector<int32_t> top_ids; // [n_rows][n_top]
+    std::vector<float> full;      // [n_vocab]: row full_row, whole
     std::vector<bpe_case> cases;
     size_t width() const { return n_top + columns.size(); }
 };

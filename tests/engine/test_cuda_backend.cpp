@@ -34,7 +34,10 @@ bool gpu_present() {
     std::string why;
     const int n = cuda_device_count(why);
     if (n <= 0) {
-        MESSAGE("skipped: no CUDA GPU here (" << (n < 0 ? "this build has no CUDA" : why.empty() ? "no device" : why) << ")");
+        MESSAGE("skipped: no CUDA GPU here (" << (n < 0         ? "this build has no CUDA"
+                                                  : why.empty() ? "no device"
+                                                                : why)
+                                              << ")");
     }
     return n > 0;
 }
@@ -93,7 +96,7 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
 struct attention_shape {
     int n_head, n_head_kv, head_dim, n_ctx;
     bool f16;
-    int window = 0; // sliding window; 0: none
+    int window = 0;    // sliding window; 0: none
     float softcap = 0; // capped scores; 0: none
 };
 
@@ -351,8 +354,12 @@ TEST_CASE("token embeddings of every table type match the CPU's on the device") 
 TEST_CASE("attention over f16 and f32 caches matches the CPU's on the device") {
     if (!gpu_present()) return;
     for (bool f16 : {true, false}) {
-        for (auto [hd, window, softcap] : {std::tuple{64, 0, 0.0f}, {128, 0, 0.0f}, {16, 0, 0.0f}, {64, 20, 0.0f},
-                                           {16, 300, 0.0f}, {64, 20, 1.5f}}) {
+        for (auto [hd, window, softcap] : {std::tuple{64, 0, 0.0f},
+                                           {128, 0, 0.0f},
+                                           {16, 0, 0.0f},
+                                           {64, 20, 0.0f},
+                                           {16, 300, 0.0f},
+                                           {64, 20, 1.5f}}) {
             CAPTURE(f16);
             CAPTURE(hd);
             CAPTURE(window);
@@ -373,10 +380,12 @@ TEST_CASE("attention over f16 and f32 caches matches the CPU's on the device") {
                     std::vector<int32_t> pos(static_cast<size_t>(len));
                     for (int t = 0; t < len; ++t) pos[size_t(t)] = at + t;
                     const auto rows = [&](const std::vector<float>& v, size_t width) {
-                        return std::vector<float>(v.begin() + ptrdiff_t(at * width), v.begin() + ptrdiff_t((at + len) * width));
+                        return std::vector<float>(v.begin() + ptrdiff_t(at * width),
+                                                  v.begin() + ptrdiff_t((at + len) * width));
                     };
-                    const std::vector<float> o = attend(be, b, {n_head, n_head_kv, hd, n_ctx, f16, window, softcap}, k_cache, v_cache,
-                                                        rows(queries, q_dim), rows(keys, kv_dim), rows(values, kv_dim), pos);
+                    const std::vector<float> o =
+                        attend(be, b, {n_head, n_head_kv, hd, n_ctx, f16, window, softcap}, k_cache, v_cache,
+                               rows(queries, q_dim), rows(keys, kv_dim), rows(values, kv_dim), pos);
                     outs.insert(outs.end(), o.begin(), o.end());
                     at += len;
                 }
@@ -392,7 +401,8 @@ TEST_CASE("feed-forwards with token rows taken by index match the CPU's on the d
         CAPTURE(format::dtype_name(type));
         const int dim = 128, n_ff = 96, n = 6;
         std::vector<test::test_matrix> w;
-        for (int i = 0; i < 6; ++i) w.push_back(test::make_matrix(type, i % 3 == 2 ? dim : n_ff, i % 3 == 2 ? n_ff : dim, uint64_t(40 + i)));
+        for (int i = 0; i < 6; ++i)
+            w.push_back(test::make_matrix(type, i % 3 == 2 ? dim : n_ff, i % 3 == 2 ? n_ff : dim, uint64_t(40 + i)));
         const std::vector<float> x = test::random_floats(size_t(n) * dim, 31);
         const std::vector<int32_t> rows_a = {0, 2, 5}, rows_b = {1, 2, 3, 4};
         for (const bool gelu : {false, true}) { // SwiGLU, GeGLU
@@ -402,9 +412,9 @@ TEST_CASE("feed-forwards with token rows taken by index match the CPU's on the d
                 float* g = b.zeros(size_t(7) * n_ff);
                 float* u = b.zeros(size_t(7) * n_ff);
                 float* y = b.zeros(size_t(7) * dim);
-                const ffn_job jobs[2] = {
-                    {&w[0].view, &w[1].view, &w[2].view, xs, 3, rows_a.data(), g, u, y, gelu},
-                    {&w[3].view, &w[4].view, &w[5].view, xs, 4, rows_b.data(), g + 3 * n_ff, u + 3 * n_ff, y + 3 * dim, gelu}};
+                const ffn_job jobs[2] = {{&w[0].view, &w[1].view, &w[2].view, xs, 3, rows_a.data(), g, u, y, gelu},
+                                         {&w[3].view, &w[4].view, &w[5].view, xs, 4, rows_b.data(), g + 3 * n_ff,
+                                          u + 3 * n_ff, y + 3 * dim, gelu}};
                 be.ffn_many(jobs, 2);
                 return b.get(y, size_t(7) * dim);
             });
@@ -429,8 +439,8 @@ TEST_CASE("whole models of every family give the CPU's logits on the device") {
             const auto step = [&](const int32_t* tokens, int n) {
                 sc.eval(tokens, n);
                 sg.eval(tokens, n);
-                check_close(std::vector<float>(sg.logits(), sg.logits() + vocab), std::vector<float>(sc.logits(), sc.logits() + vocab),
-                            1e-3f);
+                check_close(std::vector<float>(sg.logits(), sg.logits() + vocab),
+                            std::vector<float>(sc.logits(), sc.logits() + vocab), 1e-3f);
             };
             step(prompt.data(), int(prompt.size()));
             for (int32_t t : {7, 8, 9}) step(&t, 1);
@@ -447,7 +457,8 @@ TEST_CASE("llama.cpp's files of every GGUF type give the CPU's logits on the dev
     test::temp_dir dir;
     const std::vector<int32_t> prompt = {1, 15, 27, 3, 99, 4, 250};
     // tests/reference/generate_gguf_kquants.py: between them every type the converter keeps
-    for (const char* name : {"q4_k_m", "q5_k_m", "q6_k", "iq4_xs", "iq4_nl", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m"}) {
+    for (const char* name :
+         {"q4_k_m", "q5_k_m", "q6_k", "iq4_xs", "iq4_nl", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m"}) {
         CAPTURE(name);
         const std::string path = dir.file(std::string(name) + ".colibri");
         convert_gguf(test::fixture(std::string("gguf/kquant-") + name + ".gguf"), path, std::nullopt, {});
@@ -457,11 +468,13 @@ TEST_CASE("llama.cpp's files of every GGUF type give the CPU's logits on the dev
         session sc(*cpu->mdl, *cpu->be, 64), sg(*gpu->mdl, *gpu->be, 64);
         sc.eval(prompt.data(), int(prompt.size()));
         sg.eval(prompt.data(), int(prompt.size()));
-        check_close(std::vector<float>(sg.logits(), sg.logits() + vocab), std::vector<float>(sc.logits(), sc.logits() + vocab), 1e-3f);
+        check_close(std::vector<float>(sg.logits(), sg.logits() + vocab),
+                    std::vector<float>(sc.logits(), sc.logits() + vocab), 1e-3f);
         const int32_t t = 9;
         sc.eval(&t, 1);
         sg.eval(&t, 1);
-        check_close(std::vector<float>(sg.logits(), sg.logits() + vocab), std::vector<float>(sc.logits(), sc.logits() + vocab), 1e-3f);
+        check_close(std::vector<float>(sg.logits(), sg.logits() + vocab),
+                    std::vector<float>(sc.logits(), sc.logits() + vocab), 1e-3f);
     }
 }
 
@@ -481,7 +494,8 @@ TEST_CASE("under a device weight budget experts are copied in when used - the lo
     }
     uint64_t experts_total = 0;
     for (const layer_weights& l : all->mdl->layers()) {
-        for (const expert_weights& e : l.experts) experts_total += packed_bytes(*e.gate) + packed_bytes(*e.up) + packed_bytes(*e.down);
+        for (const expert_weights& e : l.experts)
+            experts_total += packed_bytes(*e.gate) + packed_bytes(*e.up) + packed_bytes(*e.down);
     }
     for (const tensor_view& t : all->mdl->file().tensors()) dense += packed_bytes(t);
     dense -= experts_total;
@@ -542,7 +556,8 @@ TEST_CASE("routing on the device picks the experts and weights the session picks
             for (int32_t t : {7, 8, 9, 250}) {
                 device.eval(&t, 1);
                 host.eval(&t, 1);
-                const std::vector<float> d(device.logits(), device.logits() + vocab), h(host.logits(), host.logits() + vocab);
+                const std::vector<float> d(device.logits(), device.logits() + vocab),
+                    h(host.logits(), host.logits() + vocab);
 #if defined(COLIBRI_CUDA_EMULATED)
                 CHECK(d == h); // the same expf on both sides: the same bits
 #else
@@ -582,7 +597,8 @@ TEST_CASE("a MoE step on the device breaks routing ties to the lower expert and 
         mats.push_back(test::make_matrix(format::dtype::q8_0x8, dim, n_ff, uint64_t(102 + 3 * e)));
     }
     std::vector<expert_weights> experts(n_expert);
-    for (int e = 0; e < n_expert; ++e) experts[size_t(e)] = {&mats[size_t(3 * e)].view, &mats[size_t(3 * e + 1)].view, &mats[size_t(3 * e + 2)].view};
+    for (int e = 0; e < n_expert; ++e)
+        experts[size_t(e)] = {&mats[size_t(3 * e)].view, &mats[size_t(3 * e + 1)].view, &mats[size_t(3 * e + 2)].view};
     const std::vector<float> x = test::random_floats(dim, 5);
     for (bool renorm : {false, true}) {
         CAPTURE(renorm);
@@ -593,8 +609,9 @@ TEST_CASE("a MoE step on the device breaks routing ties to the lower expert and 
         float* g = bc.zeros(size_t(k) * n_ff);
         float* u = bc.zeros(size_t(k) * n_ff);
         float* y = bc.zeros(size_t(k) * dim);
-        const ffn_job jobs[2] = {{experts[0].gate, experts[0].up, experts[0].down, xc, 1, nullptr, g, u, y},
-                                 {experts[1].gate, experts[1].up, experts[1].down, xc, 1, nullptr, g + n_ff, u + n_ff, y + dim}};
+        const ffn_job jobs[2] = {
+            {experts[0].gate, experts[0].up, experts[0].down, xc, 1, nullptr, g, u, y},
+            {experts[1].gate, experts[1].up, experts[1].down, xc, 1, nullptr, g + n_ff, u + n_ff, y + dim}};
         cpu->ffn_many(jobs, 2);
         const float w = renorm ? 0.5f : 1.0f / n_expert;
         const std::vector<int32_t> index = {0, 1};
@@ -605,7 +622,8 @@ TEST_CASE("a MoE step on the device breaks routing ties to the lower expert and 
         auto gpu = make_cuda_backend(cuda_options{});
         buffers bg(*gpu);
         float* got = bg.zeros(dim);
-        const moe_step step{&router.view, experts.data(), n_expert, k, renorm, 1, 1, 1.0f, nullptr, nullptr, bg.put(x), got};
+        const moe_step step{&router.view, experts.data(), n_expert, k,         renorm, 1, 1,
+                            1.0f,         nullptr,        nullptr,  bg.put(x), got};
         REQUIRE(gpu->moe_one(step));
         check_close(bg.get(got, dim), bc.get(want, dim), 1e-5f);
     }
@@ -660,7 +678,8 @@ TEST_CASE("with COLIBRI_CUDA_PROFILE set the backend reports each operation's de
     for (int32_t t : {7, 8, 9}) { // plain steps while profiling: no graph, the same logits
         sp.eval(&t, 1);
         sq.eval(&t, 1);
-        CHECK(std::vector<float>(sp.logits(), sp.logits() + vocab) == std::vector<float>(sq.logits(), sq.logits() + vocab));
+        CHECK(std::vector<float>(sp.logits(), sp.logits() + vocab) ==
+              std::vector<float>(sq.logits(), sq.logits() + vocab));
     }
     const std::string report = cuda_profile_report(*profiled->be);
     INFO(report);

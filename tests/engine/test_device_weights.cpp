@@ -2,8 +2,8 @@
 // repacks to exactly the values the CPU reads from the file.
 
 #include "cuda/device_weights.h"
-#include "format/row_codec.h"
 #include "device_test_util.h"
+#include "format/row_codec.h"
 
 #include <doctest/doctest.h>
 
@@ -26,7 +26,8 @@ TEST_CASE("GGUF's types repack for the device to the values the CPU reads") {
         std::vector<uint8_t> row(format::row_bytes(plain, uint64_t(cols)));
         std::vector<float> want(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
         for (int64_t r = 0; r < rows; ++r) {
-            if (format::is_interleaved(type)) format::x8_row(type, m.view.data, uint64_t(cols), uint64_t(r), row.data());
+            if (format::is_interleaved(type))
+                format::x8_row(type, m.view.data, uint64_t(cols), uint64_t(r), row.data());
             else std::memcpy(row.data(), m.view.data + r * int64_t(row.size()), row.size());
             format::row_to_f32(plain, row.data(), want.data(), cols);
             packed_row_to_f32(p, r, got.data());

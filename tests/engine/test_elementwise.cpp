@@ -69,7 +69,8 @@ TEST_CASE("swiglu of every table matches double precision at any length and extr
             CAPTURE(n);
             auto g = random_vec(size_t(n), 61 + n, 20.0f), u = random_vec(size_t(n), 62 + n, 3.0f);
             const float extremes[] = {-1000.0f, -100.0f, -88.5f, -87.0f, -0.0f, 87.0f, 88.5f, 1000.0f};
-            for (size_t i = 0; i < std::size(extremes) && i < g.size(); ++i) g[i * g.size() / std::size(extremes)] = extremes[i];
+            for (size_t i = 0; i < std::size(extremes) && i < g.size(); ++i)
+                g[i * g.size() / std::size(extremes)] = extremes[i];
             std::vector<float> out = g;
             kt->swiglu(out.data(), u.data(), n);
             for (int64_t i = 0; i < n; ++i) {

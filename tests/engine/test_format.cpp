@@ -1,12 +1,12 @@
 // The .colibri loader refuses every kind of broken file with a message naming the file
 // and the problem, and never crashes.
 
+#include "api/runtime.h"
 #include "convert/convert.h"
 #include "core/crc32.h"
 #include "core/error.h"
 #include "format/model_file.h"
 #include "format/writer.h"
-#include "api/runtime.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "test_util.h"
@@ -228,7 +228,9 @@ TEST_CASE("broken model files are refused with a clear error") {
             fix_header_crc(b);
             return load_error(variant(name, b));
         };
-        auto [c1, m1] = with("rope.colibri", [](format::hparams& hp) { hp.kv_lora_rank = 16, hp.rope_dim = 5, hp.v_head_dim = 8, hp.n_head_kv = 1; });
+        auto [c1, m1] = with("rope.colibri", [](format::hparams& hp) {
+            hp.kv_lora_rank = 16, hp.rope_dim = 5, hp.v_head_dim = 8, hp.n_head_kv = 1;
+        });
         CHECK(c1 == errc::format);
         CHECK(m1.find("rope_dim = 5") != std::string::npos);
         auto [c2, m2] = with("qlora.colibri", [](format::hparams& hp) { hp.q_lora_rank = 16; });
@@ -299,7 +301,8 @@ TEST_CASE("the writer's bytes come back across its 2 MiB chunks and a failed wri
     SUBCASE("the bytes") {
         const std::string path = dir.file("m.colibri");
         const uint64_t size = writer()->write(path);
-        CHECK(size > uint64_t(8400012 + 20 + 2097152 + 4000012)); // the tensors, with the header and tokenizer before them
+        CHECK(size >
+              uint64_t(8400012 + 20 + 2097152 + 4000012)); // the tensors, with the header and tokenizer before them
         CHECK_FALSE(std::filesystem::exists(path + ".partial"));
         const model_file f(path);
         CHECK(f.file_size() == size);
@@ -368,85 +371,91 @@ TEST_CASE("random corruption and truncation never crash the loader") {
     CHECK(refused >= 290); // a flip in padding bytes may leave the file valid
 }
 
-TEST_CASE("q4_0 and q8_0 matrices are stored in interleaved groups of eight rows and an interleaved tensor that is not such a matrix is refused") {
+TEST_CASE("q4_0 and q8_0 matrices are stored in interleaved groups of eight rows and an interleaved tensor that is not "
+          "such a matrix is refused") {
     for (const format::dtype x8 : {format::dtype::q4_0x8, format::dtype::q8_0x8}) {
-    const format::dtype plain = format::row_type(x8);
-    const std::string x8_name(format::dtype_name(x8));
-    CAPTURE(x8_name);
-    test::temp_dir dir;
-    // rows with distinct scales and values
-    auto rows_of = [&](uint64_t rows, uint64_t cols) {
-        std::vector<uint8_t> q(rows * format::row_bytes(plain, cols));
-        for (size_t i = 0; i < q.size(); ++i) q[i] = uint8_t(i * 7 + i / 251);
-        return q;
-    };
-    const auto m16 = rows_of(16, 64), m12 = rows_of(12, 64), table = rows_of(16, 64);
-    // the header and tokenizer of a valid model
-    write_random_model(test::small_random_model(), dir.file("base.colibri"), format::dtype::q8_0, {});
-    const model_file base(dir.file("base.colibri"));
-    const std::vector<uint8_t> payload(base.tokenizer_payload().begin(), base.tokenizer_payload().end());
-    auto fill = [](const std::vector<uint8_t>& src) { return [src](uint8_t* dst) { std::memcpy(dst, src.data(), src.size()); }; };
-    const std::string path = dir.file("m.colibri");
-    {
-        model_writer w(base.hp(), base.tokenizer(), payload);
-        w.add_tensor("m16", plain, {16, 64}, fill(m16));
-        w.add_tensor("m12", plain, {12, 64}, fill(m12));          // rows not a multiple of 8
-        w.add_tensor("token_embd.weight", plain, {16, 64}, fill(table)); // looked up by row
-        CHECK_THROWS_WITH_AS(w.add_tensor("bad", x8, {12, 64}, fill(m12)),
-                             doctest::Contains((x8_name + " needs a matrix with a multiple of 8 rows").c_str()), error);
-        w.write(path);
-    }
-    {
-        const model_file mf(path);
-        const tensor_view* t16 = mf.find("m16");
-        REQUIRE(t16 != nullptr);
-        CHECK(t16->type == x8);
-        CHECK(t16->size == m16.size());
-        const uint64_t rb = format::row_bytes(plain, 64);
-        std::vector<uint8_t> row(rb);
-        for (uint64_t r = 0; r < 16; ++r) {
-            format::x8_row(x8, t16->data, 64, r, row.data());
-            CHECK(std::memcmp(row.data(), m16.data() + r * rb, rb) == 0);
+        const format::dtype plain = format::row_type(x8);
+        const std::string x8_name(format::dtype_name(x8));
+        CAPTURE(x8_name);
+        test::temp_dir dir;
+        // rows with distinct scales and values
+        auto rows_of = [&](uint64_t rows, uint64_t cols) {
+            std::vector<uint8_t> q(rows * format::row_bytes(plain, cols));
+            for (size_t i = 0; i < q.size(); ++i) q[i] = uint8_t(i * 7 + i / 251);
+            return q;
+        };
+        const auto m16 = rows_of(16, 64), m12 = rows_of(12, 64), table = rows_of(16, 64);
+        // the header and tokenizer of a valid model
+        write_random_model(test::small_random_model(), dir.file("base.colibri"), format::dtype::q8_0, {});
+        const model_file base(dir.file("base.colibri"));
+        const std::vector<uint8_t> payload(base.tokenizer_payload().begin(), base.tokenizer_payload().end());
+        auto fill = [](const std::vector<uint8_t>& src) {
+            return [src](uint8_t* dst) { std::memcpy(dst, src.data(), src.size()); };
+        };
+        const std::string path = dir.file("m.colibri");
+        {
+            model_writer w(base.hp(), base.tokenizer(), payload);
+            w.add_tensor("m16", plain, {16, 64}, fill(m16));
+            w.add_tensor("m12", plain, {12, 64}, fill(m12));                 // rows not a multiple of 8
+            w.add_tensor("token_embd.weight", plain, {16, 64}, fill(table)); // looked up by row
+            CHECK_THROWS_WITH_AS(w.add_tensor("bad", x8, {12, 64}, fill(m12)),
+                                 doctest::Contains((x8_name + " needs a matrix with a multiple of 8 rows").c_str()),
+                                 error);
+            w.write(path);
         }
-        // the layout itself: block 1 of rows 8-15 holds their scales, then four bytes of each
-        // row per 32-byte chunk
-        if (x8 == format::dtype::q4_0x8) {
-            const auto& b = reinterpret_cast<const format::block_q4_0x8*>(t16->data)[2 + 1];
-            const auto* row9 = reinterpret_cast<const format::block_q4_0*>(m16.data() + 9 * rb);
-            CHECK(b.d[1] == row9[1].d);
-            CHECK(std::memcmp(b.qs[2][1], row9[1].qs + 8, 4) == 0);
-        } else { // eight chunks: chunk 7 holds elements 28-31
-            const auto& b = reinterpret_cast<const format::block_q8_0x8*>(t16->data)[2 + 1];
-            const auto* row9 = reinterpret_cast<const format::block_q8_0*>(m16.data() + 9 * rb);
-            CHECK(b.d[1] == row9[1].d);
-            CHECK(std::memcmp(b.qs[2][1], row9[1].qs + 8, 4) == 0);
-            CHECK(std::memcmp(b.qs[7][1], row9[1].qs + 28, 4) == 0);
+        {
+            const model_file mf(path);
+            const tensor_view* t16 = mf.find("m16");
+            REQUIRE(t16 != nullptr);
+            CHECK(t16->type == x8);
+            CHECK(t16->size == m16.size());
+            const uint64_t rb = format::row_bytes(plain, 64);
+            std::vector<uint8_t> row(rb);
+            for (uint64_t r = 0; r < 16; ++r) {
+                format::x8_row(x8, t16->data, 64, r, row.data());
+                CHECK(std::memcmp(row.data(), m16.data() + r * rb, rb) == 0);
+            }
+            // the layout itself: block 1 of rows 8-15 holds their scales, then four bytes of each
+            // row per 32-byte chunk
+            if (x8 == format::dtype::q4_0x8) {
+                const auto& b = reinterpret_cast<const format::block_q4_0x8*>(t16->data)[2 + 1];
+                const auto* row9 = reinterpret_cast<const format::block_q4_0*>(m16.data() + 9 * rb);
+                CHECK(b.d[1] == row9[1].d);
+                CHECK(std::memcmp(b.qs[2][1], row9[1].qs + 8, 4) == 0);
+            } else { // eight chunks: chunk 7 holds elements 28-31
+                const auto& b = reinterpret_cast<const format::block_q8_0x8*>(t16->data)[2 + 1];
+                const auto* row9 = reinterpret_cast<const format::block_q8_0*>(m16.data() + 9 * rb);
+                CHECK(b.d[1] == row9[1].d);
+                CHECK(std::memcmp(b.qs[2][1], row9[1].qs + 8, 4) == 0);
+                CHECK(std::memcmp(b.qs[7][1], row9[1].qs + 28, 4) == 0);
+            }
+            CHECK(mf.find("m12")->type == plain);
+            CHECK(std::memcmp(mf.find("m12")->data, m12.data(), m12.size()) == 0);
+            CHECK(mf.find("token_embd.weight")->type == plain);
         }
-        CHECK(mf.find("m12")->type == plain);
-        CHECK(std::memcmp(mf.find("m12")->data, m12.data(), m12.size()) == 0);
-        CHECK(mf.find("token_embd.weight")->type == plain);
-    }
-    // a directory entry that says q4_0x8 / q8_0x8 for 12 rows
-    auto bytes = test::read_bytes(path);
-    format::header h;
-    std::memcpy(&h, bytes.data(), sizeof(h));
-    format::tensor_entry e;
-    uint8_t* entry = bytes.data() + h.tensors.offset + 1 * format::tensor_entry_size;
-    std::memcpy(&e, entry, sizeof(e));
-    REQUIRE(std::string(e.name) == "m12");
-    e.dtype = static_cast<uint32_t>(x8);
-    std::memcpy(entry, &e, sizeof(e));
-    h.tensors.crc32 = crc32(bytes.data() + h.tensors.offset, h.tensors.size);
-    std::memcpy(bytes.data(), &h, sizeof(h));
-    fix_header_crc(bytes);
-    const std::string bad = dir.file("bad.colibri");
-    test::write_bytes(bad, bytes);
-    try {
-        model_file mf(bad);
-        FAIL("an interleaved tensor of 12 rows loaded");
-    } catch (const error& err) {
-        CHECK(err.code() == errc::format);
-        CHECK(std::string(err.what()).find("tensor 'm12': " + x8_name + " needs a matrix with a multiple of 8 rows") != std::string::npos);
-    }
+        // a directory entry that says q4_0x8 / q8_0x8 for 12 rows
+        auto bytes = test::read_bytes(path);
+        format::header h;
+        std::memcpy(&h, bytes.data(), sizeof(h));
+        format::tensor_entry e;
+        uint8_t* entry = bytes.data() + h.tensors.offset + 1 * format::tensor_entry_size;
+        std::memcpy(&e, entry, sizeof(e));
+        REQUIRE(std::string(e.name) == "m12");
+        e.dtype = static_cast<uint32_t>(x8);
+        std::memcpy(entry, &e, sizeof(e));
+        h.tensors.crc32 = crc32(bytes.data() + h.tensors.offset, h.tensors.size);
+        std::memcpy(bytes.data(), &h, sizeof(h));
+        fix_header_crc(bytes);
+        const std::string bad = dir.file("bad.colibri");
+        test::write_bytes(bad, bytes);
+        try {
+            model_file mf(bad);
+            FAIL("an interleaved tensor of 12 rows loaded");
+        } catch (const error& err) {
+            CHECK(err.code() == errc::format);
+            CHECK(std::string(err.what())
+                      .find("tensor 'm12': " + x8_name + " needs a matrix with a multiple of 8 rows") !=
+                  std::string::npos);
+        }
     }
 }

@@ -63,13 +63,13 @@ TEST_CASE("max_lines ends the completion before the newline that starts the next
 
 TEST_CASE("stop on dedent holds indentation until a visible character decides") {
     line_limiter l(0, 4);
-    CHECK(l.push("x = 1\n") == "x = 1");  // the newline waits for the next line
+    CHECK(l.push("x = 1\n") == "x = 1"); // the newline waits for the next line
     CHECK(l.push("    ") == "");
     CHECK(l.push("  y") == "\n      y"); // deeper: emitted with its indentation
     CHECK(l.push("\n\n  \n") == "");     // blank lines never decide
     CHECK(l.push("    z") == "\n\n  \n    z");
     CHECK(l.push("\n\t\t\t\tw\n") == "\n\t\t\t\tw"); // a tab counts one column
-    CHECK(l.push("\t\tret") == "");                       // 2 < 4
+    CHECK(l.push("\t\tret") == "");                  // 2 < 4
     CHECK(l.matched());
     CHECK(l.flush().empty());
 
@@ -137,31 +137,31 @@ std::unique_ptr<runtime> qwen2_moe_q8(const test::temp_dir& dir) {
 TEST_CASE("a prompt that extends the last one reuses the cache and completes identically") {
     test::temp_dir dir;
     for (format::dtype type : {format::dtype::f32, format::dtype::q8_0}) {
-    CAPTURE(format::dtype_name(type));
-    const std::string path = dir.file("qwen2.colibri");
-    convert_checkpoint(test::fixture("qwen2_moe"), path, type, {});
-    auto rt = load_runtime(path, "cpu", 2);
-    session warm(*rt->mdl, *rt->be, 256, 8);
-    const std::string a = "def route(x):\n    return softmax(x)";
-    const std::string b = a + "[:2] + 1";
-    generate_result r1, r2, r3;
-    const std::string first = complete(warm, *rt, a, &r1);
-    CHECK(r1.n_cached_tokens == 0);
-    const std::string reused = complete(warm, *rt, b, &r2);
-    CHECK(r2.n_cached_tokens > 0);
-    CHECK(r2.n_cached_tokens < r2.n_prompt_tokens);
-    // the same prompt on a fresh session: identical text
-    session cold(*rt->mdl, *rt->be, 256, 8);
-    CHECK(complete(cold, *rt, b, &r3) == reused);
-    CHECK(r3.n_cached_tokens == 0);
-    // the whole prompt again: all but the last token from the cache, same text
-    generate_result r4;
-    CHECK(complete(warm, *rt, b, &r4) == reused);
-    CHECK(r4.n_cached_tokens == r4.n_prompt_tokens - 1);
-    // back to the shorter prompt: only the shared prefix is reused, text as before
-    generate_result r5;
-    CHECK(complete(warm, *rt, a, &r5) == first);
-    CHECK(r5.n_cached_tokens <= r1.n_prompt_tokens - 1);
+        CAPTURE(format::dtype_name(type));
+        const std::string path = dir.file("qwen2.colibri");
+        convert_checkpoint(test::fixture("qwen2_moe"), path, type, {});
+        auto rt = load_runtime(path, "cpu", 2);
+        session warm(*rt->mdl, *rt->be, 256, 8);
+        const std::string a = "def route(x):\n    return softmax(x)";
+        const std::string b = a + "[:2] + 1";
+        generate_result r1, r2, r3;
+        const std::string first = complete(warm, *rt, a, &r1);
+        CHECK(r1.n_cached_tokens == 0);
+        const std::string reused = complete(warm, *rt, b, &r2);
+        CHECK(r2.n_cached_tokens > 0);
+        CHECK(r2.n_cached_tokens < r2.n_prompt_tokens);
+        // the same prompt on a fresh session: identical text
+        session cold(*rt->mdl, *rt->be, 256, 8);
+        CHECK(complete(cold, *rt, b, &r3) == reused);
+        CHECK(r3.n_cached_tokens == 0);
+        // the whole prompt again: all but the last token from the cache, same text
+        generate_result r4;
+        CHECK(complete(warm, *rt, b, &r4) == reused);
+        CHECK(r4.n_cached_tokens == r4.n_prompt_tokens - 1);
+        // back to the shorter prompt: only the shared prefix is reused, text as before
+        generate_result r5;
+        CHECK(complete(warm, *rt, a, &r5) == first);
+        CHECK(r5.n_cached_tokens <= r1.n_prompt_tokens - 1);
     }
 }
 
@@ -255,8 +255,8 @@ TEST_CASE("a cancelled warm-up still caches the prompt batch it was in") {
     // usually the one that supersedes it: its batch is not abandoned between layers.
     test::temp_dir dir;
     cancelled_run c;
-    run_cancelled(c, dir, 2, 0); // the cancel answers true from the first layer on
-    CHECK(c.polls == 1);         // asked before the batch, not between its layers
+    run_cancelled(c, dir, 2, 0);                 // the cancel answers true from the first layer on
+    CHECK(c.polls == 1);                         // asked before the batch, not between its layers
     CHECK(c.s->n_past() == c.r.n_prompt_tokens); // the one batch: all of the prompt
     generate_result r;
     complete(*c.s, *c.rt, std::string(c.req.prompt), &r);
@@ -293,13 +293,29 @@ private:
 } // namespace
 
 TEST_CASE("fill-in-the-middle templates are detected from the vocabulary") {
-    const fake_tokenizer star({{"<fim_prefix>", 1}, {"<fim_suffix>", 2}, {"<fim_middle>", 3}, {"<|endoftext|>", 4}, {"<fim_pad>", 5}});
-    const fake_tokenizer qwen({{"<|fim_prefix|>", 7}, {"<|fim_suffix|>", 8}, {"<|fim_middle|>", 9}, {"<|endoftext|>", 10}, {"<|fim_pad|>", 11}});
-    const fake_tokenizer deepseek({{"<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", 20},
-                                   {"<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", 21},
-                                   {"<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", 22}});
-    const fake_tokenizer codellama({{"\xE2\x96\x81<PRE>", 30}, {"\xE2\x96\x81<SUF>", 31}, {"\xE2\x96\x81<MID>", 32}, {"\xE2\x96\x81<EOT>", 33}});
-    const fake_tokenizer granite({{"<fim_prefix>", 1}, {"<fim_suffix>", 2}, {"<fim_middle>", 3}, {"<|end_of_text|>", 0}});
+    const fake_tokenizer star(
+        {{"<fim_prefix>", 1}, {"<fim_suffix>", 2}, {"<fim_middle>", 3}, {"<|endoftext|>", 4}, {"<fim_pad>", 5}});
+    const fake_tokenizer qwen({{"<|fim_prefix|>", 7},
+                               {"<|fim_suffix|>", 8},
+                               {"<|fim_middle|>", 9},
+                               {"<|endoftext|>", 10},
+                               {"<|fim_pad|>", 11}});
+    const fake_tokenizer deepseek({{"<\xEF\xBD\x9C"
+                                    "fim\xE2\x96\x81"
+                                    "begin\xEF\xBD\x9C>",
+                                    20},
+                                   {"<\xEF\xBD\x9C"
+                                    "fim\xE2\x96\x81"
+                                    "hole\xEF\xBD\x9C>",
+                                    21},
+                                   {"<\xEF\xBD\x9C"
+                                    "fim\xE2\x96\x81"
+                                    "end\xEF\xBD\x9C>",
+                                    22}});
+    const fake_tokenizer codellama(
+        {{"\xE2\x96\x81<PRE>", 30}, {"\xE2\x96\x81<SUF>", 31}, {"\xE2\x96\x81<MID>", 32}, {"\xE2\x96\x81<EOT>", 33}});
+    const fake_tokenizer granite(
+        {{"<fim_prefix>", 1}, {"<fim_suffix>", 2}, {"<fim_middle>", 3}, {"<|end_of_text|>", 0}});
     const fake_tokenizer codestral({{"</s>", 2}, {"[PREFIX]", 12}, {"[SUFFIX]", 13}, {"[MIDDLE]", 14}});
     const fake_tokenizer plain({{"<s>", 1}});
 
@@ -370,8 +386,8 @@ TEST_CASE("the converter records the FIM order from tokenizer_config.json or its
         FAIL("a bad fim_order was accepted");
     } catch (const error& e) {
         CHECK(e.code() == errc::invalid_argument);
-        CHECK(std::string(e.what()).find("tokenizer_config.json: fim_order must be 'psm' or 'spm' (got 'middle-first')") !=
-              std::string::npos);
+        CHECK(std::string(e.what()).find(
+                  "tokenizer_config.json: fim_order must be 'psm' or 'spm' (got 'middle-first')") != std::string::npos);
     }
 }
 
@@ -422,7 +438,8 @@ TEST_CASE("line limits cut the default model's completion where the unlimited on
     REQUIRE(first_nl != std::string::npos);
     // The cut comes before the first newline of the blank lines ahead of the dedented line.
     size_t dedent_at = std::string::npos, run_start = std::string::npos;
-    for (size_t nl = first_nl; nl != std::string::npos && dedent_at == std::string::npos; nl = full.find('\n', nl + 1)) {
+    for (size_t nl = first_nl; nl != std::string::npos && dedent_at == std::string::npos;
+         nl = full.find('\n', nl + 1)) {
         if (run_start == std::string::npos) run_start = nl;
         size_t i = nl + 1;
         while (i < full.size() && (full[i] == ' ' || full[i] == '\t')) ++i;
@@ -458,7 +475,8 @@ TEST_CASE("user text that spells FIM or end-of-text tokens stays text in the pro
     CHECK(std::count(ids.begin(), ids.end(), tok.eos_id()) == 0);
     // the text between the framing tokens decodes back to the user's text
     const auto at = [&](int32_t id) { return size_t(std::find(ids.begin(), ids.end(), id) - ids.begin()); };
-    const std::string suffix_text = tok.decode(std::span(ids).subspan(at(fim.suffix) + 1, at(fim.middle) - at(fim.suffix) - 1));
+    const std::string suffix_text =
+        tok.decode(std::span(ids).subspan(at(fim.suffix) + 1, at(fim.middle) - at(fim.suffix) - 1));
     CHECK(suffix_text == req.suffix.value());
 
     req.specials = special_tokens::parsed;
@@ -545,11 +563,13 @@ run_result run_generate(const runtime& rt, const generate_request& base, bool sp
 
 } // namespace
 
-TEST_CASE("speculative decoding gives plain decoding's tokens on every family, greedy and sampled, within every limit") {
+TEST_CASE(
+    "speculative decoding gives plain decoding's tokens on every family, greedy and sampled, within every limit") {
     test::temp_dir dir;
     int accepted = 0;
     // a prompt that repeats itself, so that the drafts have something to copy
-    const std::string prompt = "def route(x):\n    return softmax(x)[:2]\n\ndef route(x):\n    return softmax(x)[:2]\n\ndef route(";
+    const std::string prompt =
+        "def route(x):\n    return softmax(x)[:2]\n\ndef route(x):\n    return softmax(x)[:2]\n\ndef route(";
     for (const std::string& family : test::family_names()) {
         CAPTURE(family);
         const std::string path = dir.file(family + ".colibri");
@@ -582,8 +602,9 @@ TEST_CASE("speculative decoding gives plain decoding's tokens on every family, g
 
 TEST_CASE("a copy-heavy completion of the default model keeps most drafts, with the same text") {
     auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 2);
-    const std::string prompt = "class Stack:\n    def push(self, item):\n        self.items.append(item)\n"
-                               "        self.size += 1\n        return self\n\n\nclass Queue:\n    def push(self, item):\n";
+    const std::string prompt =
+        "class Stack:\n    def push(self, item):\n        self.items.append(item)\n"
+        "        self.size += 1\n        return self\n\n\nclass Queue:\n    def push(self, item):\n";
     generate_request req;
     req.prompt = prompt; // a view: the string outlives the request
     req.max_tokens = 48;
@@ -647,7 +668,8 @@ TEST_CASE("typing the start of the last completion drafts the rest of it from th
     const run_result cold = complete_on(fresh, typed);
     CHECK(again.text == cold.text);
     MESSAGE("drafts kept after typing: " << again.r.n_accepted_tokens << " of " << again.r.n_drafted_tokens
-                                         << "; on a fresh session " << cold.r.n_accepted_tokens << " of " << cold.r.n_drafted_tokens);
+                                         << "; on a fresh session " << cold.r.n_accepted_tokens << " of "
+                                         << cold.r.n_drafted_tokens);
     CHECK(again.r.n_accepted_tokens > cold.r.n_accepted_tokens);
     CHECK(again.r.n_accepted_tokens * 2 > again.r.n_generated_tokens);
 }

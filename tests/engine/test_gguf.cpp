@@ -16,8 +16,8 @@
 #include <doctest/doctest.h>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <random>
 
 using namespace colibri;
@@ -65,10 +65,12 @@ TEST_CASE("ggml blocks dequantise exactly as the gguf package does") {
         const uint64_t cols = t.ne[0], rows = t.ne[1];
         std::vector<float> got(cols), want(cols);
         for (uint64_t r = 0; r < rows; ++r) {
-            ggml::dequantize_row(t.type, t.data + r * ggml::row_bytes(t.type, cols), got.data(), static_cast<int64_t>(cols));
+            ggml::dequantize_row(t.type, t.data + r * ggml::row_bytes(t.type, cols), got.data(),
+                                 static_cast<int64_t>(cols));
             std::memcpy(want.data(), e->data + r * cols * 4, cols * 4);
             for (uint64_t i = 0; i < cols; ++i) {
-                if (got[i] != want[i]) FAIL_CHECK("row " << r << " element " << i << ": " << got[i] << " != " << want[i]);
+                if (got[i] != want[i])
+                    FAIL_CHECK("row " << r << " element " << i << ": " << got[i] << " != " << want[i]);
             }
         }
         ++checked;
@@ -125,8 +127,10 @@ TEST_CASE("an older deepseek2 file with kv_b unsplit and the heads' sizes as key
         std::vector<float> kv(size_t(H) * (nope + v) * L); // [H][nope + v][L]
         for (uint32_t h = 0; h < H; ++h) {
             for (uint32_t c = 0; c < L; ++c) {
-                for (uint32_t i = 0; i < nope; ++i) kv[(size_t(h) * (nope + v) + i) * L + c] = k[(size_t(h) * L + c) * nope + i];
-                for (uint32_t j = 0; j < v; ++j) kv[(size_t(h) * (nope + v) + nope + j) * L + c] = vv[(size_t(h) * v + j) * L + c];
+                for (uint32_t i = 0; i < nope; ++i)
+                    kv[(size_t(h) * (nope + v) + i) * L + c] = k[(size_t(h) * L + c) * nope + i];
+                for (uint32_t j = 0; j < v; ++j)
+                    kv[(size_t(h) * (nope + v) + nope + j) * L + c] = vv[(size_t(h) * v + j) * L + c];
             }
         }
         b.erase_tensor(p + "attn_k_b.weight");
@@ -138,7 +142,8 @@ TEST_CASE("an older deepseek2 file with kv_b unsplit and the heads' sizes as key
     test::temp_dir dir;
     const std::string in = dir.file("old.gguf"), out = dir.file("old.colibri");
     const std::vector<uint8_t> bytes = b.bytes();
-    std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    std::ofstream(in, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
     convert_gguf(in, out, format::dtype::f32, {});
     auto rt = load_runtime(out, "cpu", 2);
     const test::reference r = test::load_reference("deepseek2");
@@ -195,7 +200,8 @@ TEST_CASE("GGUF Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 blocks are copied byte for byte"
             found = true;
             CHECK(c.to == e.kept);
             CHECK(c.copied == e.copied);
-            MESSAGE(file << ": " << c.from << " -> " << format::dtype_name(c.to) << ", added relative RMS error " << c.rms_rel_error());
+            MESSAGE(file << ": " << c.from << " -> " << format::dtype_name(c.to) << ", added relative RMS error "
+                         << c.rms_rel_error());
             CHECK(c.rms_rel_error() <= e.max_requant_error);
             if (!e.copied) CHECK(c.rms_rel_error() > 0);
         }
@@ -248,9 +254,15 @@ TEST_CASE("llama.cpp's K-quant, IQ4 and Q4_1/Q5_0/Q5_1 files keep their blocks a
         const char* name;
         std::vector<std::string> types; // the ggml types of its matrices
     };
-    const expectation cases[] = {{"q4_k_m", {"Q4_K", "Q6_K"}}, {"q5_k_m", {"Q5_K", "Q6_K"}}, {"q6_k", {"Q6_K"}},
-                                 {"iq4_xs", {"IQ4_XS", "Q6_K"}}, {"iq4_nl", {"IQ4_NL", "Q6_K"}}, {"q4_1", {"Q4_1", "Q6_K"}},
-                                 {"q5_0", {"Q5_0", "Q6_K"}}, {"q5_1", {"Q5_1", "Q6_K"}}, {"q2_k", {"Q2_K", "Q3_K", "Q6_K"}},
+    const expectation cases[] = {{"q4_k_m", {"Q4_K", "Q6_K"}},
+                                 {"q5_k_m", {"Q5_K", "Q6_K"}},
+                                 {"q6_k", {"Q6_K"}},
+                                 {"iq4_xs", {"IQ4_XS", "Q6_K"}},
+                                 {"iq4_nl", {"IQ4_NL", "Q6_K"}},
+                                 {"q4_1", {"Q4_1", "Q6_K"}},
+                                 {"q5_0", {"Q5_0", "Q6_K"}},
+                                 {"q5_1", {"Q5_1", "Q6_K"}},
+                                 {"q2_k", {"Q2_K", "Q3_K", "Q6_K"}},
                                  {"q3_k_m", {"Q3_K", "Q4_K", "Q5_K", "Q6_K"}}};
     const auto lower = [](std::string t) {
         for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
@@ -275,7 +287,8 @@ TEST_CASE("llama.cpp's K-quant, IQ4 and Q4_1/Q5_0/Q5_1 files keep their blocks a
         // embedding table's as they were
         const gguf_file g(gguf_fixture(file));
         const model_file mf(out);
-        for (const char* name : {"blk.1.attn_v.weight", "blk.0.ffn_down.weight", "output.weight", "token_embd.weight"}) {
+        for (const char* name :
+             {"blk.1.attn_v.weight", "blk.0.ffn_down.weight", "output.weight", "token_embd.weight"}) {
             CAPTURE(name);
             const tensor_view* v = mf.find(name);
             const gguf_tensor* gv = g.find_tensor(name);
@@ -283,7 +296,8 @@ TEST_CASE("llama.cpp's K-quant, IQ4 and Q4_1/Q5_0/Q5_1 files keep their blocks a
             const std::string type = lower(ggml::type_name(gv->type));
             const bool table = std::string(name) == "token_embd.weight";
             CHECK(format::dtype_name(format::row_type(v->type)) == type);
-            CHECK(format::is_interleaved(v->type) == (!table && format::is_interleaved(format::matmul_storage(format::row_type(v->type), v->rows()))));
+            CHECK(format::is_interleaved(v->type) ==
+                  (!table && format::is_interleaved(format::matmul_storage(format::row_type(v->type), v->rows()))));
             REQUIRE(v->size == gv->size);
             const uint64_t rb = format::row_bytes(v->type, v->cols());
             std::vector<uint8_t> row(rb);
@@ -307,9 +321,10 @@ TEST_CASE("llama.cpp's K-quant, IQ4 and Q4_1/Q5_0/Q5_1 files keep their blocks a
             for (int batch : {1, 7, 32}) {
                 const std::vector<float> ours = test::run_logits(*rt, prompt.prompt, batch);
                 const test::error_stats same = test::compare(llamacpp, ours), orig = test::compare(f32, ours);
-                MESSAGE(file << ", batch " << batch << ": against llama.cpp on the file max rel " << same.max_rel << ", top-1 "
-                             << same.top1 << "; against the F32 original top-1 " << orig.top1 << ", mean KL " << orig.mean_kl
-                             << " (llama.cpp: max rel " << theirs.max_rel << ", top-1 " << theirs.top1 << ", mean KL " << theirs.mean_kl << ")");
+                MESSAGE(file << ", batch " << batch << ": against llama.cpp on the file max rel " << same.max_rel
+                             << ", top-1 " << same.top1 << "; against the F32 original top-1 " << orig.top1
+                             << ", mean KL " << orig.mean_kl << " (llama.cpp: max rel " << theirs.max_rel << ", top-1 "
+                             << theirs.top1 << ", mean KL " << theirs.mean_kl << ")");
                 CHECK(same.max_rel <= 0.04);
                 CHECK(same.max_rel <= theirs.max_rel / 2);
                 CHECK(same.top1 >= 0.9);
@@ -344,14 +359,14 @@ TEST_CASE("--quant q4_k_m and q5_k_m pick llama.cpp's types and lose no more tha
         CHECK(matrices == 2 + 2 * 7);
         // our quantiser and llama.cpp's on the same weights (the Q6_K file's, the closest to
         // the original there is), each against the F32 original
-        const test::error_stats ref =
-            test::compare(f32, test::read_array<float>(test::fixture("gguf/kquant-q6_k-to-" + std::string(mix) + ".logits.bin")));
+        const test::error_stats ref = test::compare(
+            f32, test::read_array<float>(test::fixture("gguf/kquant-q6_k-to-" + std::string(mix) + ".logits.bin")));
         test::temp_dir dir;
         convert_gguf(gguf_fixture("kquant-q6_k"), dir.file("m.colibri"), q, {});
         auto rt = load_runtime(dir.file("m.colibri"), "cpu", 2);
         const test::error_stats ours = test::compare(f32, test::run_logits(*rt, prompt.prompt, 7));
-        MESSAGE(std::string(mix) << " against the F32 original: ours top-1 " << ours.top1 << ", mean KL " << ours.mean_kl << "; llama.cpp's top-1 "
-                    << ref.top1 << ", mean KL " << ref.mean_kl);
+        MESSAGE(std::string(mix) << " against the F32 original: ours top-1 " << ours.top1 << ", mean KL "
+                                 << ours.mean_kl << "; llama.cpp's top-1 " << ref.top1 << ", mean KL " << ref.mean_kl);
         CHECK(ours.top1 >= ref.top1 - 0.05);
         CHECK(ours.mean_kl <= ref.mean_kl * 1.1);
     }
@@ -364,7 +379,7 @@ TEST_CASE("--quant q4_k_m and q5_k_m pick llama.cpp's types and lose no more tha
     CHECK(q4.matrix_type("blk.3.attn_q.weight", 4096, moe) == format::dtype::q4_k);
     CHECK(q4.matrix_type("blk.3.attn_output.weight", 4096, moe) == format::dtype::q5_k);
     CHECK(q5.matrix_type("blk.3.attn_output.weight", 4096, moe) == format::dtype::q5_k);
-    CHECK(q4.matrix_type("blk.3.ffn_down_exps.7.weight", 14336, moe) == format::dtype::q6_k);  // the first eighth
+    CHECK(q4.matrix_type("blk.3.ffn_down_exps.7.weight", 14336, moe) == format::dtype::q6_k); // the first eighth
     CHECK(q4.matrix_type("blk.5.ffn_down_exps.7.weight", 14336, moe) == format::dtype::q4_k);
     CHECK(q4.matrix_type("blk.6.ffn_down_exps.7.weight", 14336, moe) == format::dtype::q6_k);  // every third
     CHECK(q4.matrix_type("blk.28.ffn_down_exps.0.weight", 14336, moe) == format::dtype::q6_k); // the last eighth
@@ -376,7 +391,8 @@ TEST_CASE("--quant q4_k_m and q5_k_m pick llama.cpp's types and lose no more tha
     CHECK(q4.matrix_type("blk.6.ffn_up.weight", 896, moe) == format::dtype::q8_0); // 896: not whole super-blocks
     CHECK(q4.matrix_type("blk.6.ffn_up.weight", 48, moe) == format::dtype::f16);   // nor whole blocks of 32
     CHECK(quant_choice::parse("q6_k").matrix_type("output.weight", 4096, moe) == format::dtype::q6_k);
-    CHECK(quant_choice::parse("q4_k").matrix_type("output.weight", 4096, moe) == format::dtype::q4_k); // one type for all
+    CHECK(quant_choice::parse("q4_k").matrix_type("output.weight", 4096, moe) ==
+          format::dtype::q4_k); // one type for all
     CHECK_THROWS_WITH_AS(quant_choice::parse("q4_kx8"), doctest::Contains("unknown --quant 'q4_kx8'"), colibri::error);
     CHECK_THROWS_WITH_AS(quant_choice::parse("q3_k_m"), doctest::Contains("q4_k_m, q5_k_m"), colibri::error);
 }
@@ -387,7 +403,8 @@ TEST_CASE("an explicit --quant applies to every matrix of a GGUF") {
     bool saw_q8 = false;
     for (const type_conversion& c : s.conversions) {
         // F16 matrices to q8_0; the routers to f32; rows of 48 (not whole blocks) stay f16
-        if (c.from == "F16") CHECK((c.to == format::dtype::q8_0 || c.to == format::dtype::f32 || c.to == format::dtype::f16));
+        if (c.from == "F16")
+            CHECK((c.to == format::dtype::q8_0 || c.to == format::dtype::f32 || c.to == format::dtype::f16));
         saw_q8 |= c.to == format::dtype::q8_0;
     }
     CHECK(saw_q8);
@@ -418,13 +435,15 @@ std::vector<uint8_t> bpe_vocab_gguf(const std::string& tokenizer_json, const std
         types[id] = type;
     };
     for (const auto& [text, id] : j["model"]["vocab"].items()) put(text, id.get<size_t>(), 1);
-    for (const auto& a : j["added_tokens"]) put(a["content"].get<std::string>(), a["id"].get<size_t>(), a["special"].get<bool>() ? 3 : 4);
+    for (const auto& a : j["added_tokens"])
+        put(a["content"].get<std::string>(), a["id"].get<size_t>(), a["special"].get<bool>() ? 3 : 4);
     for (size_t i = 0; i < tokens.size(); ++i) {
         if (tokens[i].empty()) tokens[i] = "[PAD" + std::to_string(i) + "]";
     }
     std::vector<std::string> merges;
     for (const auto& m : j["model"]["merges"]) {
-        merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+        merges.push_back(m.is_string() ? m.get<std::string>()
+                                       : m[0].get<std::string>() + " " + m[1].get<std::string>());
     }
     test::gguf_builder b;
     b.set("general.architecture", std::string("llama"));
@@ -444,7 +463,8 @@ TEST_CASE("a byte-level BPE vocabulary from GGUF gives the reference ids") {
     for (const auto& [name, pre] : cases) {
         CAPTURE(name);
         test::temp_dir dir;
-        const std::string path = write_gguf(dir, "vocab.gguf", bpe_vocab_gguf(test::fixture("tokenizers/" + name + "/tokenizer.json"), pre));
+        const std::string path =
+            write_gguf(dir, "vocab.gguf", bpe_vocab_gguf(test::fixture("tokenizers/" + name + "/tokenizer.json"), pre));
         const gguf_file f(path);
         const tokenizer_section sec = import_gguf_tokenizer(f);
         CHECK(sec.header.kind == uint32_t(format::tokenizer_kind::bpe));

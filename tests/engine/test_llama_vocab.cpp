@@ -8,8 +8,8 @@
 #include "generate/fim.h"
 #include "tokenizer/tokenizer.h"
 
-#include <doctest/doctest.h>
 #include <cstdlib>
+#include <doctest/doctest.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -65,7 +65,8 @@ std::vector<std::vector<int32_t>> ids_of(const std::string& out) {
 TEST_CASE("llama.cpp's tokenizer suites: every BPE and sentencepiece vocabulary gives the reference ids") {
     const std::filesystem::path dir = llama_vocab_dir();
     if (!std::filesystem::exists(dir / "VERSION")) {
-        MESSAGE("no llama.cpp vocabularies in " << dir.string() << " (scripts/fetch-llama-vocab fetches them): skipped");
+        MESSAGE("no llama.cpp vocabularies in " << dir.string()
+                                                << " (scripts/fetch-llama-vocab fetches them): skipped");
         return;
     }
     int n_vocabs = 0;
@@ -74,7 +75,8 @@ TEST_CASE("llama.cpp's tokenizer suites: every BPE and sentencepiece vocabulary 
         if (gguf.extension() != ".gguf" || !std::filesystem::exists(gguf.string() + ".inp")) continue;
         CAPTURE(gguf.filename().string());
         const gguf_file f(gguf.string());
-        if (f.get_string("tokenizer.ggml.model").value_or("") == "bert") continue; // WordPiece: neither BPE nor sentencepiece
+        if (f.get_string("tokenizer.ggml.model").value_or("") == "bert")
+            continue; // WordPiece: neither BPE nor sentencepiece
         const tokenizer_section sec = import_gguf_tokenizer(f);
         const auto tok = make_tokenizer(sec.header, sec.payload, sec.n_tokens, gguf.string());
         const std::vector<std::string> texts = texts_of(read_text(gguf.string() + ".inp"));
@@ -91,7 +93,8 @@ TEST_CASE("llama.cpp's tokenizer suites: every BPE and sentencepiece vocabulary 
                 CHECK(ids == want[i]);
             }
         }
-        MESSAGE(gguf.filename().string() << ": " << texts.size() - size_t(mismatches) << " of " << texts.size() << " texts");
+        MESSAGE(gguf.filename().string() << ": " << texts.size() - size_t(mismatches) << " of " << texts.size()
+                                         << " texts");
         ++n_vocabs;
     }
     CHECK(n_vocabs >= 14); // every one with a suite in llama-cpp-python 0.3.36 but the WordPiece bert-bge
@@ -100,15 +103,14 @@ TEST_CASE("llama.cpp's tokenizer suites: every BPE and sentencepiece vocabulary 
 TEST_CASE("the code models' GGUF vocabularies give their fill-in-the-middle family") {
     const std::filesystem::path dir = llama_vocab_dir();
     if (!std::filesystem::exists(dir / "VERSION")) {
-        MESSAGE("no llama.cpp vocabularies in " << dir.string() << " (scripts/fetch-llama-vocab fetches them): skipped");
+        MESSAGE("no llama.cpp vocabularies in " << dir.string()
+                                                << " (scripts/fetch-llama-vocab fetches them): skipped");
         return;
     }
     const std::pair<const char*, fim_kind> cases[] = {
         {"ggml-vocab-qwen2.gguf", fim_kind::none}, // Qwen1.5's vocabulary, from before the FIM tokens
-        {"ggml-vocab-starcoder.gguf", fim_kind::starcoder},
-        {"ggml-vocab-deepseek-coder.gguf", fim_kind::deepseek},
-        {"ggml-vocab-llama-bpe.gguf", fim_kind::none},
-        {"ggml-vocab-llama-spm.gguf", fim_kind::none},
+        {"ggml-vocab-starcoder.gguf", fim_kind::starcoder}, {"ggml-vocab-deepseek-coder.gguf", fim_kind::deepseek},
+        {"ggml-vocab-llama-bpe.gguf", fim_kind::none},      {"ggml-vocab-llama-spm.gguf", fim_kind::none},
     };
     for (const auto& [name, kind] : cases) {
         CAPTURE(std::string(name));

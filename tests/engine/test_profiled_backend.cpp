@@ -3,8 +3,8 @@
 
 #include "api/runtime.h"
 #include "convert/convert.h"
-#include "model/session.h"
 #include "model/profiled_backend.h"
+#include "model/session.h"
 #include "test_util.h"
 
 #include <cstring>
@@ -64,7 +64,8 @@ TEST_CASE("through the timing wrapper every family decodes the same logits and a
             for (const layer_weights& l : m.layers()) moe += l.is_moe() ? 1 : 0;
             const bool qk_norm = m.layers().front().q_norm != nullptr;
             const layer_weights& l0 = m.layers().front();
-            const int biases = (l0.bq != nullptr ? 3 : 0) + (l0.bo != nullptr ? 1 : 0) + (l0.dense.up_bias != nullptr ? 2 : 0);
+            const int biases =
+                (l0.bq != nullptr ? 3 : 0) + (l0.bo != nullptr ? 1 : 0) + (l0.dense.up_bias != nullptr ? 2 : 0);
             // a GELU MLP's up, GELU, down one by one
             const bool one_by_one = !l0.is_moe() && l0.dense.gate == nullptr;
             const bool sandwich = l0.attn_post_norm != nullptr;

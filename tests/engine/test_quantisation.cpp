@@ -3,8 +3,9 @@
 #include "kernel_test_util.h"
 
 TEST_CASE("dot_row of every dtype matches double precision of its stored values") {
-    for (dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k,
-                    dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl, dtype::iq4_xs, dtype::q2_k, dtype::q3_k}) {
+    for (dtype t :
+         {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k,
+          dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl, dtype::iq4_xs, dtype::q2_k, dtype::q3_k}) {
         for (int64_t n : {32, 96, 256, 4096}) {
             if (n % format::block_elements(t) != 0) continue;
             CAPTURE(format::dtype_name(t));
@@ -27,7 +28,10 @@ TEST_CASE("quantisation error stays within its bound") {
     // symmetric int8: |error| <= d/2 with d = amax/127 per block (plus f16 rounding of d)
     // 4-bit: levels -8..7 of a fitted scale; the largest error is at most one step amax/8
     // (a value on the short side of the range), the RMS error far less (checked below)
-    struct bound { dtype t; double max_err_in_amax; } cases[] = {{dtype::q8_0, 0.5 / 127}, {dtype::q4_0, 1.0 / 8}};
+    struct bound {
+        dtype t;
+        double max_err_in_amax;
+    } cases[] = {{dtype::q8_0, 0.5 / 127}, {dtype::q4_0, 1.0 / 8}};
     for (auto c : cases) {
         auto q = quantize(c.t, w, 1, n);
         std::vector<float> back(n);
@@ -65,7 +69,8 @@ TEST_CASE("the K-quant quantiser loses no more than llama.cpp's on the same rows
     REQUIRE(x.size() == size_t(rows * cols));
     for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
         CAPTURE(format::dtype_name(t));
-        const auto theirs = test::read_bytes(test::fixture("gguf/kquant-rows." + std::string(format::dtype_name(t)) + ".bin"));
+        const auto theirs =
+            test::read_bytes(test::fixture("gguf/kquant-rows." + std::string(format::dtype_name(t)) + ".bin"));
         const size_t rb = format::row_bytes(t, uint64_t(cols));
         REQUIRE(theirs.size() == rb * rows);
         std::vector<uint8_t> ours(rb * rows);
@@ -85,7 +90,8 @@ TEST_CASE("the K-quant quantiser loses no more than llama.cpp's on the same rows
             sse_theirs += eb;
             worst_row = std::max(worst_row, ea / eb);
         }
-        MESSAGE(format::dtype_name(t) << ": squared error ours/llama.cpp " << sse_ours / sse_theirs << ", worst row " << worst_row);
+        MESSAGE(format::dtype_name(t) << ": squared error ours/llama.cpp " << sse_ours / sse_theirs << ", worst row "
+                                      << worst_row);
         CHECK(sse_ours <= 1.0 * sse_theirs);
         CHECK(worst_row < 1.05);
     }

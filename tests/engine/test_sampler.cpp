@@ -28,7 +28,8 @@ int32_t reference_sample(const std::vector<float>& logits, const sampling_params
     const int n_vocab = static_cast<int>(logits.size());
     std::vector<int32_t> idx(logits.size());
     std::iota(idx.begin(), idx.end(), 0);
-    std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    std::sort(idx.begin(), idx.end(),
+              [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
     const int n = p.top_k > 0 ? std::min(p.top_k, n_vocab) : n_vocab;
     std::vector<float> prob(static_cast<size_t>(n));
     float sum = 0.0f;
@@ -113,11 +114,17 @@ TEST_CASE("sampling gives the tokens of the sort-every-token definition") {
     std::normal_distribution<float> normal(0.0f, 2.5f);
     for (float& l : logits) l = std::round(normal(gen) * 4.0f) / 4.0f;
     for (int i = 0; i < n_vocab; i += 997) logits[i] = -std::numeric_limits<float>::infinity();
-    const std::vector<int32_t> recent = {3, 17, 17, 4242, int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin())};
-    struct variant { float temp; int top_k; float top_p, min_p, penalty; };
-    const variant variants[] = {{0.8f, 40, 0.95f, 0.05f, 1.0f}, {1.0f, 1, 1.0f, 0.0f, 1.0f},   {1.5f, 4999, 1.0f, 0.0f, 1.0f},
-                                {0.7f, 0, 0.9f, 0.0f, 1.0f},    {1.2f, 0, 1.0f, 0.02f, 1.0f},  {0.5f, 0, 0.5f, 0.1f, 1.0f},
-                                {1.0f, 5000, 0.95f, 0.0f, 1.0f}, {0.9f, 40, 0.95f, 0.05f, 1.3f}, {0.9f, 0, 0.8f, 0.0f, 1.3f}};
+    const std::vector<int32_t> recent = {3, 17, 17, 4242,
+                                         int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    struct variant {
+        float temp;
+        int top_k;
+        float top_p, min_p, penalty;
+    };
+    const variant variants[] = {
+        {0.8f, 40, 0.95f, 0.05f, 1.0f},  {1.0f, 1, 1.0f, 0.0f, 1.0f},    {1.5f, 4999, 1.0f, 0.0f, 1.0f},
+        {0.7f, 0, 0.9f, 0.0f, 1.0f},     {1.2f, 0, 1.0f, 0.02f, 1.0f},   {0.5f, 0, 0.5f, 0.1f, 1.0f},
+        {1.0f, 5000, 0.95f, 0.0f, 1.0f}, {0.9f, 40, 0.95f, 0.05f, 1.3f}, {0.9f, 0, 0.8f, 0.0f, 1.3f}};
     for (const variant& v : variants) {
         CAPTURE(v.temp);
         CAPTURE(v.top_k);
@@ -186,7 +193,8 @@ TEST_CASE("sampling frequencies follow softmax(logits / T)") {
     for (int i = 0; i < draws; ++i) ++count[s.sample(logits, {})];
     double z = 0;
     for (float l : logits) z += std::exp(l / T);
-    for (int i = 0; i < 4; ++i) CHECK(count[i] / double(draws) == doctest::Approx(std::exp(logits[i] / T) / z).epsilon(0.05));
+    for (int i = 0; i < 4; ++i)
+        CHECK(count[i] / double(draws) == doctest::Approx(std::exp(logits[i] / T) / z).epsilon(0.05));
 }
 
 TEST_CASE("top-k and top-p and min-p keep only the allowed tokens") {
@@ -234,7 +242,7 @@ TEST_CASE("repetition penalty demotes recent tokens") {
     CHECK(s.sample(logits, recent) == 1); // 2.0 / 2 = 1.0 < 1.5
     const float close[3] = {2.0f, 1.5f, 0.9f};
     const int32_t twice[] = {0, 1, 0};
-    CHECK(s.sample(close, twice) == 0); // each once: 1.0 > 0.75, 0.9 (counted twice, 0.5 < 0.9)
+    CHECK(s.sample(close, twice) == 0);   // each once: 1.0 > 0.75, 0.9 (counted twice, 0.5 < 0.9)
     const int32_t outside[] = {-1, 3, 0}; // ids outside the vocabulary are passed over
     CHECK(s.sample(close, outside) == 1);
 }

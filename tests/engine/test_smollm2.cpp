@@ -62,7 +62,8 @@ TEST_CASE("SmolLM2-135M from its GGUF completes Python code") {
     const std::string c = complete(*rt, "#include <stdio.h>\n\nint main(void) {\n", 32);
     MESSAGE("completion:\n" << c);
     CHECK(c.find(';') != std::string::npos);
-    CHECK((c.find("int ") != std::string::npos || c.find("printf(") != std::string::npos || c.find("for (") != std::string::npos));
+    CHECK((c.find("int ") != std::string::npos || c.find("printf(") != std::string::npos ||
+           c.find("for (") != std::string::npos));
 }
 
 int main(int argc, char** argv) {

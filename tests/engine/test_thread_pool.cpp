@@ -12,7 +12,7 @@ TEST_CASE("thread pool balanced split hands out every item exactly once") {
                 CAPTURE(grain);
                 std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
                 std::atomic<int> calls{0}, empty{0};
-                std::atomic<int64_t> small{0}; // items in calls of at most grain items
+                std::atomic<int64_t> small{0};                               // items in calls of at most grain items
                 pool.parallel_balanced(n, grain, [&](int64_t b, int64_t e) { // runs on the pool's threads
                     if (b >= e) empty.fetch_add(1);
                     if (e - b <= std::max<int64_t>(grain, 1)) small.fetch_add(e - b);
@@ -26,7 +26,8 @@ TEST_CASE("thread pool balanced split hands out every item exactly once") {
                 } else {
                     // one equal share per thread of three quarters, the rest in chunks
                     CHECK(small.load() >= n / 4);
-                    CHECK(calls.load() <= threads + (n / 4 + threads * std::max<int64_t>(grain, 1)) / std::max<int64_t>(grain, 1) + 1);
+                    CHECK(calls.load() <=
+                          threads + (n / 4 + threads * std::max<int64_t>(grain, 1)) / std::max<int64_t>(grain, 1) + 1);
                 }
             }
         }
@@ -46,7 +47,7 @@ TEST_CASE("thread pool parts run every step once and idle threads take halves of
                 std::vector<std::vector<std::atomic<int>>> seen;
                 for (int p = 0; p < parts; ++p) seen.emplace_back(size_t(steps(p)));
                 std::vector<std::thread::id> by(size_t(steps(0))); // the thread of each step of part 0
-                std::atomic<int> bad{0};                          // calls out of range
+                std::atomic<int> bad{0};                           // calls out of range
                 pool.parallel_parts(serial, steps, [&](int p, int64_t k0, int64_t k1) {
                     if (p < 0 || p >= parts || k0 < 0 || k0 >= k1 || k1 > steps(p)) {
                         bad.fetch_add(1);
@@ -92,7 +93,8 @@ TEST_CASE("thread pool parts after prologues run no step before its part's prolo
                 },
                 steps,
                 [&](int p, int64_t k0, int64_t k1) {
-                    if (p < 0 || p >= threads || k0 < 0 || k0 >= k1 || k1 > steps(p) || prologues[size_t(p)].load() != 1) {
+                    if (p < 0 || p >= threads || k0 < 0 || k0 >= k1 || k1 > steps(p) ||
+                        prologues[size_t(p)].load() != 1) {
                         bad.fetch_add(1);
                         return;
                     }
@@ -111,7 +113,8 @@ TEST_CASE("thread pool parts after prologues run no step before its part's prolo
             // the others wait out the slow prologue, then take from its part
             if (slow >= 0 && slow < threads && steps(slow) > 0) {
                 const auto& b = by[size_t(slow)];
-                const auto others = std::count_if(b.begin(), b.end(), [&](std::thread::id t) { return t != b.front(); });
+                const auto others =
+                    std::count_if(b.begin(), b.end(), [&](std::thread::id t) { return t != b.front(); });
                 if (threads > 1) CHECK(others > 0);
                 else CHECK(others == 0);
             }

@@ -47,7 +47,8 @@ class temp_dir {
 public:
     temp_dir() {
         std::random_device rd;
-        path_ = std::filesystem::temp_directory_path() / ("colibri-test-" + std::to_string(rd()) + std::to_string(rd()));
+        path_ =
+            std::filesystem::temp_directory_path() / ("colibri-test-" + std::to_string(rd()) + std::to_string(rd()));
         std::filesystem::create_directories(path_);
     }
     ~temp_dir() {

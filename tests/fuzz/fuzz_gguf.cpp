@@ -9,7 +9,6 @@
 #include "fuzz_input.h"
 #include "tokenizer/tokenizer.h"
 
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     colibri::fuzz::input_file in(data, size);
     if (!in.ok()) return 0;
@@ -20,13 +19,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::vector<int32_t> ids;
         tok->encode("def f(x):\n    return x <|endoftext|>", ids);
         (void)tok->decode(ids);
-    } catch (const colibri::error&) {
-    }
+    } catch (const colibri::error&) {}
     // the whole conversion, into a file of this process's own (written, then renamed into place)
     static const std::string out = colibri::fuzz::scratch_path("fuzz-gguf.colibri");
     try {
         colibri::convert_gguf(in.path(), out, std::nullopt, {});
-    } catch (const colibri::error&) {
-    }
+    } catch (const colibri::error&) {}
     return 0;
 }

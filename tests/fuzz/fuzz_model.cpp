@@ -46,7 +46,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         tok->encode("def f(x):\n    return x", ids);
         (void)tok->decode(ids);
         (void)m.decode_weight_bytes();
-    } catch (const colibri::error&) {
-    }
+    } catch (const colibri::error&) {}
     return 0;
 }

@@ -32,12 +32,10 @@ void decode_line(const std::string& line) {
     }
     try {
         (void)p::worker::decode_to_worker(line);
-    } catch (const p::protocol_error&) {
-    }
+    } catch (const p::protocol_error&) {}
     try {
         (void)p::worker::decode_from_worker(line);
-    } catch (const p::protocol_error&) {
-    }
+    } catch (const p::protocol_error&) {}
     for (auto api : {colibri::daemon::http_api::infill, colibri::daemon::http_api::completion,
                      colibri::daemon::http_api::openai_completion}) {
         auto http = colibri::daemon::parse_http_completion(api, line, limits);
@@ -51,8 +49,7 @@ void decode_line(const std::string& line) {
     if (j.is_object() && j.contains("usage")) {
         try {
             (void)p::parse_done_event(j);
-        } catch (const p::protocol_error&) {
-        }
+        } catch (const p::protocol_error&) {}
     }
 }
 

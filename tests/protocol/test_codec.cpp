@@ -100,8 +100,8 @@ TEST_CASE("context files and min_indent: parsed, checked by name, and written ba
           std::string::npos);
     CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"x","context":[{"filename":"a"}]})").message.find("'text'") !=
           std::string::npos);
-    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"x","context":[{"text":"a","time":3}]})").message.find(
-              "'time'") != std::string::npos);
+    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"x","context":[{"text":"a","time":3}]})")
+              .message.find("'time'") != std::string::npos);
     CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"x","min_indent":-1})").message.find("'min_indent'") !=
           std::string::npos);
     p::request_limits two;
@@ -156,8 +156,7 @@ TEST_CASE("deeply nested JSON is rejected without crashing") {
     CHECK(parse_err(deep).code == p::error_code::invalid_json);
     deep += std::string(200000, ']');
     CHECK(parse_err(deep).code == p::error_code::invalid_request);
-    std::string obj = R"({"id":1,"op":"health","x":)" + std::string(100000, '[') +
-                      std::string(100000, ']') + "}";
+    std::string obj = R"({"id":1,"op":"health","x":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
     auto e = parse_err(obj);
     CHECK(e.code == p::error_code::invalid_request);
     CHECK(e.message.find("'x'") != std::string::npos);
@@ -172,11 +171,9 @@ TEST_CASE("id is required and typed") {
     CHECK(parse_err(R"({"id":null,"op":"health"})").code == p::error_code::invalid_request);
     CHECK(parse_err(R"({"id":"","op":"health"})").code == p::error_code::invalid_request);
     CHECK(parse_err(R"({"id":[1],"op":"health"})").code == p::error_code::invalid_request);
-    CHECK(parse_err(R"({"id":18446744073709551615,"op":"health"})").code ==
-          p::error_code::invalid_request);
+    CHECK(parse_err(R"({"id":18446744073709551615,"op":"health"})").code == p::error_code::invalid_request);
     const std::string long_id(257, 'x');
-    CHECK(parse_err(R"({"id":")" + long_id + R"(","op":"health"})").code ==
-          p::error_code::invalid_request);
+    CHECK(parse_err(R"({"id":")" + long_id + R"(","op":"health"})").code == p::error_code::invalid_request);
     CHECK(parse_ok(R"({"id":-3,"op":"health"})").id == -3);
 }
 
@@ -253,18 +250,16 @@ TEST_CASE("stop limits are enforced") {
 TEST_CASE("debug_fault only when fault injection is allowed") {
     p::request_limits limits;
     limits.allow_fault_injection = true;
-    auto req = parse_ok(
-        R"({"id":1,"op":"complete","prompt":"","debug_fault":{"kind":"crash","after_tokens":3}})",
-        limits);
+    auto req =
+        parse_ok(R"({"id":1,"op":"complete","prompt":"","debug_fault":{"kind":"crash","after_tokens":3}})", limits);
     auto& c = std::get<p::complete_request>(req.body);
     CHECK(c.fault.kind == p::fault_kind::crash);
     CHECK(c.fault.after_tokens == 3);
     CHECK(c.fault.delay_ms == 0);
-    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"","debug_fault":{"kind":"melt"}})", limits)
-              .code == p::error_code::invalid_request);
-    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"","debug_fault":{"kind":"hang","x":1}})",
-                    limits)
-              .code == p::error_code::invalid_request);
+    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"","debug_fault":{"kind":"melt"}})", limits).code ==
+          p::error_code::invalid_request);
+    CHECK(parse_err(R"({"id":1,"op":"complete","prompt":"","debug_fault":{"kind":"hang","x":1}})", limits).code ==
+          p::error_code::invalid_request);
 }
 
 TEST_CASE("hello - cancel - health - status") {

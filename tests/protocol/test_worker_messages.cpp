@@ -29,7 +29,12 @@ TEST_CASE("worker-to-supervisor messages round-trip") {
     CHECK(piece.job == 4);
     CHECK(piece.text == "\xe4\xb8\xad\n");
 
-    w::done_msg d{5, p::finish_reason::stop, {10, 3, 2, 8, 5}, 1.25, 7.5, {{"slots", 4}, {"hits", 1}},
+    w::done_msg d{5,
+                  p::finish_reason::stop,
+                  {10, 3, 2, 8, 5},
+                  1.25,
+                  7.5,
+                  {{"slots", 4}, {"hits", 1}},
                   json::array({{{"url", "http://a:8000"}, {"state", "up"}}})};
     auto done = std::get<w::done_msg>(w::decode_from_worker(w::encode(d)));
     CHECK(done.cache == d.cache);
@@ -42,8 +47,8 @@ TEST_CASE("worker-to-supervisor messages round-trip") {
     CHECK(done.prefill_ms == 1.25);
     CHECK(done.decode_ms == 7.5);
 
-    auto err = std::get<w::error_msg>(w::decode_from_worker(
-        w::encode(w::error_msg{6, p::error_code::invalid_request, "prompt too long", {}})));
+    auto err = std::get<w::error_msg>(
+        w::decode_from_worker(w::encode(w::error_msg{6, p::error_code::invalid_request, "prompt too long", {}})));
     CHECK(err.code == p::error_code::invalid_request);
     CHECK(err.message == "prompt too long");
     CHECK(err.upstreams.is_null());
@@ -51,13 +56,12 @@ TEST_CASE("worker-to-supervisor messages round-trip") {
         w::encode(w::error_msg{6, p::error_code::unavailable, "none", json::array({{{"state", "down"}}})})));
     CHECK(err.upstreams[0]["state"] == "down");
 
-    auto ready = std::get<w::ready_msg>(w::decode_from_worker(
-        w::encode(w::ready_msg{{{"architecture", "mixtral"}, {"n_ctx", 4096}}})));
+    auto ready = std::get<w::ready_msg>(
+        w::decode_from_worker(w::encode(w::ready_msg{{{"architecture", "mixtral"}, {"n_ctx", 4096}}})));
     CHECK(ready.info["architecture"] == "mixtral");
     CHECK(std::get<w::pong_msg>(w::decode_from_worker(w::encode(w::pong_msg{9}))).n == 9);
     CHECK(std::get<w::progress_msg>(w::decode_from_worker(w::encode(w::progress_msg{11}))).job == 11);
-    CHECK(std::get<w::fatal_msg>(w::decode_from_worker(w::encode(w::fatal_msg{"no model"}))).message ==
-          "no model");
+    CHECK(std::get<w::fatal_msg>(w::decode_from_worker(w::encode(w::fatal_msg{"no model"}))).message == "no model");
 }
 
 TEST_CASE("malformed worker messages throw protocol_error") {
@@ -65,8 +69,7 @@ TEST_CASE("malformed worker messages throw protocol_error") {
     CHECK_THROWS_AS(w::decode_from_worker(R"({"t":"piece"})"), p::protocol_error);
     CHECK_THROWS_AS(w::decode_from_worker(R"({"t":"piece","job":"x","text":"a"})"), p::protocol_error);
     CHECK_THROWS_AS(w::decode_from_worker(R"({"t":"explode"})"), p::protocol_error);
-    CHECK_THROWS_AS(w::decode_to_worker(R"({"t":"run","job":1,"seed":0,"req":{"prompt":3}})"),
-                    p::protocol_error);
+    CHECK_THROWS_AS(w::decode_to_worker(R"({"t":"run","job":1,"seed":0,"req":{"prompt":3}})"), p::protocol_error);
     CHECK_THROWS_AS(w::decode_to_worker("[]"), p::protocol_error);
 }
 
@@ -76,8 +79,9 @@ TEST_CASE("numbers that are not whole or out of range are refused, not converted
         CAPTURE(line);
         CHECK_THROWS_AS(w::decode_to_worker(line), p::protocol_error);
     }
-    CHECK_THROWS_AS(w::decode_from_worker(R"({"t":"done","job":1,"finish_reason":"stop","usage":{"prompt_tokens":1e10,)"
-                                          R"("completion_tokens":1,"cached_tokens":0,"drafted_tokens":0,"accepted_tokens":0},)"
-                                          R"("prefill_ms":1,"decode_ms":1})"),
-                    p::protocol_error);
+    CHECK_THROWS_AS(
+        w::decode_from_worker(R"({"t":"done","job":1,"finish_reason":"stop","usage":{"prompt_tokens":1e10,)"
+                              R"("completion_tokens":1,"cached_tokens":0,"drafted_tokens":0,"accepted_tokens":0},)"
+                              R"("prefill_ms":1,"decode_ms":1})"),
+        p::protocol_error);
 }

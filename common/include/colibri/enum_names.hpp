@@ -21,7 +21,8 @@ constexpr std::string_view enum_name(const Table& table, E value, std::string_vi
 
 /// The value named `name` in `table`, if any.
 template <class Table>
-constexpr auto enum_value(const Table& table, std::string_view name) -> std::optional<typename Table::value_type::first_type> {
+constexpr auto enum_value(const Table& table, std::string_view name)
+    -> std::optional<typename Table::value_type::first_type> {
     for (const auto& [v, n] : table) {
         if (n == name) return v;
     }

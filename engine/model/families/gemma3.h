@@ -7,10 +7,16 @@
 
 namespace colibri::family {
 
-inline constexpr family_info gemma3{
-    .arch = format::arch::gemma3, .hf_arch = "Gemma3ForCausalLM", .gguf_arch = "gemma3",
-    .blocks = {.qk = format::qk_norm::per_head, .norm = norm_kind::rms_plus_one, .sandwich_norm = true,
-               .ffn = ffn_kind::geglu},
-    .embed_scale_sqrt = true, .swa_pattern = 6, .rope_theta_swa = 10000.0f, .gguf_wide_query_layers = 62};
+inline constexpr family_info gemma3{.arch = format::arch::gemma3,
+                                    .hf_arch = "Gemma3ForCausalLM",
+                                    .gguf_arch = "gemma3",
+                                    .blocks = {.qk = format::qk_norm::per_head,
+                                               .norm = norm_kind::rms_plus_one,
+                                               .sandwich_norm = true,
+                                               .ffn = ffn_kind::geglu},
+                                    .embed_scale_sqrt = true,
+                                    .swa_pattern = 6,
+                                    .rope_theta_swa = 10000.0f,
+                                    .gguf_wide_query_layers = 62};
 
 } // namespace colibri::family

@@ -6,7 +6,10 @@
 
 namespace colibri::family {
 
-inline constexpr family_info granite{.arch = format::arch::granite, .hf_arch = "GraniteForCausalLM",
-                                     .gguf_arch = "granite", .granite_scales = true, .gguf_permuted_qk = true};
+inline constexpr family_info granite{.arch = format::arch::granite,
+                                     .hf_arch = "GraniteForCausalLM",
+                                     .gguf_arch = "granite",
+                                     .granite_scales = true,
+                                     .gguf_permuted_qk = true};
 
 } // namespace colibri::family

@@ -6,10 +6,14 @@
 
 namespace colibri::family {
 
-inline constexpr family_info mixtral{
-    .arch = format::arch::mixtral, .hf_arch = "MixtralForCausalLM", .gguf_arch = "llama", .moe = true,
-    .hf_moe = {"block_sparse_moe", "gate.weight", "experts.{e}.w1.weight", "experts.{e}.w3.weight",
-               "experts.{e}.w2.weight", "num_local_experts", "intermediate_size"},
-    .norm_topk_default = true, .gguf_permuted_qk = true};
+inline constexpr family_info mixtral{.arch = format::arch::mixtral,
+                                     .hf_arch = "MixtralForCausalLM",
+                                     .gguf_arch = "llama",
+                                     .moe = true,
+                                     .hf_moe = {"block_sparse_moe", "gate.weight", "experts.{e}.w1.weight",
+                                                "experts.{e}.w3.weight", "experts.{e}.w2.weight", "num_local_experts",
+                                                "intermediate_size"},
+                                     .norm_topk_default = true,
+                                     .gguf_permuted_qk = true};
 
 } // namespace colibri::family

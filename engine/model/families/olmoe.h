@@ -6,9 +6,12 @@
 
 namespace colibri::family {
 
-inline constexpr family_info olmoe{
-    .arch = format::arch::olmoe, .hf_arch = "OlmoeForCausalLM", .gguf_arch = "olmoe", .moe = true,
-    .hf_moe = per_expert_mlp("num_experts", "intermediate_size"), .blocks = {.qk = format::qk_norm::full},
-    .norm_topk_configurable = true};
+inline constexpr family_info olmoe{.arch = format::arch::olmoe,
+                                   .hf_arch = "OlmoeForCausalLM",
+                                   .gguf_arch = "olmoe",
+                                   .moe = true,
+                                   .hf_moe = per_expert_mlp("num_experts", "intermediate_size"),
+                                   .blocks = {.qk = format::qk_norm::full},
+                                   .norm_topk_configurable = true};
 
 } // namespace colibri::family

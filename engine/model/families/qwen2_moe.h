@@ -6,9 +6,12 @@
 
 namespace colibri::family {
 
-inline constexpr family_info qwen2_moe{
-    .arch = format::arch::qwen2_moe, .hf_arch = "Qwen2MoeForCausalLM", .gguf_arch = "qwen2moe", .moe = true,
-    .hf_moe = per_expert_mlp("num_experts", "moe_intermediate_size"),
-    .blocks = {.shared_experts = shared_experts_kind::gated}, .norm_topk_configurable = true};
+inline constexpr family_info qwen2_moe{.arch = format::arch::qwen2_moe,
+                                       .hf_arch = "Qwen2MoeForCausalLM",
+                                       .gguf_arch = "qwen2moe",
+                                       .moe = true,
+                                       .hf_moe = per_expert_mlp("num_experts", "moe_intermediate_size"),
+                                       .blocks = {.shared_experts = shared_experts_kind::gated},
+                                       .norm_topk_configurable = true};
 
 } // namespace colibri::family

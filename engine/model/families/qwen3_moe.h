@@ -6,9 +6,13 @@
 
 namespace colibri::family {
 
-inline constexpr family_info qwen3_moe{
-    .arch = format::arch::qwen3_moe, .hf_arch = "Qwen3MoeForCausalLM", .gguf_arch = "qwen3moe", .moe = true,
-    .hf_moe = per_expert_mlp("num_experts", "moe_intermediate_size"), .blocks = {.qk = format::qk_norm::per_head},
-    .norm_topk_default = true, .norm_topk_configurable = true};
+inline constexpr family_info qwen3_moe{.arch = format::arch::qwen3_moe,
+                                       .hf_arch = "Qwen3MoeForCausalLM",
+                                       .gguf_arch = "qwen3moe",
+                                       .moe = true,
+                                       .hf_moe = per_expert_mlp("num_experts", "moe_intermediate_size"),
+                                       .blocks = {.qk = format::qk_norm::per_head},
+                                       .norm_topk_default = true,
+                                       .norm_topk_configurable = true};
 
 } // namespace colibri::family

@@ -6,8 +6,10 @@
 
 namespace colibri::family {
 
-inline constexpr family_info starcoder2{
-    .arch = format::arch::starcoder2, .hf_arch = "Starcoder2ForCausalLM", .gguf_arch = "starcoder2",
-    .blocks = {.norm = norm_kind::layer_norm, .ffn = ffn_kind::gelu_mlp}, .sliding_window = 4096};
+inline constexpr family_info starcoder2{.arch = format::arch::starcoder2,
+                                        .hf_arch = "Starcoder2ForCausalLM",
+                                        .gguf_arch = "starcoder2",
+                                        .blocks = {.norm = norm_kind::layer_norm, .ffn = ffn_kind::gelu_mlp},
+                                        .sliding_window = 4096};
 
 } // namespace colibri::family

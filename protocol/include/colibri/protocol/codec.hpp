@@ -20,8 +20,7 @@ struct request_error {
 };
 
 /// Parses and validates one request line (without its '\n'). Never throws on bad input.
-std::variant<request, request_error> parse_request(std::string_view line,
-                                                   const request_limits& limits = {});
+std::variant<request, request_error> parse_request(std::string_view line, const request_limits& limits = {});
 
 /// Client side: the JSON object of a request (inverse of parse_request).
 nlohmann::json to_json(const request& req);
@@ -35,11 +34,9 @@ nlohmann::json make_hello_event(const nlohmann::json& id, std::string_view serve
 nlohmann::json make_piece_event(const nlohmann::json& id, std::string_view text);
 nlohmann::json make_done_event(const nlohmann::json& id, const done_event& done);
 /// An error; `reason` is set for a completion that was accepted and then failed.
-nlohmann::json make_error_event(const nlohmann::json& id, error_code code,
-                                std::string_view message,
+nlohmann::json make_error_event(const nlohmann::json& id, error_code code, std::string_view message,
                                 std::optional<finish_reason> reason = std::nullopt);
-nlohmann::json make_cancel_event(const nlohmann::json& id, const nlohmann::json& target,
-                                 bool found);
+nlohmann::json make_cancel_event(const nlohmann::json& id, const nlohmann::json& target, bool found);
 
 /// Names of the event types ("event" field).
 namespace event {

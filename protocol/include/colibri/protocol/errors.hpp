@@ -31,8 +31,7 @@ std::optional<error_code> error_code_from_string(std::string_view name);
 /// Thrown by decoders on malformed input; carries the code to report.
 class protocol_error : public std::runtime_error {
 public:
-    protocol_error(error_code code, const std::string& message)
-        : std::runtime_error(message), code_(code) {}
+    protocol_error(error_code code, const std::string& message) : std::runtime_error(message), code_(code) {}
     error_code code() const noexcept { return code_; }
 
 private:

@@ -18,8 +18,7 @@ class line_framer {
 public:
     enum class result { line, need_more, too_long };
 
-    explicit line_framer(std::size_t max_line_bytes = default_max_line_bytes)
-        : max_line_(max_line_bytes) {}
+    explicit line_framer(std::size_t max_line_bytes = default_max_line_bytes) : max_line_(max_line_bytes) {}
 
     /// Appends received bytes. Bytes fed after too_long are dropped.
     void feed(std::string_view bytes);

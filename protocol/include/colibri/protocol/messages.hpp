@@ -25,12 +25,12 @@ std::optional<finish_reason> finish_reason_from_string(std::string_view name);
 /// Test-only fault injection, honoured only when the daemon runs with it enabled.
 enum class fault_kind {
     none,
-    crash, ///< SIGSEGV after `after_tokens` pieces
-    abort, ///< SIGABRT
-    kill,  ///< SIGKILL to itself
-    exit,  ///< _exit(3)
-    hang,  ///< stop making progress (sleep forever) but keep answering pings
-    slow,  ///< sleep `delay_ms` before every piece
+    crash,       ///< SIGSEGV after `after_tokens` pieces
+    abort,       ///< SIGABRT
+    kill,        ///< SIGKILL to itself
+    exit,        ///< _exit(3)
+    hang,        ///< stop making progress (sleep forever) but keep answering pings
+    slow,        ///< sleep `delay_ms` before every piece
     device_error ///< the engine's device fails (as on a CUDA error): the worker reports it and restarts
 };
 
@@ -64,18 +64,18 @@ struct complete_request {
     std::string suffix; ///< fill-in-the-middle: text after the cursor ("" when none)
     /// An editor buffer or client; a newer request in the same session cancels this one.
     std::string session;
-    int max_tokens = 128; ///< 0: only process the prompt into the cache (warm-up)
-    int max_lines = 0;    ///< end before line max_lines + 1; 0: no limit
+    int max_tokens = 128;        ///< 0: only process the prompt into the cache (warm-up)
+    int max_lines = 0;           ///< end before line max_lines + 1; 0: no limit
     bool stop_on_dedent = false; ///< end before a line indented less than the cursor's line
     int min_indent = 0;          ///< end before a line indented by fewer characters; 0: no limit
     /// Other files' text placed before the prompt (the end that fits the context is kept).
     std::vector<context_file> context;
-    bool speculative = true;     ///< drafts from the context (the same tokens, fewer steps)
+    bool speculative = true; ///< drafts from the context (the same tokens, fewer steps)
     float temperature = 0.8f;
     float top_p = 0.95f;
     int top_k = 40;
     float min_p = 0.05f;
-    float repeat_penalty = 1.0f; ///< 1: off
+    float repeat_penalty = 1.0f;       ///< 1: off
     std::optional<std::uint64_t> seed; ///< the daemon picks (and reports) one when absent
     std::vector<std::string> stop;
     bool stream = true;
@@ -97,8 +97,7 @@ struct status_request {
     bool operator==(const status_request&) const = default;
 };
 
-using request_body =
-    std::variant<hello_request, complete_request, cancel_request, health_request, status_request>;
+using request_body = std::variant<hello_request, complete_request, cancel_request, health_request, status_request>;
 
 /// One parsed request line. `id` is a string or an integer, echoed as given.
 struct request {

@@ -48,7 +48,7 @@ struct done_msg {
     usage tokens;
     double prefill_ms = 0;
     double decode_ms = 0;
-    nlohmann::json cache; ///< the worker's KV-cache slot counters after the job (null: none)
+    nlohmann::json cache;     ///< the worker's KV-cache slot counters after the job (null: none)
     nlohmann::json upstreams; ///< a forwarding worker's upstreams after the job (null: none)
 };
 /// The job failed without killing the worker (bad argument, context full, ...).
