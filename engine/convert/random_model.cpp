@@ -3,6 +3,7 @@
 #include "convert/convert.h"
 
 #include "convert/bpe_import.h"
+#include "core/cpu_count.h"
 #include "core/error.h"
 #include "format/row_codec.h"
 #include "format/tensor_names.h"
@@ -151,7 +152,7 @@ convert_summary write_random_model(const random_model_options& o, const std::str
     add(std::string(names::output_norm), {E}, dtype::f32, true, true);
     mat(std::string(names::output), {o.n_vocab, E}, true);
     sum.n_tensors = w.n_tensors();
-    sum.file_size = w.write(output, progress);
+    sum.file_size = w.write(output, progress, static_cast<unsigned>(usable_cpu_count())); // producers are independent
     sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return sum;
 }

@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <thread>
 #include <fcntl.h>
 #include <unistd.h>
 #include <unordered_set>
@@ -115,7 +118,7 @@ private:
 
 } // namespace
 
-uint64_t model_writer::write(const std::string& path, const progress& on_progress) const {
+uint64_t model_writer::write(const std::string& path, const progress& on_progress, unsigned threads) const {
     // Layout: header | tokenizer | directory | data, every part 64-byte aligned.
     header h{};
     std::memcpy(h.magic, format::magic, sizeof(h.magic));
@@ -165,20 +168,38 @@ uint64_t model_writer::write(const std::string& path, const progress& on_progres
         f.pad_to(dir_offset);
         f.append(dir.data(), dir.size());
         f.pad_to(data_offset);
-        std::vector<uint8_t> buf, rows;
-        for (size_t i = 0; i < tensors_.size(); ++i) {
-            const pending& t = tensors_[i];
-            buf.assign(t.size, 0);
-            t.fill(buf.data());
-            if (is_interleaved(t.type)) {
-                // the producer wrote plain rows (q4_0, q8_0)
-                rows.swap(buf);
-                buf.resize(t.size);
-                interleave_x8(t.type, rows.data(), t.shape[0], t.shape[1], buf.data());
+        // up to `threads` tensors produced at once, each into its own buffer, then appended in order
+        const size_t width = std::max<size_t>(1, threads);
+        std::vector<std::vector<uint8_t>> bufs(width);
+        std::vector<std::exception_ptr> failures(width);
+        const auto produce = [&](size_t i, std::vector<uint8_t>& buf, std::exception_ptr& failure) {
+            try {
+                const pending& t = tensors_[i];
+                buf.assign(t.size, 0);
+                t.fill(buf.data());
+                if (is_interleaved(t.type)) { // the producer wrote plain rows (q4_0, q8_0)
+                    std::vector<uint8_t> rows(t.size);
+                    rows.swap(buf);
+                    interleave_x8(t.type, rows.data(), t.shape[0], t.shape[1], buf.data());
+                }
+            } catch (...) {
+                failure = std::current_exception();
             }
-            f.append(buf.data(), buf.size());
-            f.pad_to(align_up(f.pos()));
-            if (on_progress) on_progress(i + 1, tensors_.size(), t.name);
+        };
+        for (size_t first = 0; first < tensors_.size(); first += width) {
+            const size_t n = std::min(width, tensors_.size() - first);
+            {
+                std::vector<std::jthread> workers;
+                for (size_t k = 1; k < n; ++k)
+                    workers.emplace_back(produce, first + k, std::ref(bufs[k]), std::ref(failures[k]));
+                produce(first, bufs[0], failures[0]);
+            }
+            for (size_t k = 0; k < n; ++k) {
+                if (failures[k]) std::rethrow_exception(std::exchange(failures[k], nullptr));
+                f.append(bufs[k].data(), bufs[k].size());
+                f.pad_to(align_up(f.pos()));
+                if (on_progress) on_progress(first + k + 1, tensors_.size(), tensors_[first + k].name);
+            }
         }
         f.close();
         if (std::rename(tmp.c_str(), path.c_str()) != 0) {

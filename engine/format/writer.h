@@ -31,9 +31,10 @@ public:
     /// bad name or shape.
     void add_tensor(const std::string& name, format::dtype type, std::vector<uint64_t> shape, producer fill);
 
-    /// Writes to `path` through a temporary file renamed into place on success.
+    /// Writes to `path` through a temporary file renamed into place on success, running up to
+    /// `threads` producers at once (they must then be safe to run side by side).
     /// Returns the file size.
-    uint64_t write(const std::string& path, const progress& on_progress = {}) const;
+    uint64_t write(const std::string& path, const progress& on_progress = {}, unsigned threads = 1) const;
 
     size_t n_tensors() const { return tensors_.size(); }
 
