@@ -11,13 +11,17 @@
 #define COLIBRI_LAUNCH(kernel, grid, block, shared, stream) ::colibri::emulation::launch(kernel, grid, block, shared)
 #define COLIBRI_DYNAMIC_SHARED(T, name) T* name = ::colibri::emulation::dynamic_shared<T>()
 #define COLIBRI_UNROLL
+#define COLIBRI_UNROLL_BY(n)
 #else
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 // kernel<<<...>>>, spelt so that the tests' emulation can run the same launch
 #define COLIBRI_LAUNCH(kernel, grid, block, shared, stream) kernel<<<grid, block, shared, stream>>>
 #define COLIBRI_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #define COLIBRI_UNROLL _Pragma("unroll")
+#define COLIBRI_PRAGMA(text) _Pragma(#text)
+#define COLIBRI_UNROLL_BY(n) COLIBRI_PRAGMA(unroll n)
 #endif
 
 #include <cstdint>

@@ -47,14 +47,19 @@ cuda_backend::cuda_backend(const cuda_options& o) : device_(o.device) {
 cuda_backend::~cuda_backend() { cudaStreamSynchronize(stream_.get()); }
 
 std::string cuda_backend::profile_report() {
-    if (!profiling_) return {};
+    char line[200];
+    std::snprintf(line, sizeof line, "one-token steps: %llu replayed from %llu recordings, %llu not recordable%s%s\n",
+                  static_cast<unsigned long long>(steps_replayed_), static_cast<unsigned long long>(steps_recorded_),
+                  static_cast<unsigned long long>(steps_not_recorded_), capture_failure_ != nullptr ? ": " : "",
+                  capture_failure_ != nullptr ? capture_failure_ : "");
+    std::string steps = line;
+    if (!profiling_) return steps;
     resolve_timings();
     std::vector<std::pair<std::string, op_total>> rows(totals_.begin(), totals_.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
     double all = 0;
     for (const auto& r : rows) all += r.second.ms;
-    std::string out = "device time by operation (graphs off while profiling):\n";
-    char line[160];
+    std::string out = steps + "device time by operation (graphs off while profiling):\n";
     for (const auto& [name, t] : rows) {
         std::snprintf(line, sizeof line, "  %-24s %9llu calls %10.3f ms %9.2f us each %5.1f%%\n", name.c_str(),
                       static_cast<unsigned long long>(t.calls), t.ms, 1000.0 * t.ms / double(std::max<uint64_t>(t.calls, 1)),

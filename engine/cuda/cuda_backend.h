@@ -39,9 +39,10 @@ struct cuda_options {
 /// used (the reason in the message).
 std::unique_ptr<backend> make_cuda_backend(const cuda_options& options);
 
-/// With COLIBRI_CUDA_PROFILE=1 in the environment when the backend was made, the device time
-/// of its operations so far, by operation (one line each, the longest first); steps then run
-/// without graphs. Empty when not profiling, or for any other backend.
+/// How many one-token steps ran from recordings (CUDA graphs), and what kept any from being
+/// recorded; with COLIBRI_CUDA_PROFILE=1 in the environment when the backend was made, also
+/// the device time of its operations so far, by operation (one line each, the longest
+/// first), steps then running without graphs. Empty for any other backend.
 std::string cuda_profile_report(backend& be);
 
 } // namespace colibri

@@ -69,6 +69,7 @@ public:
     bool step_replay(const void* key, int32_t pos) override;
     bool step_begin(const void* key, int32_t pos) override;
     bool step_end(const void* key) override;
+    void step_abandon(const void* key) override;
     void step_forget(const void* key) override;
 
     // ---- the profile, COLIBRI_CUDA_PROFILE=1 (cuda_backend.cu) ----
@@ -132,7 +133,7 @@ private:
             // a recorded step reads its one position from step_position_, set before each
             // replay; any other host array would be baked in: the step is not recorded
             if (slot == position_slot && n == 1) return reinterpret_cast<const T*>(step_position_.get());
-            capture_failed_ = true;
+            recording_fails("a host array");
             return reinterpret_cast<const T*>(step_position_.get());
         }
         device_memory& m = scratch_[size_t(slot)];
@@ -159,6 +160,7 @@ private:
     struct matrix_shape {
         device_kind kind;
         int64_t rows, cols, row_bytes;
+        bool operator==(const matrix_shape&) const = default;
     };
     struct expert_table {
         matrix_shape gate, up, down;
@@ -166,8 +168,8 @@ private:
     };
 
     const expert_table* table_for(const moe_step& st);
-    void launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, const int32_t* ids, int k, const float* x,
-                      int64_t x_stride, float* y);
+    void launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, int n_which, const int32_t* ids, int k,
+                      const float* x, int64_t x_stride, float* y);
 
     // Scratch of moe_one, each grown as needed.
     struct scratch {
@@ -176,7 +178,7 @@ private:
         void reserve_floats(cuda_backend& be, size_t n) { be.grow(mem, std::max<size_t>(n, 1) * sizeof(float)); }
     };
     struct moe_scratch {
-        scratch logits, probs, weights, ids, g, u, y, sg, su, sy, sgate;
+        scratch logits, probs, weights, ids, gu, y, sg, su, sy, sgate; // gu: the gates' outputs, then the ups'
     };
 
     // ---- one-token steps as CUDA graphs (cuda_step_graphs.cu) ----
@@ -201,6 +203,16 @@ private:
     std::unordered_map<const expert_weights*, std::unique_ptr<expert_table>> tables_; // null: the session routes
     std::unordered_map<const void*, step_graph> steps_;
     bool capturing_ = false, capture_failed_ = false;
+    const char* capture_failure_ = nullptr; // what stopped the last recording that failed
+    // while recording: the step cannot be recorded (why: what it needed)
+    void recording_fails(const char* why) {
+        capture_failed_ = true;
+        capture_failure_ = why;
+    }
+    // a recording that will be dropped: its remaining launches are skipped (they may lack
+    // weights that could not be copied while recording)
+    bool recording_failed() const { return capturing_ && capture_failed_; }
+    uint64_t steps_replayed_ = 0, steps_recorded_ = 0, steps_not_recorded_ = 0;
     device_memory step_position_{sizeof(int32_t)};
     int32_t step_position_host_ = 0;
     bool profiling_ = false;

@@ -35,7 +35,7 @@ const float* cuda_backend::to_host(const float* p, size_t n, std::vector<float>&
     select();
     if (staging.size() < n) staging.resize(n);
     if (capturing_) { // the host cannot wait in a recording: the step is run plainly instead
-        capture_failed_ = true;
+        recording_fails("a copy to the host");
         return staging.data();
     }
     COLIBRI_CUDA(cudaMemcpyAsync(staging.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
@@ -62,7 +62,7 @@ void cuda_backend::embed(const tensor_view& table, const int32_t* ids, int n, fl
 void cuda_backend::grow(device_memory& m, size_t bytes) {
     if (bytes <= m.bytes()) return;
     if (capturing_) { // not while recording: the recorded step is dropped
-        capture_failed_ = true;
+        recording_fails("scratch memory grown");
         return;
     }
     COLIBRI_CUDA(cudaStreamSynchronize(stream_.get()));
@@ -74,7 +74,7 @@ const device_weights& cuda_backend::weights(const tensor_view& w) {
     auto it = weights_.find(w.data);
     if (it != weights_.end()) return it->second;
     if (capturing_) { // no copies while recording (the first, plain step made them)
-        capture_failed_ = true;
+        recording_fails("weights copied in");
         static const device_weights none{};
         return none;
     }

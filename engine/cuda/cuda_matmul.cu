@@ -1,7 +1,8 @@
 // Matrix products: their kernels and the backend's matmul, matmul_many, ffn_many and
 // head_matmul. A warp per output row, each lane a block of 32 weights at a time (16-byte
 // loads, dequantised in registers, row_dots.cuh); one token per pass over the rows for a
-// decode step, up to eight for a prompt batch. A job's activations are taken by row index
+// decode step, up to eight for a small batch; batches of 16 tokens or more of quantised or
+// f16 weights on the tensor cores, in f16 with f32 sums. A job's activations are taken by row index
 // (x_rows) when given, so a batch's experts read their tokens where they are.
 
 #include "cuda/cuda_backend_impl.cuh"
@@ -30,6 +31,90 @@ COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         const float s = warp_sum(acc[t]);
         if (lane == 0 && t < nt) y[int64_t(t0 + t) * rows + r] = s;
+    }
+}
+
+// A batch on the tensor cores: block (bx, by) makes y for rows bx * 64.. of the matrix and
+// tokens by * 32.. . Each step over 64 columns dequantises the rows' two blocks (a thread a
+// block) and reads the tokens' activations, each value split into two f16 parts in shared
+// memory (v = hi + lo, nearly f32's precision: a batch gives the logits and expert choices a
+// step gives), then the four warps each multiply their 16 rows by the 32 tokens as
+// hi.hi + hi.lo + lo.hi (wmma, f32 accumulators).
+constexpr int mma_rows = 64, mma_tokens = 32, mma_cols = 64, mma_pad = 8;
+constexpr int mma_min_tokens = 16; // smaller batches: matmul_kernel
+
+template <device_kind K>
+__global__ void matmul_mma_kernel(const uint8_t* values, const float* scales, int64_t rows, int64_t cols,
+                                  int64_t row_bytes, const float* x, const int32_t* x_rows, int n, float* y) {
+    namespace wmma = nvcuda::wmma;
+    alignas(32) __shared__ __half w_s[2][mma_rows][mma_cols + mma_pad]; // hi, lo
+    alignas(32) __shared__ __half x_s[2][mma_tokens][mma_cols + mma_pad]; // hi, lo
+    alignas(32) __shared__ float y_s[mma_rows][mma_tokens + mma_pad];
+    const int warp = threadIdx.x >> 5;
+    const int64_t r0 = int64_t(blockIdx.x) * mma_rows;
+    const int t0 = int(blockIdx.y) * mma_tokens;
+    const int64_t blocks = cols / 32;
+    // this thread's weight block (row, half of the step) and activations (token, 16 columns)
+    const int w_row = int(threadIdx.x) >> 1, w_half = int(threadIdx.x) & 1;
+    const int x_tok = int(threadIdx.x) >> 2, x_col = (int(threadIdx.x) & 3) * 16;
+    const int64_t r = r0 + w_row;
+    const float* xt = t0 + x_tok < n ? x + int64_t(x_rows != nullptr ? x_rows[t0 + x_tok] : t0 + x_tok) * cols : nullptr;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+    for (int64_t b0 = 0; b0 < blocks; b0 += 2) {
+        const int64_t b = b0 + w_half;
+        float w[32];
+        if (r < rows && b < blocks) {
+            load_block<K>(values + r * row_bytes, scales != nullptr ? scales + r * blocks * kind_scales<K> : nullptr, b, w);
+        } else {
+COLIBRI_UNROLL
+            for (int i = 0; i < 32; ++i) w[i] = 0.0f;
+        }
+COLIBRI_UNROLL
+        for (int i = 0; i < 32; ++i) {
+            const __half hi = __float2half_rn(w[i]);
+            w_s[0][w_row][w_half * 32 + i] = hi;
+            w_s[1][w_row][w_half * 32 + i] = __float2half_rn(w[i] - __half2float(hi));
+        }
+        const int64_t c = b0 * 32 + x_col;
+COLIBRI_UNROLL
+        for (int i = 0; i < 16; i += 4) {
+            float4 v{0.0f, 0.0f, 0.0f, 0.0f};
+            if (xt != nullptr && c + i < cols) v = *reinterpret_cast<const float4*>(xt + c + i);
+            const float part[4] = {v.x, v.y, v.z, v.w};
+COLIBRI_UNROLL
+            for (int e = 0; e < 4; ++e) {
+                const __half hi = __float2half_rn(part[e]);
+                x_s[0][x_tok][x_col + i + e] = hi;
+                x_s[1][x_tok][x_col + i + e] = __float2half_rn(part[e] - __half2float(hi));
+            }
+        }
+        __syncthreads();
+COLIBRI_UNROLL
+        for (int k = 0; k < mma_cols; k += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[2];
+            wmma::load_matrix_sync(a[0], &w_s[0][16 * warp][k], mma_cols + mma_pad);
+            wmma::load_matrix_sync(a[1], &w_s[1][16 * warp][k], mma_cols + mma_pad);
+COLIBRI_UNROLL
+            for (int j = 0; j < 2; ++j) {
+                // B[k][t] = x_s[part][t][k]: the tokens' rows read column by column
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> xt_f[2];
+                wmma::load_matrix_sync(xt_f[0], &x_s[0][16 * j][k], mma_cols + mma_pad);
+                wmma::load_matrix_sync(xt_f[1], &x_s[1][16 * j][k], mma_cols + mma_pad);
+                wmma::mma_sync(acc[j], a[1], xt_f[0], acc[j]); // the small terms first
+                wmma::mma_sync(acc[j], a[0], xt_f[1], acc[j]);
+                wmma::mma_sync(acc[j], a[0], xt_f[0], acc[j]);
+            }
+        }
+        __syncthreads();
+    }
+    wmma::store_matrix_sync(&y_s[16 * warp][0], acc[0], mma_tokens + mma_pad, wmma::mem_row_major);
+    wmma::store_matrix_sync(&y_s[16 * warp][16], acc[1], mma_tokens + mma_pad, wmma::mem_row_major);
+    __syncthreads();
+    for (int i = int(threadIdx.x); i < mma_rows * mma_tokens; i += int(blockDim.x)) {
+        const int rr = i % mma_rows, tt = i / mma_rows; // consecutive threads, consecutive rows of y
+        if (r0 + rr < rows && t0 + tt < n) y[int64_t(t0 + tt) * rows + r0 + rr] = y_s[rr][tt];
     }
 }
 
@@ -113,6 +198,7 @@ void cuda_backend::head_matmul(const tensor_view& w, int n_head, const float* x,
     select();
     const op_timer timer(*this, "head_matmul");
     const device_weights& d = weights(w);
+    if (recording_failed()) return;
     if (d.kind != device_kind::f32 && d.kind != device_kind::f16) {
         throw error(errc::unsupported, "per-head products of f32 or f16 weights only");
     }
@@ -137,6 +223,15 @@ void cuda_backend::launch_product(const device_weights& d, const float* x, const
         COLIBRI_LAUNCHED("matmul_any");
         return;
     }
+    if constexpr (kind_scales<K> > 0 || K == device_kind::f16) { // f16 holds their values (f32, bf16 may not)
+        if (n >= mma_min_tokens) {
+            const dim3 grid(unsigned((d.rows + mma_rows - 1) / mma_rows), unsigned((n + mma_tokens - 1) / mma_tokens));
+            COLIBRI_LAUNCH(matmul_mma_kernel<K>, grid, 128, 0, stream_.get())(d.v(), d.s(), d.rows, d.cols, d.row_bytes, x,
+                                                                                x_rows, n, y);
+            COLIBRI_LAUNCHED("matmul_mma");
+            return;
+        }
+    }
     const auto kernel = n == 1 ? matmul_kernel<K, 1> : matmul_kernel<K, mm_tokens>;
     const unsigned token_blocks = n == 1 ? 1u : unsigned((n + mm_tokens - 1) / mm_tokens);
     COLIBRI_LAUNCH(kernel, dim3(row_blocks, token_blocks), 32 * mm_rows, 0, stream_.get())(d.v(), d.s(), d.rows, d.cols,
@@ -149,6 +244,7 @@ void cuda_backend::launch_product(const device_weights& d, const float* x, const
 void cuda_backend::product(const tensor_view& w, const float* x, const int32_t* x_rows, int n, float* y) {
     if (n <= 0) return;
     const device_weights& d = weights(w);
+    if (recording_failed()) return;
     static const char* const names[2][device_kind_count] = {
         {"product f32 1 token", "product f16 1 token", "product bf16 1 token", "product q8 1 token", "product q4 1 token",
          "product q4m 1 token", "product iq4 1 token", "product q8m 1 token"},

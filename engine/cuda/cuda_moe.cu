@@ -8,10 +8,10 @@
 
 namespace colibri::cuda_detail {
 
-// One token's products with the k experts a route chose (ids[j], on the device): the
-// matrix `which` of expert ids[blockIdx.y], its weights found in the layer's table; slot j's
-// activations at x + j * x_stride (x_stride 0: one vector for all), its outputs at
-// y + j * rows.
+// One token's products with the k experts a route chose (ids[j], on the device), for
+// matrices which.. of each (gate and up in one launch): blockIdx.y = m * k + j is matrix
+// which + m of expert ids[j], its weights found in the layer's table; slot j's activations at
+// x + j * x_stride (x_stride 0: one vector for all), its outputs at y + blockIdx.y * rows.
 struct expert_ptrs {
     const uint8_t* values[3]; // gate, up, down
     const float* scales[3];
@@ -20,20 +20,20 @@ struct expert_ptrs {
 namespace {
 
 template <device_kind K>
-__global__ void matmul_id_kernel(const expert_ptrs* table, int which, const int32_t* ids, int64_t rows, int64_t cols,
-                                 int64_t row_bytes, const float* x, int64_t x_stride, float* y) {
+__global__ void matmul_id_kernel(const expert_ptrs* table, int which, const int32_t* ids, int k, int64_t rows,
+                                 int64_t cols, int64_t row_bytes, const float* x, int64_t x_stride, float* y) {
     const int lane = threadIdx.x & 31;
     const int64_t r = int64_t(blockIdx.x) * mm_rows + (threadIdx.x >> 5);
     if (r >= rows) return;
-    const int j = blockIdx.y;
+    const int j = int(blockIdx.y) % k, m = which + int(blockIdx.y) / k;
     const expert_ptrs& e = table[ids[j]];
     const float* xs[1] = {x + j * x_stride};
     float acc[1];
-    row_dots<K, 1>(e.values[which] + r * row_bytes,
-                   e.scales[which] != nullptr ? e.scales[which] + r * (cols / 32) * kind_scales<K> : nullptr,
-                   cols, xs, 1, acc);
+    row_dots<K, 1>(e.values[m] + r * row_bytes,
+                   e.scales[m] != nullptr ? e.scales[m] + r * (cols / 32) * kind_scales<K> : nullptr, cols, xs, 1,
+                   acc);
     const float s = warp_sum(acc[0]);
-    if (lane == 0) y[j * rows + r] = s;
+    if (lane == 0) y[int64_t(blockIdx.y) * rows + r] = s;
 }
 
 // The routing of one token (one thread: a router has tens of experts), as the session
@@ -153,8 +153,7 @@ bool cuda_backend::moe_one(const moe_step& st) {
     moe_.probs.reserve_floats(*this, size_t(st.n_expert));
     moe_.weights.reserve_floats(*this, size_t(k));
     moe_.ids.reserve_floats(*this, size_t(k)); // int32 in float-sized cells
-    moe_.g.reserve_floats(*this, size_t(k) * size_t(n_ff));
-    moe_.u.reserve_floats(*this, size_t(k) * size_t(n_ff));
+    moe_.gu.reserve_floats(*this, 2 * size_t(k) * size_t(n_ff));
     moe_.y.reserve_floats(*this, size_t(k) * size_t(dim));
     float* logits = moe_.logits.f();
     auto* ids = reinterpret_cast<int32_t*>(moe_.ids.f());
@@ -163,10 +162,16 @@ bool cuda_backend::moe_one(const moe_step& st) {
                                                       moe_.probs.f(), ids, moe_.weights.f());
     COLIBRI_LAUNCHED("route");
     const auto* ptrs = static_cast<const expert_ptrs*>(table->ptrs.get());
-    launch_by_id(table->gate, ptrs, 0, ids, k, st.x, 0, moe_.g.f());
-    launch_by_id(table->up, ptrs, 1, ids, k, st.x, 0, moe_.u.f());
-    swiglu(moe_.g.f(), moe_.u.f(), int64_t(k) * n_ff);
-    launch_by_id(table->down, ptrs, 2, ids, k, moe_.g.f(), n_ff, moe_.y.f());
+    float* g = moe_.gu.f();
+    float* u = g + int64_t(k) * n_ff;
+    if (table->gate == table->up) {
+        launch_by_id(table->gate, ptrs, 0, 2, ids, k, st.x, 0, g);
+    } else {
+        launch_by_id(table->gate, ptrs, 0, 1, ids, k, st.x, 0, g);
+        launch_by_id(table->up, ptrs, 1, 1, ids, k, st.x, 0, u);
+    }
+    swiglu(g, u, int64_t(k) * n_ff);
+    launch_by_id(table->down, ptrs, 2, 1, ids, k, g, n_ff, moe_.y.f());
     const float* shared_y = nullptr;
     const float* shared_gate = nullptr;
     if (st.shared != nullptr) {
@@ -193,6 +198,10 @@ bool cuda_backend::moe_one(const moe_step& st) {
 // differ in shape or type, or have rows the warp-per-row kernel does not take.
 const cuda_backend::expert_table* cuda_backend::table_for(const moe_step& st) {
     if (auto it = tables_.find(st.experts); it != tables_.end()) return it->second.get();
+    if (capturing_) { // made by a plain step, which copies the experts in
+        recording_fails("an expert table made");
+        return nullptr;
+    }
     std::vector<expert_ptrs> ptrs(size_t(st.n_expert));
     matrix_shape shapes[3]{};
     bool usable = true;
@@ -216,12 +225,13 @@ const cuda_backend::expert_table* cuda_backend::table_for(const moe_step& st) {
     return (tables_[st.experts] = std::move(t)).get();
 }
 
-void cuda_backend::launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, const int32_t* ids, int k,
-                                const float* x, int64_t x_stride, float* y) {
-    const dim3 grid(unsigned((m.rows + mm_rows - 1) / mm_rows), unsigned(k));
+void cuda_backend::launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, int n_which, const int32_t* ids,
+                                int k, const float* x, int64_t x_stride, float* y) {
+    const dim3 grid(unsigned((m.rows + mm_rows - 1) / mm_rows), unsigned(k * n_which));
     with_kind(m.kind, [&](auto kind) {
         const auto kernel = matmul_id_kernel<kind.value>;
-        COLIBRI_LAUNCH(kernel, grid, 32 * mm_rows, 0, stream_.get())(table, which, ids, m.rows, m.cols, m.row_bytes, x, x_stride, y);
+        COLIBRI_LAUNCH(kernel, grid, 32 * mm_rows, 0, stream_.get())(table, which, ids, k, m.rows, m.cols, m.row_bytes, x,
+                                                                    x_stride, y);
     });
     COLIBRI_LAUNCHED("matmul_id");
 }

@@ -11,6 +11,7 @@ bool cuda_backend::step_replay(const void* key, int32_t pos) {
     select();
     set_step_position(pos);
     COLIBRI_CUDA(cudaGraphLaunch(it->second.exec.get(), stream_.get()));
+    ++steps_replayed_;
     return true;
 }
 
@@ -36,6 +37,7 @@ bool cuda_backend::step_end(const void* key) {
     if (capture_failed_) {
         cudaGraphDestroy(graph);
         g.give_up = true;
+        ++steps_not_recorded_;
         return false;
     }
     cudaGraphExec_t exec = nullptr;
@@ -44,7 +46,18 @@ bool cuda_backend::step_end(const void* key) {
     cudaGraphDestroy(graph);
     COLIBRI_CUDA(made);
     COLIBRI_CUDA(cudaGraphLaunch(g.exec.get(), stream_.get())); // the recorded step has not run yet
+    ++steps_recorded_;
     return true;
+}
+
+void cuda_backend::step_abandon(const void* key) {
+    if (!capturing_) return;
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream_.get(), &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+    (void)cudaGetLastError(); // the launch error the step threw on
+    steps_[key].give_up = true;
+    ++steps_not_recorded_;
 }
 
 void cuda_backend::step_forget(const void* key) {

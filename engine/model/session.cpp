@@ -154,8 +154,17 @@ bool session::eval(const int32_t* tokens, int n, const std::function<bool()>& st
     const bool replayable = n == 1 && observer_.fn == nullptr;
     if (!replayable || !be_.step_replay(this, pos_[0])) {
         const bool recording = replayable && be_.step_begin(this, pos_[0]);
-        if (!forward(n, recording ? std::function<bool()>() : stop, logit_rows)) return false;
-        if (recording && !be_.step_end(this)) forward(n, {}, logit_rows);
+        if (recording) {
+            try {
+                forward(n, {}, logit_rows);
+            } catch (...) {
+                be_.step_abandon(this);
+                throw;
+            }
+            if (!be_.step_end(this)) forward(n, {}, logit_rows);
+        } else if (!forward(n, stop, logit_rows)) {
+            return false;
+        }
     }
     history_.insert(history_.end(), tokens, tokens + n); // within the reserved capacity
     const int rows = all_logits_ ? n : logit_rows;

@@ -195,8 +195,9 @@ public:
     /// one (true); otherwise step_begin says whether this step's operations are to be
     /// recorded instead of run, and step_end then ends the recording and runs it, or returns
     /// false when the step could not be recorded (the caller runs its operations again).
-    /// step_forget drops a key's recording. A recorded step reads its position from the
-    /// backend, so every later step of the key replays it.
+    /// step_abandon ends a recording whose step threw, keeping nothing of it; step_forget
+    /// drops a key's recording. A recorded step reads its position from the backend, so
+    /// every later step of the key replays it.
     virtual bool step_replay(const void* key, int32_t pos) {
         (void)key;
         (void)pos;
@@ -211,6 +212,7 @@ public:
         (void)key;
         return true;
     }
+    virtual void step_abandon(const void* key) { (void)key; }
     virtual void step_forget(const void* key) { (void)key; }
     /// out[t] = sum over i < k of weight[t * k + i] * rows[index[t * k + i]], for n rows of
     /// dim floats: each term added onto the sum before it (from zero) in the order of i,

@@ -107,7 +107,7 @@ struct device_bench {
     double upload_ms = 0; // the weights copied to the device during the first batch
     stats bandwidth, ceiling, prefill_tps, decode_tps, decode_fraction, ttft_ms;
     expert_cache_stats cache; // the decode phases', all repetitions
-    std::string profile;      // COLIBRI_CUDA_PROFILE=1: the device time by operation
+    std::string profile;      // recorded steps; with COLIBRI_CUDA_PROFILE=1 the device time by operation
 };
 
 /// --device cuda:N. The GPU's bandwidth does not move with other tenants' load: one probe

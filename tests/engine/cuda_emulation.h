@@ -22,6 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <type_traits>
+#include <utility>
 #include <functional>
 #include <memory>
 #include <tuple>
@@ -197,6 +200,13 @@ struct recording {
 };
 inline recording* capturing = nullptr;
 
+// A launch CUDA refuses (an empty grid or block, more than 1024 threads, a grid's y above
+// 65535): nothing runs, and cudaGetLastError reports it.
+inline bool launch_refused = false;
+inline bool valid_launch(dim3 grid, dim3 block) {
+    return grid.x > 0 && grid.y > 0 && grid.y <= 65535 && block.x > 0 && block.x <= 1024;
+}
+
 // kernel<<<grid, block, shared>>>(args...): every block in turn.
 template <class... P>
 struct launcher {
@@ -205,6 +215,10 @@ struct launcher {
     size_t shared;
     template <class... A>
     void operator()(A&&... args) const {
+        if (!valid_launch(grid, block)) {
+            launch_refused = true;
+            return;
+        }
         auto run_all = [k = kernel, g = grid, b = block, s = shared](P... a) {
             grid_dim = g;
             block_dim = b;
@@ -237,6 +251,81 @@ T* dynamic_shared() {
 
 } // namespace colibri::emulation
 
+// ---- warp matrix products (mma.h's wmma, the 16x16x16 shapes the backend uses) ----
+// Each thread's fragment holds the whole tile (a real one is spread over the warp's lanes
+// in an undocumented way, which the kernels never look into).
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+    static constexpr int rows = std::is_same_v<Use, matrix_b> ? K : M;
+    static constexpr int cols = std::is_same_v<Use, matrix_a> ? K : N;
+    float x[rows][cols];
+};
+
+template <class Use, int M, int N, int K, class T, class Layout>
+void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, float v) {
+    for (auto& row : f.x) std::fill(std::begin(row), std::end(row), v);
+}
+
+// element (i, j) of an A or B tile from p: row-major at p[i * ldm + j], column-major at
+// p[i + j * ldm]
+template <class Use, int M, int N, int K, class Layout>
+void load_matrix_sync(fragment<Use, M, N, K, __half, Layout>& f, const __half* p, unsigned ldm) {
+    using frag = fragment<Use, M, N, K, __half, Layout>;
+    for (int i = 0; i < frag::rows; ++i) {
+        for (int j = 0; j < frag::cols; ++j) {
+            f.x[i][j] = __half2float(std::is_same_v<Layout, row_major> ? p[i * ldm + j] : p[i + j * ldm]);
+        }
+    }
+}
+
+// The warp's lanes ask for the same product one after another: the last one is kept.
+template <int M, int N, int K, class LA, class LB>
+void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, __half, LA>& a,
+              const fragment<matrix_b, M, N, K, __half, LB>& b, const fragment<accumulator, M, N, K, float>& c) {
+    struct last_product {
+        fragment<matrix_a, M, N, K, __half, LA> a;
+        fragment<matrix_b, M, N, K, __half, LB> b;
+        fragment<accumulator, M, N, K, float> c, d;
+        bool valid = false;
+    };
+    static thread_local last_product last;
+    if (last.valid && std::memcmp(&last.a, &a, sizeof a) == 0 && std::memcmp(&last.b, &b, sizeof b) == 0 &&
+        std::memcmp(&last.c, &c, sizeof c) == 0) {
+        d = last.d;
+        return;
+    }
+    last.a = a;
+    last.b = b;
+    last.c = c;
+    fragment<accumulator, M, N, K, float> r;
+    for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < N; ++j) {
+            float acc = c.x[i][j];
+            for (int k = 0; k < K; ++k) acc += a.x[i][k] * b.x[k][j];
+            r.x[i][j] = acc;
+        }
+    }
+    last.d = r;
+    last.valid = true;
+    d = r;
+}
+
+template <int M, int N, int K>
+void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm, layout_t layout) {
+    for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < N; ++j) (layout == mem_row_major ? p[i * ldm + j] : p[i + j * ldm]) = f.x[i][j];
+    }
+}
+} // namespace nvcuda::wmma
+
 #define threadIdx (::colibri::emulation::thread_idx)
 #define blockIdx (::colibri::emulation::block_idx)
 #define blockDim (::colibri::emulation::block_dim)
@@ -258,6 +347,7 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
 enum cudaError_t {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,
+    cudaErrorInvalidConfiguration = 9,
     cudaErrorMemoryAllocation = 2,
     cudaErrorStreamCaptureUnsupported = 900
 };
@@ -280,13 +370,16 @@ struct cudaDeviceProp {
 inline const char* cudaGetErrorString(cudaError_t e) {
     return e == cudaSuccess                         ? "no error"
            : e == cudaErrorStreamCaptureUnsupported ? "operation not permitted when stream is capturing"
+           : e == cudaErrorInvalidConfiguration     ? "invalid configuration argument"
                                                     : "emulated error";
 }
 // What CUDA refuses while a stream is captured (copies from pageable memory, waits).
 inline cudaError_t not_while_capturing() {
     return colibri::emulation::capturing != nullptr ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
-inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaGetLastError() {
+    return std::exchange(colibri::emulation::launch_refused, false) ? cudaErrorInvalidConfiguration : cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceCount(int* n) {
     *n = 1;
     return cudaSuccess;
