@@ -1,7 +1,7 @@
 #pragma once
 // Enough of CUDA, on the CPU, to build the CUDA backend's .cu files (engine/cuda/) as
 // plain C++ and run their kernels: the tests then check the kernels and the code that
-// launches them on any machine (test_cuda_backend.cpp, built a second time as
+// launches them on any machine (test_cuda_*.cpp, built a second time as
 // engine_cuda_emulated_tests).
 //
 // A launch runs its thread blocks one after another. The threads of a block are fibers
