@@ -36,8 +36,8 @@ double measure_device_read_bandwidth(int device, size_t bytes, int passes) {
     float best_ms = 0.0f;
     for (int pass = 0; pass < std::max(passes, 1) + 1; ++pass) { // the first pass warms up
         COLIBRI_CUDA(cudaEventRecord(start.get()));
-        COLIBRI_LAUNCH(read_kernel, sms * 8, 256, 0, nullptr)(static_cast<const int4*>(buf.get()), int64_t(bytes / 16),
-                                                           static_cast<int*>(sink.get()));
+        COLIBRI_LAUNCH(read_kernel, sms * 8, 256, 0, nullptr)
+        (static_cast<const int4*>(buf.get()), int64_t(bytes / 16), static_cast<int*>(sink.get()));
         COLIBRI_LAUNCHED("read");
         COLIBRI_CUDA(cudaEventRecord(stop.get()));
         COLIBRI_CUDA(cudaEventSynchronize(stop.get()));

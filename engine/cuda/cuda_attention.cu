@@ -60,7 +60,7 @@ __device__ inline void cache_at8(const void* cache, int64_t i, float v[8]) {
         const int4 raw = *reinterpret_cast<const int4*>(static_cast<const __half*>(cache) + i);
         __half h[8];
         memcpy(h, &raw, sizeof raw);
-COLIBRI_UNROLL
+        COLIBRI_UNROLL
         for (int e = 0; e < 8; ++e) v[e] = __half2float(h[e]);
     } else {
         const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(cache) + i);
@@ -76,11 +76,11 @@ template <bool F16>
 __device__ inline float query_dot(const float* q_s, const void* k_cache, int64_t row, int head_dim) {
     float dot = 0.0f;
     if (head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0) {
-COLIBRI_UNROLL_BY(4)
+        COLIBRI_UNROLL_BY(4)
         for (int d = 0; d < head_dim; d += 8) {
             float v[8];
             cache_at8<F16>(k_cache, row + d, v);
-COLIBRI_UNROLL
+            COLIBRI_UNROLL
             for (int e = 0; e < 8; ++e) dot += q_s[d + e] * v[e];
         }
         return dot;
@@ -102,30 +102,30 @@ __device__ void weighted_values(const float* w, const void* v_cache, int64_t bas
     int j = first + warp;
     for (; j + (rows_at_once - 1) * warps < last; j += rows_at_once * warps) {
         float v[rows_at_once][max_head_dim / 32];
-COLIBRI_UNROLL
+        COLIBRI_UNROLL
         for (int u = 0; u < rows_at_once; ++u) {
             const int64_t row = base + int64_t(j + u * warps) * head_dim;
-COLIBRI_UNROLL
+            COLIBRI_UNROLL
             for (int i = 0; i < max_head_dim / 32; ++i) {
                 v[u][i] = lane + 32 * i < head_dim ? cache_at<F16>(v_cache, row + lane + 32 * i) : 0.0f;
             }
         }
-COLIBRI_UNROLL
+        COLIBRI_UNROLL
         for (int u = 0; u < rows_at_once; ++u) {
             const float p = w[j + u * warps - first];
-COLIBRI_UNROLL
+            COLIBRI_UNROLL
             for (int i = 0; i < max_head_dim / 32; ++i) acc[i] += p * v[u][i];
         }
     }
     for (; j < last; j += warps) {
         const float p = w[j - first];
         const int64_t row = base + int64_t(j) * head_dim;
-COLIBRI_UNROLL
+        COLIBRI_UNROLL
         for (int i = 0; i < max_head_dim / 32; ++i) {
             if (lane + 32 * i < head_dim) acc[i] += p * cache_at<F16>(v_cache, row + lane + 32 * i);
         }
     }
-COLIBRI_UNROLL
+    COLIBRI_UNROLL
     for (int i = 0; i < max_head_dim / 32; ++i) {
         if (lane + 32 * i < head_dim) partial[warp * head_dim + lane + 32 * i] = acc[i];
     }
@@ -142,9 +142,9 @@ COLIBRI_UNROLL
 // weighted values. Dynamic shared memory: head_dim floats (the query), then warps * head_dim
 // (weighted_values).
 template <bool F16>
-__global__ void attention_kernel(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos, int n_head,
-                                 int n_head_kv, int head_dim, int n_ctx, float scale, int window, float softcap,
-                                 float* scores, float* out) {
+__global__ void attention_kernel(const float* q, const void* k_cache, const void* v_cache, const int32_t* pos,
+                                 int n_head, int n_head_kv, int head_dim, int n_ctx, float scale, int window,
+                                 float softcap, float* scores, float* out) {
     COLIBRI_DYNAMIC_SHARED(float, q_s);
     __shared__ float shared[32];
     float* partial = q_s + head_dim;
@@ -260,8 +260,8 @@ void cuda_backend::rope(float* x, int n, int n_heads, int head_dim, const int32_
     const int32_t* p = upload(pos, size_t(n), position_slot);
     const float* ff = rp.freq_factors != nullptr ? weights(*rp.freq_factors).f32() : nullptr;
     const int64_t pairs = int64_t(n) * n_heads * (head_dim / 2);
-    COLIBRI_LAUNCH(rope_kernel, blocks_for(pairs, 256), 256, 0, stream_.get())(x, pairs, n_heads, head_dim, p, rp.theta,
-                                                                           ff, rp.attn_factor);
+    COLIBRI_LAUNCH(rope_kernel, blocks_for(pairs, 256), 256, 0, stream_.get())
+    (x, pairs, n_heads, head_dim, p, rp.theta, ff, rp.attn_factor);
     COLIBRI_LAUNCHED("rope");
 }
 
@@ -274,8 +274,8 @@ void cuda_backend::attention(const attention_args& a) {
     }
     const int32_t* p = upload(a.pos, size_t(a.n), position_slot);
     const int64_t stored = int64_t(a.n) * a.n_head_kv * a.head_dim;
-    COLIBRI_LAUNCH(kv_store_kernel, blocks_for(stored, 256), 256, 0, stream_.get())(a.k_new, a.v_new, a.k_cache, a.v_cache, a.kv_f16, p, a.n,
-                                                                   a.n_head_kv, a.head_dim, a.n_ctx);
+    COLIBRI_LAUNCH(kv_store_kernel, blocks_for(stored, 256), 256, 0, stream_.get())
+    (a.k_new, a.v_new, a.k_cache, a.v_cache, a.kv_f16, p, a.n, a.n_head_kv, a.head_dim, a.n_ctx);
     COLIBRI_LAUNCHED("kv_store");
     if (a.n == 1) {
         // split across the whole context, so that the grid is the same at every position
@@ -285,8 +285,9 @@ void cuda_backend::attention(const attention_args& a) {
         float* partial = static_cast<float*>(scores_.get());
         const size_t shared = size_t(a.head_dim + attention_chunk + attention_warps * a.head_dim) * sizeof(float);
         const auto kernel = a.kv_f16 ? attention_split_kernel<true> : attention_split_kernel<false>;
-        COLIBRI_LAUNCH(kernel, dim3(unsigned(a.n_head), unsigned(splits)), 32 * attention_warps, shared, stream_.get())(
-            a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim, a.n_ctx, a.scale, a.window, a.softcap, partial);
+        COLIBRI_LAUNCH(kernel, dim3(unsigned(a.n_head), unsigned(splits)), 32 * attention_warps, shared, stream_.get())
+        (a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim, a.n_ctx, a.scale, a.window, a.softcap,
+         partial);
         COLIBRI_LAUNCHED("attention_split");
         COLIBRI_LAUNCH(attention_combine_kernel, a.n_head, 128, 0, stream_.get())(partial, splits, a.head_dim, a.out);
         COLIBRI_LAUNCHED("attention_combine");
@@ -297,8 +298,9 @@ void cuda_backend::attention(const attention_args& a) {
     float* scores = static_cast<float*>(scores_.get());
     const size_t shared = size_t(a.head_dim + attention_warps * a.head_dim) * sizeof(float);
     const auto kernel = a.kv_f16 ? attention_kernel<true> : attention_kernel<false>;
-    COLIBRI_LAUNCH(kernel, heads, 32 * attention_warps, shared, stream_.get())(a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim,
-                                                           a.n_ctx, a.scale, a.window, a.softcap, scores, a.out);
+    COLIBRI_LAUNCH(kernel, heads, 32 * attention_warps, shared, stream_.get())
+    (a.q, a.k_cache, a.v_cache, p, a.n_head, a.n_head_kv, a.head_dim, a.n_ctx, a.scale, a.window, a.softcap, scores,
+     a.out);
     COLIBRI_LAUNCHED("attention");
 }
 

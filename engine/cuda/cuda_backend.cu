@@ -7,7 +7,7 @@
 // Weights are repacked on the host (device_weights.h) and copied to the device when an
 // operation first uses them, or, under a weight budget, routed experts into per-layer
 // slots when a token needs them. Each kernel is checked against the CPU backend by the
-// `gpu` tests (tests/engine/test_cuda_backend.cpp, also run on a CPU emulation of CUDA).
+// `gpu` tests (tests/engine/test_cuda_*.cpp, also run on a CPU emulation of CUDA).
 // Host arrays an operation takes (positions, token rows, expert weights) are copied to the
 // device with it, in stream order. A session's decode steps run as a CUDA graph.
 
@@ -24,7 +24,8 @@ namespace cuda_detail {
 void require_device(int device) {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) throw error(errc::unsupported, "device cuda:" + std::to_string(device) + ": " + cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        throw error(errc::unsupported, "device cuda:" + std::to_string(device) + ": " + cudaGetErrorString(e));
     if (device < 0 || device >= count) {
         throw error(errc::unsupported, "device cuda:" + std::to_string(device) + ": " +
                                            (count == 0 ? std::string("no CUDA GPU is present")
@@ -62,8 +63,8 @@ std::string cuda_backend::profile_report() {
     std::string out = steps + "device time by operation (graphs off while profiling):\n";
     for (const auto& [name, t] : rows) {
         std::snprintf(line, sizeof line, "  %-24s %9llu calls %10.3f ms %9.2f us each %5.1f%%\n", name.c_str(),
-                      static_cast<unsigned long long>(t.calls), t.ms, 1000.0 * t.ms / double(std::max<uint64_t>(t.calls, 1)),
-                      all > 0 ? 100.0 * t.ms / all : 0.0);
+                      static_cast<unsigned long long>(t.calls), t.ms,
+                      1000.0 * t.ms / double(std::max<uint64_t>(t.calls, 1)), all > 0 ? 100.0 * t.ms / all : 0.0);
         out += line;
     }
     return out;

@@ -47,7 +47,8 @@ public:
                    float* out) override;
 
     // ---- element-wise operations and row copies (cuda_elementwise.cu) ----
-    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int cols) override;
+    void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                   int cols) override;
     void add_bias(float* y, const tensor_view& b, int n, int dim) override;
     void gelu(float* x, int64_t n) override;
     void geglu(float* gate, const float* up, int64_t n) override;
@@ -168,8 +169,8 @@ private:
     };
 
     const expert_table* table_for(const moe_step& st);
-    void launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, int n_which, const int32_t* ids, int k,
-                      const float* x, int64_t x_stride, float* y);
+    void launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, int n_which, const int32_t* ids,
+                      int k, const float* x, int64_t x_stride, float* y);
 
     // Scratch of moe_one, each grown as needed.
     struct scratch {

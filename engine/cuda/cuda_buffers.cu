@@ -55,7 +55,8 @@ void cuda_backend::embed(const tensor_view& table, const int32_t* ids, int n, fl
     // the rows on the host, from the mapped table, then one copy
     embed_rows_.resize(size_t(n) * table.cols());
     format::rows_to_f32(table, ids, n, scale, embed_rows_.data());
-    COLIBRI_CUDA(cudaMemcpyAsync(out, embed_rows_.data(), embed_rows_.size() * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
+    COLIBRI_CUDA(cudaMemcpyAsync(out, embed_rows_.data(), embed_rows_.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                 stream_.get()));
     COLIBRI_CUDA(cudaStreamSynchronize(stream_.get())); // embed_rows_ is reused by the next call
 }
 
@@ -79,9 +80,14 @@ const device_weights& cuda_backend::weights(const tensor_view& w) {
         return none;
     }
     const packed_weights p = pack_for_device(w);
-    device_weights d{p.kind, p.rows, p.cols, p.row_value_bytes(), device_memory(p.values.size()),
+    device_weights d{p.kind,
+                     p.rows,
+                     p.cols,
+                     p.row_value_bytes(),
+                     device_memory(p.values.size()),
                      device_memory(p.scales.size() * sizeof(float))};
-    COLIBRI_CUDA(cudaMemcpyAsync(d.values.get(), p.values.data(), p.values.size(), cudaMemcpyHostToDevice, stream_.get()));
+    COLIBRI_CUDA(
+        cudaMemcpyAsync(d.values.get(), p.values.data(), p.values.size(), cudaMemcpyHostToDevice, stream_.get()));
     if (!p.scales.empty()) {
         COLIBRI_CUDA(cudaMemcpyAsync(d.scales.get(), p.scales.data(), p.scales.size() * sizeof(float),
                                      cudaMemcpyHostToDevice, stream_.get()));

@@ -55,11 +55,13 @@ __global__ void scale_kernel(float* x, int64_t n, float s) {
 
 } // namespace
 
-void cuda_backend::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int cols) {
+void cuda_backend::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                             int cols) {
     select();
     const op_timer timer(*this, "copy_rows");
     const int64_t total = rows * cols;
-    COLIBRI_LAUNCH(copy_rows_kernel, blocks_for(total, 256), 256, 0, stream_.get())(dst, dst_stride, src, src_stride, total, cols);
+    COLIBRI_LAUNCH(copy_rows_kernel, blocks_for(total, 256), 256, 0, stream_.get())
+    (dst, dst_stride, src, src_stride, total, cols);
     COLIBRI_LAUNCHED("copy_rows");
 }
 

@@ -36,8 +36,9 @@ void expert_cache::plan(const cuda_options& o) {
     for (uint64_t b : expert_bytes) one_of_each += b;
     const auto mib = [](uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20) + " MiB"; };
     if (dense + one_of_each > o.weight_budget) {
-        throw error(errc::out_of_memory, "device weight budget of " + mib(o.weight_budget) + ": the weights other than the routed experts take " +
-                                             mib(dense) + ", and one expert per layer " + mib(one_of_each) + " more");
+        throw error(errc::out_of_memory, "device weight budget of " + mib(o.weight_budget) +
+                                             ": the weights other than the routed experts take " + mib(dense) +
+                                             ", and one expert per layer " + mib(one_of_each) + " more");
     }
     const int most = *std::max_element(per_layer.begin(), per_layer.end());
     const int slots = int(std::min<uint64_t>(uint64_t(most), (o.weight_budget - dense) / one_of_each));
@@ -89,7 +90,8 @@ const device_weights& expert_cache::cached_expert(const expert_ref& r, cudaStrea
             d.rows = p.rows;
             d.cols = p.cols;
             d.row_bytes = p.row_value_bytes();
-            COLIBRI_CUDA(cudaMemcpyAsync(d.values.get(), p.values.data(), p.values.size(), cudaMemcpyHostToDevice, stream));
+            COLIBRI_CUDA(
+                cudaMemcpyAsync(d.values.get(), p.values.data(), p.values.size(), cudaMemcpyHostToDevice, stream));
             if (!p.scales.empty()) {
                 COLIBRI_CUDA(cudaMemcpyAsync(d.scales.get(), p.scales.data(), p.scales.size() * sizeof(float),
                                              cudaMemcpyHostToDevice, stream));

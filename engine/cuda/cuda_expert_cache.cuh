@@ -36,12 +36,14 @@ private:
         int which; // 0 gate, 1 up, 2 down
     };
 
-    static const tensor_view* matrix(const expert_tensors& e, int which) { return which == 0 ? e.gate : which == 1 ? e.up : e.down; }
+    static const tensor_view* matrix(const expert_tensors& e, int which) {
+        return which == 0 ? e.gate : which == 1 ? e.up : e.down;
+    }
     const device_weights& cached_expert(const expert_ref& r, cudaStream_t stream);
 
     std::vector<expert_tensors> experts_;
     std::unordered_map<const uint8_t*, expert_ref> expert_of_; // a cached expert's matrices
-    std::vector<std::vector<expert_slot>> layer_cache_;       // by layer
+    std::vector<std::vector<expert_slot>> layer_cache_;        // by layer
     expert_cache_stats stats_;
     uint64_t tick_ = 0;
 };

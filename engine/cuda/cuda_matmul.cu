@@ -22,12 +22,12 @@ __global__ void matmul_kernel(const uint8_t* values, const float* scales, int64_
     if (r >= rows) return; // no block-wide synchronisation below
     const int t0 = blockIdx.y * T, nt = min(T, n - t0);
     const float* xs[T];
-COLIBRI_UNROLL
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) xs[t] = t < nt ? x + int64_t(x_rows != nullptr ? x_rows[t0 + t] : t0 + t) * cols : x;
     float acc[T];
-    row_dots<K, T>(values + r * row_bytes, scales != nullptr ? scales + r * (cols / 32) * kind_scales<K> : nullptr, cols, xs, nt,
-                   acc);
-COLIBRI_UNROLL
+    row_dots<K, T>(values + r * row_bytes, scales != nullptr ? scales + r * (cols / 32) * kind_scales<K> : nullptr,
+                   cols, xs, nt, acc);
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         const float s = warp_sum(acc[t]);
         if (lane == 0 && t < nt) y[int64_t(t0 + t) * rows + r] = s;
@@ -47,7 +47,7 @@ template <device_kind K>
 __global__ void matmul_mma_kernel(const uint8_t* values, const float* scales, int64_t rows, int64_t cols,
                                   int64_t row_bytes, const float* x, const int32_t* x_rows, int n, float* y) {
     namespace wmma = nvcuda::wmma;
-    alignas(32) __shared__ __half w_s[2][mma_rows][mma_cols + mma_pad]; // hi, lo
+    alignas(32) __shared__ __half w_s[2][mma_rows][mma_cols + mma_pad];   // hi, lo
     alignas(32) __shared__ __half x_s[2][mma_tokens][mma_cols + mma_pad]; // hi, lo
     alignas(32) __shared__ float y_s[mma_rows][mma_tokens + mma_pad];
     const int warp = threadIdx.x >> 5;
@@ -58,7 +58,8 @@ __global__ void matmul_mma_kernel(const uint8_t* values, const float* scales, in
     const int w_row = int(threadIdx.x) >> 1, w_half = int(threadIdx.x) & 1;
     const int x_tok = int(threadIdx.x) >> 2, x_col = (int(threadIdx.x) & 3) * 16;
     const int64_t r = r0 + w_row;
-    const float* xt = t0 + x_tok < n ? x + int64_t(x_rows != nullptr ? x_rows[t0 + x_tok] : t0 + x_tok) * cols : nullptr;
+    const float* xt =
+        t0 + x_tok < n ? x + int64_t(x_rows != nullptr ? x_rows[t0 + x_tok] : t0 + x_tok) * cols : nullptr;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
     wmma::fill_fragment(acc[0], 0.0f);
     wmma::fill_fragment(acc[1], 0.0f);
@@ -66,24 +67,25 @@ __global__ void matmul_mma_kernel(const uint8_t* values, const float* scales, in
         const int64_t b = b0 + w_half;
         float w[32];
         if (r < rows && b < blocks) {
-            load_block<K>(values + r * row_bytes, scales != nullptr ? scales + r * blocks * kind_scales<K> : nullptr, b, w);
+            load_block<K>(values + r * row_bytes, scales != nullptr ? scales + r * blocks * kind_scales<K> : nullptr, b,
+                          w);
         } else {
-COLIBRI_UNROLL
+            COLIBRI_UNROLL
             for (int i = 0; i < 32; ++i) w[i] = 0.0f;
         }
-COLIBRI_UNROLL
+        COLIBRI_UNROLL
         for (int i = 0; i < 32; ++i) {
             const __half hi = __float2half_rn(w[i]);
             w_s[0][w_row][w_half * 32 + i] = hi;
             w_s[1][w_row][w_half * 32 + i] = __float2half_rn(w[i] - __half2float(hi));
         }
         const int64_t c = b0 * 32 + x_col;
-COLIBRI_UNROLL
+        COLIBRI_UNROLL
         for (int i = 0; i < 16; i += 4) {
             float4 v{0.0f, 0.0f, 0.0f, 0.0f};
             if (xt != nullptr && c + i < cols) v = *reinterpret_cast<const float4*>(xt + c + i);
             const float part[4] = {v.x, v.y, v.z, v.w};
-COLIBRI_UNROLL
+            COLIBRI_UNROLL
             for (int e = 0; e < 4; ++e) {
                 const __half hi = __float2half_rn(part[e]);
                 x_s[0][x_tok][x_col + i + e] = hi;
@@ -91,12 +93,12 @@ COLIBRI_UNROLL
             }
         }
         __syncthreads();
-COLIBRI_UNROLL
+        COLIBRI_UNROLL
         for (int k = 0; k < mma_cols; k += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[2];
             wmma::load_matrix_sync(a[0], &w_s[0][16 * warp][k], mma_cols + mma_pad);
             wmma::load_matrix_sync(a[1], &w_s[1][16 * warp][k], mma_cols + mma_pad);
-COLIBRI_UNROLL
+            COLIBRI_UNROLL
             for (int j = 0; j < 2; ++j) {
                 // B[k][t] = x_s[part][t][k]: the tokens' rows read column by column
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> xt_f[2];
@@ -157,7 +159,8 @@ __global__ void head_matmul_kernel(const uint8_t* w, int64_t row_bytes, int rows
     const float* xi = x + i * x_stride;
     float acc = 0.0f;
     for (int c = lane; c < cols; c += 32) {
-        const float v = F16 ? __half2float(reinterpret_cast<const __half*>(row)[c]) : reinterpret_cast<const float*>(row)[c];
+        const float v =
+            F16 ? __half2float(reinterpret_cast<const __half*>(row)[c]) : reinterpret_cast<const float*>(row)[c];
         acc += v * xi[c];
     }
     acc = warp_sum(acc);
@@ -205,8 +208,8 @@ void cuda_backend::head_matmul(const tensor_view& w, int n_head, const float* x,
     const int rows = static_cast<int>(d.rows / n_head);
     const int64_t outputs = int64_t(n) * n_head * rows;
     const auto kernel = d.kind == device_kind::f16 ? head_matmul_kernel<true> : head_matmul_kernel<false>;
-    COLIBRI_LAUNCH(kernel, blocks_for(outputs * 32, 256), 256, 0, stream_.get())(d.v(), d.row_bytes, rows, static_cast<int>(d.cols),
-                                                                        n_head, x, x_stride, y, y_stride, outputs);
+    COLIBRI_LAUNCH(kernel, blocks_for(outputs * 32, 256), 256, 0, stream_.get())
+    (d.v(), d.row_bytes, rows, static_cast<int>(d.cols), n_head, x, x_stride, y, y_stride, outputs);
     COLIBRI_LAUNCHED("head_matmul");
 }
 
@@ -214,28 +217,28 @@ template <device_kind K>
 void cuda_backend::launch_product(const device_weights& d, const float* x, const int32_t* x_rows, int n, float* y) {
     const unsigned row_blocks = unsigned((d.rows + mm_rows - 1) / mm_rows);
     const bool aligned = d.cols % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    if constexpr (kind_scales<K> > 0) {
+    if constexpr (kind_scales < K >> 0) {
         COLIBRI_ASSERT(aligned); // quantised rows are whole blocks; activations are buffers' rows
     } else if (!aligned) {
         const auto kernel = matmul_any_kernel<K>;
-        COLIBRI_LAUNCH(kernel, dim3(row_blocks, unsigned(n)), 32 * mm_rows, 0, stream_.get())(d.v(), d.rows, d.cols, d.row_bytes, x,
-                                                                                        x_rows, n, y);
+        COLIBRI_LAUNCH(kernel, dim3(row_blocks, unsigned(n)), 32 * mm_rows, 0, stream_.get())
+        (d.v(), d.rows, d.cols, d.row_bytes, x, x_rows, n, y);
         COLIBRI_LAUNCHED("matmul_any");
         return;
     }
-    if constexpr (kind_scales<K> > 0 || K == device_kind::f16) { // f16 holds their values (f32, bf16 may not)
+    if constexpr (kind_scales < K >> 0 || K == device_kind::f16) { // f16 holds their values (f32, bf16 may not)
         if (n >= mma_min_tokens) {
             const dim3 grid(unsigned((d.rows + mma_rows - 1) / mma_rows), unsigned((n + mma_tokens - 1) / mma_tokens));
-            COLIBRI_LAUNCH(matmul_mma_kernel<K>, grid, 128, 0, stream_.get())(d.v(), d.s(), d.rows, d.cols, d.row_bytes, x,
-                                                                                x_rows, n, y);
+            COLIBRI_LAUNCH(matmul_mma_kernel<K>, grid, 128, 0, stream_.get())
+            (d.v(), d.s(), d.rows, d.cols, d.row_bytes, x, x_rows, n, y);
             COLIBRI_LAUNCHED("matmul_mma");
             return;
         }
     }
     const auto kernel = n == 1 ? matmul_kernel<K, 1> : matmul_kernel<K, mm_tokens>;
     const unsigned token_blocks = n == 1 ? 1u : unsigned((n + mm_tokens - 1) / mm_tokens);
-    COLIBRI_LAUNCH(kernel, dim3(row_blocks, token_blocks), 32 * mm_rows, 0, stream_.get())(d.v(), d.s(), d.rows, d.cols,
-                                                                                      d.row_bytes, x, x_rows, n, y);
+    COLIBRI_LAUNCH(kernel, dim3(row_blocks, token_blocks), 32 * mm_rows, 0, stream_.get())
+    (d.v(), d.s(), d.rows, d.cols, d.row_bytes, x, x_rows, n, y);
     COLIBRI_LAUNCHED("matmul");
 }
 
@@ -246,8 +249,8 @@ void cuda_backend::product(const tensor_view& w, const float* x, const int32_t* 
     const device_weights& d = weights(w);
     if (recording_failed()) return;
     static const char* const names[2][device_kind_count] = {
-        {"product f32 1 token", "product f16 1 token", "product bf16 1 token", "product q8 1 token", "product q4 1 token",
-         "product q4m 1 token", "product iq4 1 token", "product q8m 1 token"},
+        {"product f32 1 token", "product f16 1 token", "product bf16 1 token", "product q8 1 token",
+         "product q4 1 token", "product q4m 1 token", "product iq4 1 token", "product q8m 1 token"},
         {"product f32 batch", "product f16 batch", "product bf16 batch", "product q8 batch", "product q4 batch",
          "product q4m batch", "product iq4 batch", "product q8m batch"}};
     const op_timer timer(*this, names[n > 1][int(d.kind)]);

@@ -30,8 +30,7 @@ __global__ void matmul_id_kernel(const expert_ptrs* table, int which, const int3
     const float* xs[1] = {x + j * x_stride};
     float acc[1];
     row_dots<K, 1>(e.values[m] + r * row_bytes,
-                   e.scales[m] != nullptr ? e.scales[m] + r * (cols / 32) * kind_scales<K> : nullptr, cols, xs, 1,
-                   acc);
+                   e.scales[m] != nullptr ? e.scales[m] + r * (cols / 32) * kind_scales<K> : nullptr, cols, xs, 1, acc);
     const float s = warp_sum(acc[0]);
     if (lane == 0) y[int64_t(blockIdx.y) * rows + r] = s;
 }
@@ -114,20 +113,21 @@ __global__ void moe_sum_kernel(float* out, const float* y, const float* weights,
 }
 
 // out[t, d] = sum over i < k of weight[t * k + i] * rows[index[t * k + i], d], in order of i.
-__global__ void weighted_sum_kernel(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
-                                    int dim) {
+__global__ void weighted_sum_kernel(float* out, const float* rows, const int32_t* index, const float* weight, int n,
+                                    int k, int dim) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= int64_t(n) * dim) return;
     const int64_t t = i / dim, d = i % dim;
     float o = 0.0f;
-    for (int j = 0; j < k; ++j) o = __fadd_rn(o, __fmul_rn(weight[t * k + j], rows[int64_t(index[t * k + j]) * dim + d]));
+    for (int j = 0; j < k; ++j)
+        o = __fadd_rn(o, __fmul_rn(weight[t * k + j], rows[int64_t(index[t * k + j]) * dim + d]));
     out[i] = o;
 }
 
 } // namespace
 
-void cuda_backend::weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n, int k,
-                                     int dim) {
+void cuda_backend::weighted_sum_rows(float* out, const float* rows, const int32_t* index, const float* weight, int n,
+                                     int k, int dim) {
     select();
     const op_timer timer(*this, "weighted_sum_rows");
     const int32_t* idx = upload(index, size_t(n) * size_t(k), 2);
@@ -158,8 +158,8 @@ bool cuda_backend::moe_one(const moe_step& st) {
     float* logits = moe_.logits.f();
     auto* ids = reinterpret_cast<int32_t*>(moe_.ids.f());
     product(*st.router, st.x, nullptr, 1, logits);
-    COLIBRI_LAUNCH(route_kernel, 1, 32, 0, stream_.get())(logits, st.n_expert, k, st.renorm, st.n_group, st.n_group_used, st.scale,
-                                                      moe_.probs.f(), ids, moe_.weights.f());
+    COLIBRI_LAUNCH(route_kernel, 1, 32, 0, stream_.get())
+    (logits, st.n_expert, k, st.renorm, st.n_group, st.n_group_used, st.scale, moe_.probs.f(), ids, moe_.weights.f());
     COLIBRI_LAUNCHED("route");
     const auto* ptrs = static_cast<const expert_ptrs*>(table->ptrs.get());
     float* g = moe_.gu.f();
@@ -179,7 +179,8 @@ bool cuda_backend::moe_one(const moe_step& st) {
         moe_.sg.reserve_floats(*this, size_t(sff));
         moe_.su.reserve_floats(*this, size_t(sff));
         moe_.sy.reserve_floats(*this, size_t(dim));
-        const ffn_job job{st.shared->gate, st.shared->up, st.shared->down, st.x, 1, nullptr, moe_.sg.f(), moe_.su.f(), moe_.sy.f()};
+        const ffn_job job{st.shared->gate, st.shared->up, st.shared->down, st.x,       1,
+                          nullptr,         moe_.sg.f(),   moe_.su.f(),     moe_.sy.f()};
         ffn_many(&job, 1);
         shared_y = moe_.sy.f();
         if (st.shared_gate != nullptr) {
@@ -188,8 +189,8 @@ bool cuda_backend::moe_one(const moe_step& st) {
             shared_gate = moe_.sgate.f();
         }
     }
-    COLIBRI_LAUNCH(moe_sum_kernel, blocks_for(dim, 256), 256, 0, stream_.get())(st.out, moe_.y.f(), moe_.weights.f(), k, int(dim),
-                                                                          shared_y, shared_gate);
+    COLIBRI_LAUNCH(moe_sum_kernel, blocks_for(dim, 256), 256, 0, stream_.get())
+    (st.out, moe_.y.f(), moe_.weights.f(), k, int(dim), shared_y, shared_gate);
     COLIBRI_LAUNCHED("moe_sum");
     return true;
 }
@@ -211,27 +212,30 @@ const cuda_backend::expert_table* cuda_backend::table_for(const moe_step& st) {
             const device_weights& d = weights(*m[w]);
             const matrix_shape s{d.kind, d.rows, d.cols, d.row_bytes};
             if (e == 0) shapes[w] = s;
-            usable = usable && s.kind == shapes[w].kind && s.rows == shapes[w].rows && s.cols == shapes[w].cols && s.cols % 32 == 0;
+            usable = usable && s.kind == shapes[w].kind && s.rows == shapes[w].rows && s.cols == shapes[w].cols &&
+                     s.cols % 32 == 0;
             ptrs[size_t(e)].values[w] = d.v();
             ptrs[size_t(e)].scales[w] = d.s();
         }
     }
     std::unique_ptr<expert_table> t;
     if (usable) {
-        t = std::make_unique<expert_table>(expert_table{shapes[0], shapes[1], shapes[2], device_memory(ptrs.size() * sizeof(expert_ptrs))});
-        COLIBRI_CUDA(cudaMemcpyAsync(t->ptrs.get(), ptrs.data(), ptrs.size() * sizeof(expert_ptrs), cudaMemcpyHostToDevice, stream_.get()));
+        t = std::make_unique<expert_table>(
+            expert_table{shapes[0], shapes[1], shapes[2], device_memory(ptrs.size() * sizeof(expert_ptrs))});
+        COLIBRI_CUDA(cudaMemcpyAsync(t->ptrs.get(), ptrs.data(), ptrs.size() * sizeof(expert_ptrs),
+                                     cudaMemcpyHostToDevice, stream_.get()));
         COLIBRI_CUDA(cudaStreamSynchronize(stream_.get()));
     }
     return (tables_[st.experts] = std::move(t)).get();
 }
 
-void cuda_backend::launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, int n_which, const int32_t* ids,
-                                int k, const float* x, int64_t x_stride, float* y) {
+void cuda_backend::launch_by_id(const matrix_shape& m, const expert_ptrs* table, int which, int n_which,
+                                const int32_t* ids, int k, const float* x, int64_t x_stride, float* y) {
     const dim3 grid(unsigned((m.rows + mm_rows - 1) / mm_rows), unsigned(k * n_which));
     with_kind(m.kind, [&](auto kind) {
         const auto kernel = matmul_id_kernel<kind.value>;
-        COLIBRI_LAUNCH(kernel, grid, 32 * mm_rows, 0, stream_.get())(table, which, ids, k, m.rows, m.cols, m.row_bytes, x,
-                                                                    x_stride, y);
+        COLIBRI_LAUNCH(kernel, grid, 32 * mm_rows, 0, stream_.get())
+        (table, which, ids, k, m.rows, m.cols, m.row_bytes, x, x_stride, y);
     });
     COLIBRI_LAUNCHED("matmul_id");
 }

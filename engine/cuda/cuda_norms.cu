@@ -30,7 +30,8 @@ __global__ void layernorm_kernel(const float* x, const float* w, const float* b,
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (xr[i] - m) * (xr[i] - m);
     const float inv = 1.0f / sqrtf(block_reduce<false>(ss, shared) / float(dim) + eps);
     // each thread writes only the elements it read: out may alias x
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[i], m), inv), w[i]), b[i]);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        o[i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[i], m), inv), w[i]), b[i]);
 }
 
 } // namespace

@@ -20,7 +20,8 @@ bool cuda_backend::step_replay(const void* key, int32_t pos) {
 // routing.
 bool cuda_backend::step_begin(const void* key, int32_t pos) {
     step_graph& g = steps_[key];
-    if (g.give_up || g.steps++ == 0 || expert_cache_.active() || profiling_) return false; // a graph hides its operations' times
+    if (g.give_up || g.steps++ == 0 || expert_cache_.active() || profiling_)
+        return false; // a graph hides its operations' times
     select();
     set_step_position(pos);
     COLIBRI_CUDA(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal));
@@ -69,7 +70,8 @@ void cuda_backend::step_forget(const void* key) {
 
 void cuda_backend::set_step_position(int32_t pos) {
     step_position_host_ = pos;
-    COLIBRI_CUDA(cudaMemcpyAsync(step_position_.get(), &step_position_host_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
+    COLIBRI_CUDA(cudaMemcpyAsync(step_position_.get(), &step_position_host_, sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 stream_.get()));
 }
 
 } // namespace colibri::cuda_detail
