@@ -26,6 +26,19 @@
 using namespace colibri;
 using namespace colibri::test;
 
+namespace {
+
+// w . x for n tokens of x, on the CPU reference and on the device.
+void compare_matmul(const tensor_view& w, const std::vector<float>& x, int n, int64_t rows) {
+    compare([&](backend& be, buffers& b) {
+        float* y = b.zeros(size_t(n) * size_t(rows));
+        be.matmul(w, b.put(x), n, y);
+        return b.get(y, size_t(n) * size_t(rows));
+    });
+}
+
+} // namespace
+
 TEST_CASE("matrix products of every weight type match the CPU's on the device") {
     if (!gpu_present()) return;
     struct shape {
@@ -41,11 +54,7 @@ TEST_CASE("matrix products of every weight type match the CPU's on the device") 
                 CAPTURE(s.cols);
                 CAPTURE(n);
                 const std::vector<float> x = test::random_floats(size_t(n) * size_t(s.cols), 11);
-                compare([&](backend& be, buffers& b) {
-                    float* y = b.zeros(size_t(n) * size_t(s.rows));
-                    be.matmul(w.view, b.put(x), n, y);
-                    return b.get(y, size_t(n) * size_t(s.rows));
-                });
+                compare_matmul(w.view, x, n, s.rows);
                 // the tokens taken by index from a larger activation buffer
                 const std::vector<float> pool = test::random_floats(size_t(n + 5) * size_t(s.cols), 12);
                 std::vector<int32_t> rows(static_cast<size_t>(n));
@@ -68,11 +77,7 @@ TEST_CASE("matrix products of every weight type match the CPU's on the device") 
                 CAPTURE(s.rows);
                 CAPTURE(n);
                 const std::vector<float> x = test::random_floats(size_t(n) * size_t(s.cols), 14);
-                compare([&](backend& be, buffers& b) {
-                    float* y = b.zeros(size_t(n) * size_t(s.rows));
-                    be.matmul(w.view, b.put(x), n, y);
-                    return b.get(y, size_t(n) * size_t(s.rows));
-                });
+                compare_matmul(w.view, x, n, s.rows);
             }
         }
     }
@@ -83,11 +88,7 @@ TEST_CASE("matrix products of every weight type match the CPU's on the device") 
         const int64_t cols = 37;
         for (int n : {1, 4}) {
             const std::vector<float> x = test::random_floats(size_t(n) * cols, 13);
-            compare([&](backend& be, buffers& b) {
-                float* y = b.zeros(size_t(n) * 5);
-                be.matmul(w.view, b.put(x), n, y);
-                return b.get(y, size_t(n) * 5);
-            });
+            compare_matmul(w.view, x, n, 5);
         }
     }
 }
