@@ -275,7 +275,8 @@ TEST_CASE("a missing or mis-shaped tensor is named") {
     }
 }
 
-TEST_CASE("the writer's bytes come back across its 2 MiB chunks and a failed write leaves nothing") {
+TEST_CASE("the writer's bytes come back across its 2 MiB chunks, with producers run side by side, and a failed write "
+          "leaves nothing") {
     test::temp_dir dir;
     const auto header = small_llama_header(); // not bound by name: the lambda below takes them
     const format::hparams& hp = header.first;
@@ -313,6 +314,19 @@ TEST_CASE("the writer's bytes come back across its 2 MiB chunks and a failed wri
             for (uint64_t i = 0; i < v->size; ++i) wrong += v->data[i] != pattern(t, i);
             CHECK_MESSAGE(wrong == 0, tensors[t].first);
         }
+    }
+
+    SUBCASE("producers run side by side: the same bytes, and a producer's error leaves nothing") {
+        const std::string one = dir.file("one.colibri"), three = dir.file("three.colibri");
+        writer()->write(one);
+        writer()->write(three, {}, 3);
+        CHECK(read_file_bytes(one) == read_file_bytes(three));
+        auto w = writer();
+        w->add_tensor("e", format::dtype::f32, {2}, [](uint8_t*) { throw error(errc::format, "producer e failed"); });
+        const std::string path = dir.file("failed.colibri");
+        CHECK_THROWS_WITH_AS(w->write(path, {}, 3), "producer e failed", error);
+        CHECK_FALSE(std::filesystem::exists(path));
+        CHECK_FALSE(std::filesystem::exists(path + ".partial"));
     }
 
     SUBCASE("a write that fails midway") {
