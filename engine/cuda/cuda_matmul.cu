@@ -217,7 +217,7 @@ template <device_kind K>
 void cuda_backend::launch_product(const device_weights& d, const float* x, const int32_t* x_rows, int n, float* y) {
     const unsigned row_blocks = unsigned((d.rows + mm_rows - 1) / mm_rows);
     const bool aligned = d.cols % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    if constexpr (kind_scales < K >> 0) {
+    if constexpr (0 < kind_scales<K>) {
         COLIBRI_ASSERT(aligned); // quantised rows are whole blocks; activations are buffers' rows
     } else if (!aligned) {
         const auto kernel = matmul_any_kernel<K>;
@@ -226,7 +226,7 @@ void cuda_backend::launch_product(const device_weights& d, const float* x, const
         COLIBRI_LAUNCHED("matmul_any");
         return;
     }
-    if constexpr (kind_scales < K >> 0 || K == device_kind::f16) { // f16 holds their values (f32, bf16 may not)
+    if constexpr (0 < kind_scales<K> || K == device_kind::f16) { // f16 holds their values (f32, bf16 may not)
         if (n >= mma_min_tokens) {
             const dim3 grid(unsigned((d.rows + mma_rows - 1) / mma_rows), unsigned((n + mma_tokens - 1) / mma_tokens));
             COLIBRI_LAUNCH(matmul_mma_kernel<K>, grid, 128, 0, stream_.get())
