@@ -2,7 +2,8 @@
 // Drafts for speculative decoding taken from the text itself (prompt lookup): the tokens
 // that followed the latest earlier occurrence of the text's last few tokens. Completion
 // repeats its context (a renamed copy, a second branch like the first, the suffix after
-// the cursor), and a draft that turns out right saves a step.
+// the cursor), and a draft that turns out right saves a step. Where a copy differs by a
+// token (a renamed variable, v2 for v1), the copy goes on past it.
 
 #include <array>
 #include <cstdint>
@@ -14,12 +15,16 @@ namespace colibri {
 
 class ngram_drafter {
 public:
-    static constexpr int max_n = 6; ///< longest suffix looked up
-    static constexpr int min_n = 2; ///< shortest (one token repeats too often to predict)
+    static constexpr int max_n = 6;      ///< longest suffix looked up
+    static constexpr int min_n = 2;      ///< shortest (one token repeats too often to predict)
+    static constexpr int max_misses = 2; ///< tokens in a row unlike the copy's that end it
 
     /// Up to k tokens that followed the latest earlier occurrence of the longest suffix of
-    /// `tokens` of min_n..max_n tokens (empty when none occurred). `tokens` must extend the
-    /// text of the previous call (or start anew after reset): each token is indexed once.
+    /// `tokens` of min_n..max_n tokens. When none occurred, the text the previous draft
+    /// came from, read on as far as the text has grown since, as long as fewer than
+    /// max_misses of the newest tokens in a row differ from it (a substitution); else
+    /// empty. `tokens` must extend the text of the previous call (or start anew after
+    /// reset): each token is indexed once.
     std::vector<int32_t> draft(std::span<const int32_t> tokens, int k);
     void reset();
 
@@ -28,6 +33,10 @@ private:
     // per length n - min_n: an n-gram's hash -> where its latest occurrence ended
     std::array<std::unordered_map<uint64_t, uint32_t>, max_n - min_n + 1> ends_;
     size_t indexed_ = 0; // n-grams ending before this position are in ends_
+    // the copy followed: where the text's next token was expected to come from (none: 0),
+    // for a text of len_ tokens; misses_: the newest tokens in a row unlike their source's
+    size_t copy_ = 0, len_ = 0;
+    int misses_ = 0;
 };
 
 } // namespace colibri

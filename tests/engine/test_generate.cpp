@@ -521,7 +521,7 @@ TEST_CASE("context files go between BOS and the FIM prompt, each after a snippet
 
 #include "generate/draft.h"
 
-TEST_CASE("drafts are what followed the latest earlier occurrence of the longest suffix") {
+TEST_CASE("drafts are what followed the latest earlier occurrence of the longest suffix, or the copy read on") {
     ngram_drafter d;
     std::vector<int32_t> t = {1, 2, 3, 4, 5, 9, 2, 3, 4, 7, 8, 2, 3};
     // suffix [2 3] last seen ending at 9 (then 4 7 8); [8 2 3] never before
@@ -529,7 +529,10 @@ TEST_CASE("drafts are what followed the latest earlier occurrence of the longest
     t.push_back(4); // [2 3 4] seen twice: the latest is followed by 7 8 2 ...
     CHECK(d.draft(t, 2) == std::vector<int32_t>{7, 8});
     t.push_back(7);
-    t.push_back(6); // [7 6] never seen, nor [6]-only matches (one token is too short)
+    t.push_back(6); // [7 6] never seen: the copy goes on past 6 where it had 8 (one token differs)
+    CHECK(d.draft(t, 4) == std::vector<int32_t>{2, 3, 4, 7});
+    t.push_back(5);
+    t.push_back(5); // two tokens in a row unlike the copy's (2 3), and [5 5] never seen: none
     CHECK(d.draft(t, 4).empty());
     t.push_back(1);
     t.push_back(2); // [1 2]: at the start, followed by 3 4 5 9
