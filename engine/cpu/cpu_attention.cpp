@@ -95,20 +95,40 @@ void cpu_backend::attention(const attention_args& a) {
         });
         return;
     }
-    // fewer jobs than threads (one token over few KV heads: latent attention's one) split
-    // each job's query heads into parts, every part reading the job's keys
-    const int nth_max = pool_.size();
-    const int parts = jobs < nth_max ? std::min<int>(group, int((nth_max + jobs - 1) / jobs)) : 1;
+    // Items: a job's query heads in parts of two (the kernels' pairs: splitting there costs
+    // no extra pass), ordered by KV head, then token, so that a thread's items mostly reread
+    // the keys and values it has just read (a batch's tokens share them), and each thread
+    // takes a run of items of about equal work (a token's work grows with its keys).
+    const int parts = (group + 1) / 2;
     const int64_t items = jobs * parts;
+    const auto job_of = [&](int64_t item) {
+        const int64_t kvh = item / (int64_t(a.n) * parts), t = item / parts % a.n;
+        return t * a.n_head_kv + kvh;
+    };
+    const auto heads = [&](int64_t item) {
+        const int part = static_cast<int>(item % parts);
+        return std::pair{2 * part, std::min(group, 2 * part + 2)};
+    };
+    const auto item_work = [&](int64_t item) {
+        const auto [h0, h1] = heads(item);
+        return int64_t(keys(job_of(item))) * (h1 - h0);
+    };
+    int64_t total = 0;
+    for (int64_t item = 0; item < items; ++item) total += item_work(item);
     auto body = [&](int ith, int nth) {
+        // this thread's run: the items whose work starts in its share of the total
+        int64_t item = 0, done = 0;
+        const int64_t from = total * ith / nth, to = total * (ith + 1) / nth;
+        for (; item < items && done + item_work(item) / 2 < from; ++item) done += item_work(item);
         float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
-        for (int64_t item = ith; item < items; item += nth) {
-            const int64_t job = item / parts;
-            const int part = static_cast<int>(item % parts), h0 = part * group / parts, h1 = (part + 1) * group / parts;
+        for (; item < items && done + item_work(item) / 2 < to; ++item) {
+            done += item_work(item);
+            const int64_t job = job_of(item);
+            const auto [h0, h1] = heads(item);
             const int t = static_cast<int>(job / a.n_head_kv), kvh = static_cast<int>(job % a.n_head_kv);
             const int64_t head0 = t * q_stride + (static_cast<int64_t>(kvh) * group + h0) * a.head_dim;
             // the thread's next job, whose keys the kernel asks for as it ends
-            const int64_t next = item + nth < items ? (item + nth) / parts : -1;
+            const int64_t next = item + 1 < items ? job_of(item + 1) : -1;
             if (a.kv_f16) {
                 const auto* k = static_cast<const uint16_t*>(a.k_cache);
                 kt_.attend_f16(a.q + head0, h1 - h0, k + kv_off(job),
