@@ -244,8 +244,9 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
     float out[8 * 4 * 8]; // the most a tile call returns: 8 tokens by 4 groups
     if (n <= 4) {
         // short batches (decode walks its groups in matmul_streamed()): 4 / n groups a share of
-        // the range apart, which keeps several hardware prefetch streams busy
-        const int streams = 4 / n;
+        // the range apart, which keeps several hardware prefetch streams busy; at least two,
+        // as the kernels take groups in pairs (a single group is a pair with itself, done twice)
+        const int streams = std::max(2, 4 / n);
         const int64_t q = (g1 - g0) / streams;
         for (int64_t i = 0; i < q; ++i) {
             tile(w.data + uint64_t(g0 + i) * gb, size_t(q) * gb, streams, xq, nb, n, cols, out);
