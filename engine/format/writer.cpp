@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fcntl.h>
 #include <functional>
 #include <thread>
-#include <fcntl.h>
 #include <unistd.h>
 #include <unordered_set>
 #include <utility>
@@ -25,8 +25,8 @@ model_writer::model_writer(const hparams& hp, const tokenizer_header& tok, std::
     tok_.payload_size = tok_payload_.size();
 }
 
-format::dtype model_writer::stored_type(std::string_view name, dtype type, const std::vector<uint64_t>& shape) {
-    if (shape.size() != 2 || name == names::token_embd) return type;
+format::dtype model_writer::stored_type(std::string_view name, dtype type, const std::vector<uint64_t>& shape) const {
+    if (shape.size() != 2 || (name == names::token_embd && !(hp_.flags & flag_tie_embeddings))) return type;
     return matmul_storage(type, shape[0]);
 }
 

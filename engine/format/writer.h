@@ -22,10 +22,10 @@ public:
     model_writer(const format::hparams& hp, const format::tokenizer_header& tok,
                  std::vector<uint8_t> tokenizer_payload);
 
-    /// The type a tensor asked for as `type` is stored as: q4_0 and q8_0 matrices as q4_0x8
-    /// and q8_0x8 where their rows allow (format::matmul_storage), except token_embd, which
-    /// is also looked up row by row; every other type as itself.
-    static format::dtype stored_type(std::string_view name, format::dtype type, const std::vector<uint64_t>& shape);
+    /// The type a tensor asked for as `type` is stored as: matrices interleaved by eights where
+    /// their type and rows allow (format::matmul_storage), token_embd only when it is the LM
+    /// head too (a lookup then reads its row's group of eight); every other type as itself.
+    format::dtype stored_type(std::string_view name, format::dtype type, const std::vector<uint64_t>& shape) const;
 
     /// Tensors are written in the order they are added, each as stored_type(); throws on a
     /// bad name or shape.

@@ -130,13 +130,15 @@ TEST_CASE("quantised types stay within their error budgets") {
             CAPTURE(b.f32_activations);
             auto rt = convert_and_load(family, b.type, dir, b.f32_activations);
             if (format::is_quantized(b.type)) {
-                // the matrices are stored interleaved, the token table as rows
+                // the matrices are stored interleaved, the token table as rows unless it is the
+                // LM head too
                 const format::dtype x8 = b.type == format::dtype::q4_0 ? format::dtype::q4_0x8 : format::dtype::q8_0x8;
                 const tensor_view* q = rt->mdl->file().find("blk.0.attn_q.weight");
                 if (q == nullptr) q = rt->mdl->file().find("blk.0.attn_q_nope.weight"); // latent attention
                 REQUIRE(q != nullptr);
                 CHECK(q->type == x8);
-                CHECK(rt->mdl->file().find("token_embd.weight")->type == b.type);
+                const bool tied = rt->mdl->hp().flags & format::flag_tie_embeddings;
+                CHECK(rt->mdl->file().find("token_embd.weight")->type == (tied ? x8 : b.type));
             }
             const error_stats st = compare(r, run_logits(*rt, r.prompt, 32));
             MESSAGE(family << " " << format::dtype_name(b.type) << std::string(b.f32_activations ? " f32" : " int8")

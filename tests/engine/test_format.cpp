@@ -6,6 +6,7 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "format/model_file.h"
+#include "format/row_codec.h"
 #include "format/writer.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -446,6 +447,26 @@ TEST_CASE("q4_0 and q8_0 matrices are stored in interleaved groups of eight rows
             CHECK(mf.find("m12")->type == plain);
             CHECK(std::memcmp(mf.find("m12")->data, m12.data(), m12.size()) == 0);
             CHECK(mf.find("token_embd.weight")->type == plain);
+        }
+        {   // tied to the LM head, the table is a product's matrix too: interleaved, and its rows
+            // looked up as they were written
+            format::hparams tied = base.hp();
+            tied.flags |= format::flag_tie_embeddings;
+            model_writer w(tied, base.tokenizer(), payload);
+            w.add_tensor("token_embd.weight", plain, {16, 64}, fill(table));
+            w.write(dir.file("tied.colibri"));
+            const model_file mf(dir.file("tied.colibri"));
+            const tensor_view& t = *mf.find("token_embd.weight");
+            CHECK(t.type == x8);
+            tensor_view as_written = t;
+            as_written.type = plain;
+            as_written.data = table.data();
+            as_written.size = table.size();
+            const int32_t ids[] = {0, 9, 15, 9};
+            std::vector<float> got(4 * 64), want(4 * 64);
+            format::rows_to_f32(t, ids, 4, 1.0f, got.data());
+            format::rows_to_f32(as_written, ids, 4, 1.0f, want.data());
+            CHECK(got == want);
         }
         // a directory entry that says q4_0x8 / q8_0x8 for 12 rows
         auto bytes = test::read_bytes(path);
