@@ -7,6 +7,7 @@
 #include "sampling/sampler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -65,6 +66,30 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
         spec_tok_s.push_back(spec.tok_s());
     }
     const bool same = plain.text == spec.text;
+    // What verification costs: a pass over n tokens with every row's logits, after the
+    // prompt and the completion, against a one-token step (medians, rolled back each time)
+    std::vector<double> pass_ms;
+    {
+        session s(*rt->mdl, *rt->be, n_ctx);
+        std::vector<int32_t> text;
+        rt->tok->encode(prompt + spec.text, text);
+        if (text.size() > size_t(n_ctx - session::max_draft - 1)) text.resize(size_t(n_ctx - session::max_draft - 1));
+        for (size_t i = 0; i < text.size(); i += size_t(s.n_batch()))
+            s.eval(text.data() + i, static_cast<int>(std::min(text.size() - i, size_t(s.n_batch()))));
+        const int at = s.n_past();
+        constexpr int passes = 24;
+        std::vector<std::vector<double>> ms(session::max_draft + 1);
+        for (int rep = 0; rep < passes; ++rep) { // the sizes alternating: the host's state moves
+            for (int n = 1; n <= session::max_draft + 1; ++n) {
+                const auto t0 = std::chrono::steady_clock::now();
+                s.eval(text.data() + text.size() - size_t(n), n, {}, n);
+                ms[size_t(n - 1)].push_back(
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                s.truncate(at);
+            }
+        }
+        for (const auto& m : ms) pass_ms.push_back(median(m));
+    }
     const double p = median(plain_tok_s), sp = median(spec_tok_s);
     if (json) {
         const nlohmann::json j = {{"model", model_path},
@@ -77,7 +102,8 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
                                   {"speedup", p > 0 ? sp / p : 0.0},
                                   {"drafted_tokens", spec.r.n_drafted_tokens},
                                   {"accepted_tokens", spec.r.n_accepted_tokens},
-                                  {"same_text", same}};
+                                  {"same_text", same},
+                                  {"pass_ms", pass_ms}};
         std::printf("%s\n", j.dump().c_str());
     } else {
         std::printf("speculative decoding, %s: prompt %d tokens, %d generated (greedy), %d threads, %d repetitions\n",
@@ -87,6 +113,9 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
                     p > 0 ? sp / p : 0.0, spec.r.n_accepted_tokens, spec.r.n_drafted_tokens,
                     spec.r.n_drafted_tokens > 0 ? 100.0 * spec.r.n_accepted_tokens / spec.r.n_drafted_tokens : 0.0);
         std::printf("  text         %s\n", same ? "identical" : "DIFFERS");
+        std::printf("  a pass of n tokens, against one:");
+        for (size_t n = 1; n < pass_ms.size(); ++n) std::printf(" %zu: %.2fx", n + 1, pass_ms[n] / pass_ms[0]);
+        std::printf(" (one: %.2f ms)\n", pass_ms[0]);
     }
     return same ? 0 : 1;
 }
