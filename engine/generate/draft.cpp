@@ -44,10 +44,56 @@ std::vector<int32_t> ngram_drafter::draft(std::span<const int32_t> tokens, int k
         }
     }
     if (from == 0) from = copy_;
-    if (from == 0 || k <= 0) return {};
     copy_ = from;
+    if (from == 0 || k <= 0) return {};
     const size_t to = std::min(len, from + size_t(k));
     return {tokens.begin() + std::ptrdiff_t(from), tokens.begin() + std::ptrdiff_t(to)};
+}
+
+void draft_policy::timed(int n, double ms) {
+    if (n < 1 || n > max_k + 1 || !(ms > 0)) return;
+    // a size not timed for a while: its time halfway back to the next smaller size's, so that
+    // a time spoilt by a pause is tried again once drafts would pay at the lower cost
+    for (int m = 2; m <= max_k + 1; ++m) {
+        if (m == n || ms_[size_t(m)] == 0 || ++since_[size_t(m)] < forget_after) continue;
+        since_[size_t(m)] = 0;
+        double ref = 0;
+        for (int below = m - 1; below >= 1 && ref == 0; --below) ref = ms_[size_t(below)];
+        if (ref > 0 && ms_[size_t(m)] > ref) ms_[size_t(m)] = (ms_[size_t(m)] + ref) / 2;
+    }
+    since_[size_t(n)] = 0;
+    double& t = ms_[size_t(n)];
+    t = t == 0 ? ms : 0.7 * t + 0.3 * ms;
+}
+
+void draft_policy::judged(int drafted, int accepted) {
+    if (drafted <= 0) return;
+    // the tokens kept, then the first one refused (if any); the older passes fade
+    kept_ = 0.8 * kept_ + accepted;
+    missed_ = 0.8 * missed_ + (accepted < drafted ? 1 : 0);
+}
+
+int draft_policy::length(int room) const {
+    // a size not timed yet costs what the nearest smaller timed one does (a pass costs no
+    // less for more tokens), else the nearest larger one; nothing timed: all alike
+    std::array<double, max_k + 2> t{};
+    for (int n = 1; n <= max_k + 1; ++n) t[size_t(n)] = ms_[size_t(n)] > 0 ? ms_[size_t(n)] : t[size_t(n - 1)];
+    for (int n = max_k; n >= 1; --n) {
+        if (t[size_t(n)] == 0) t[size_t(n)] = t[size_t(n + 1)];
+    }
+    const double p = acceptance();
+    int best = 0;
+    double best_rate = 0, expected = 0, reach = 1; // tokens a pass of k drafts yields: 1 + p + ... + p^k
+    for (int k = 0; k <= std::min(room, max_k); ++k) {
+        expected += reach;
+        reach *= p;
+        const double cost = t[size_t(k + 1)] > 0 ? t[size_t(k + 1)] : 1.0;
+        if (expected / cost > best_rate) {
+            best_rate = expected / cost;
+            best = k;
+        }
+    }
+    return best;
 }
 
 } // namespace colibri

@@ -39,4 +39,30 @@ private:
     int misses_ = 0;
 };
 
+/// How many tokens to draft: the length with the most expected tokens per unit of time, from
+/// the measured time of each size of pass and the recent acceptance rate. A drafted token
+/// that is wrong costs what its row adds to the pass: next to nothing where a step is
+/// bandwidth-bound (a small dense model), much where the rows' experts differ (an MoE).
+class draft_policy {
+public:
+    static constexpr int max_k = 3;         ///< most drafted tokens a pass verifies
+    static constexpr int forget_after = 16; ///< passes after which an untried size's time halves back
+
+    /// A pass of n tokens (1 .. max_k + 1) took ms milliseconds.
+    void timed(int n, double ms);
+    /// A pass verified `drafted` tokens and kept the first `accepted` (or, drafting none, the
+    /// drafter's guess of one token came true or not: so drafting resumes when it would pay).
+    void judged(int drafted, int accepted);
+    /// Tokens to draft next, at most `room`. A size not timed yet is taken to cost what the
+    /// next smaller timed one does, so a larger pass is tried before it is judged.
+    int length(int room) const;
+    /// The chance that the next drafted token is kept, as the recent passes say.
+    double acceptance() const { return kept_ / (kept_ + missed_); }
+
+private:
+    std::array<double, max_k + 2> ms_{}; // by pass size; 0: not timed
+    std::array<int, max_k + 2> since_{}; // passes since each size was timed
+    double kept_ = 2.0, missed_ = 0.5;   // recent drafted tokens kept, and first misses (a prior of 0.8)
+};
+
 } // namespace colibri

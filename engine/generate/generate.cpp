@@ -228,14 +228,15 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     // them, and the drafts are kept while they are what was sampled. The first token sampled
     // otherwise ends the run and comes first in the next batch; the rejected drafts' cache
     // rows are dropped. The same samples in the same order: the same tokens as without drafts.
-    // At most three drafted tokens: on two cores a batch of four costs about 1.3 plain steps
-    // and one of five 1.7 (the products turn compute-bound), and longer drafts lost more
-    // than they kept on the measured workloads (docs/performance-log.md)
-    constexpr int draft_cap = 3;
+    // At most three drafted tokens (draft_policy::max_k): on two cores a batch of four costs
+    // about 1.3 plain steps and one of five 1.7 (the products turn compute-bound), and longer
+    // drafts lost more than they kept on the measured workloads (docs/performance-log.md).
+    // How many, the policy says from the passes' times and the drafts kept (or, when it
+    // drafts none, from whether the drafter's guess came true).
     ngram_drafter drafter;
+    draft_policy policy;
     size_t in_context = 0; // tokens appended to the drafts' context so far
     const size_t vocab = s.get_model().hp().n_vocab;
-    double draft_len = draft_cap; // average accepted run, which the next draft's length follows
     std::vector<int32_t> batch;
     res.reason = finish_reason::length;
     if (req.max_tokens > 0 && cancelled()) {
@@ -255,19 +256,23 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
             // drafts no further than the tokens still to generate and the context allow
             const int room = std::min({req.max_tokens - res.n_generated_tokens - 1, s.n_ctx() - s.n_past() - 1,
                                        s.n_batch() - 1, session::max_draft});
-            const int want = std::min({room, draft_cap, static_cast<int>(draft_len + 1.5)});
+            const int want = req.speculative ? policy.length(room) : 0;
             batch.assign(1, id);
-            if (req.speculative && want > 0) {
+            int32_t shadow = -1; // with no drafts to verify, the drafter's guess is judged all the same
+            if (req.speculative && room > 0) {
                 context.insert(context.end(), tokens.begin() + std::ptrdiff_t(in_context), tokens.end());
                 in_context = tokens.size();
-                const std::vector<int32_t> d = drafter.draft(context, want);
-                batch.insert(batch.end(), d.begin(), d.end());
+                const std::vector<int32_t> d = drafter.draft(context, std::max(want, 1));
+                if (want > 0) batch.insert(batch.end(), d.begin(), d.end());
+                else if (!d.empty()) shadow = d[0];
             }
             const int n = static_cast<int>(batch.size());
+            const auto pass_start = clock::now();
             if (!s.eval(batch.data(), n, req.cancelled, n)) { // between its layers
                 res.reason = finish_reason::cancelled;
                 break;
             }
+            policy.timed(n, std::chrono::duration<double, std::milli>(clock::now() - pass_start).count());
             res.n_drafted_tokens += n - 1;
             const int before = static_cast<int>(tokens.size()); // the cache: tokens, then the drafts
             int accepted = 0;
@@ -279,7 +284,8 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
                 id = smp.sample(s.logits() + size_t(accepted) * vocab, tokens);
             }
             res.n_accepted_tokens += accepted;
-            if (n > 1) draft_len = 0.7 * draft_len + 0.3 * accepted;
+            if (n > 1) policy.judged(n - 1, accepted);
+            else if (shadow >= 0) policy.judged(1, id == shadow ? 1 : 0);
             s.truncate(before + accepted); // the rejected drafts
             if (!go_on || res.n_generated_tokens == req.max_tokens) break;
         }

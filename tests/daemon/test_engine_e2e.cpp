@@ -506,12 +506,13 @@ TEST_CASE("engine: suffix-first FIM keeps the cache valid up to the cursor as th
 
 TEST_CASE("engine: a copy-heavy completion is drafted from its context, with the text of plain decoding, counted in "
           "usage and status") {
-    const std::string fn =
-        "def push(self, item):\n    self.items.append(item)\n    self.size += 1\n    return self\n\n";
+    // a prompt whose completion by the default model repeats itself (drafts pay there: on
+    // text they would not, the engine drafts nothing)
     reference_params rp;
     rp.model = COLIBRI_DEFAULT_MODEL;
-    rp.prompt = "class Stack:\n" + fn + "class Queue:\n" + fn.substr(0, 20);
-    rp.max_tokens = 40;
+    rp.prompt = "class Stack:\n    def push(self, item):\n        self.items.append(item)\n"
+                "        self.size += 1\n        return self\n\n\nclass Queue:\n    def push(self, item):\n";
+    rp.max_tokens = 48;
     const std::string plain = in_process(rp);
     {
         daemon_process d(engine_daemon(COLIBRI_DEFAULT_MODEL));

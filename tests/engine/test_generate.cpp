@@ -543,6 +543,50 @@ TEST_CASE("drafts are what followed the latest earlier occurrence of the longest
     CHECK(d.draft(u, 3) == std::vector<int32_t>{5, 6}); // [5 6] ended at 2: 5 6, up to the end
 }
 
+TEST_CASE("the draft length is the one with the most expected tokens per unit of time") {
+    draft_policy p;
+    // nothing timed: every size costs alike, so the longest is tried first
+    CHECK(p.length(5) == draft_policy::max_k);
+    CHECK(p.length(1) == 1);
+    CHECK(p.length(0) == 0);
+    // a small dense model: rows cost little until the products turn compute-bound
+    p.timed(4, 5.2);
+    CHECK(p.length(3) == 3);
+    p.timed(1, 4.0);
+    p.timed(2, 4.0);
+    p.timed(3, 4.5);
+    for (int i = 0; i < 8; ++i) p.judged(3, 3);
+    CHECK(p.acceptance() > 0.95);
+    CHECK(p.length(3) == 3);
+    for (int i = 0; i < 12; ++i) p.judged(3, 0); // nothing kept: one draft still costs nothing
+    CHECK(p.acceptance() < 0.2);
+    CHECK(p.length(3) == 1);
+    // an MoE: each row reads its own experts
+    draft_policy moe;
+    moe.timed(1, 10);
+    moe.timed(2, 16);
+    moe.timed(3, 22);
+    CHECK(moe.length(3) == 3); // four not timed yet: taken to cost what three do
+    moe.timed(4, 28);
+    for (int i = 0; i < 8; ++i) moe.judged(3, 3);
+    CHECK(moe.length(3) == 3); // 3.7 tokens in 28 ms against 1 in 10
+    for (int i = 0; i < 8; ++i) moe.judged(3, 0);
+    CHECK(moe.acceptance() < 0.4);
+    CHECK(moe.length(3) == 0); // most drafts refused: one token a step is the fastest
+    CHECK(moe.length(2) == 0);
+    // a time spoilt by a pause comes back halfway to the smaller size's every forget_after
+    // passes without it, until drafting would pay at that cost and it is timed again
+    draft_policy spiky;
+    spiky.timed(1, 1.0);
+    spiky.timed(2, 50.0);
+    for (int i = 0; i < 8; ++i) spiky.judged(1, 1); // drafts that come true
+    int passes = 0;
+    for (; spiky.length(1) == 0 && passes < 10 * draft_policy::forget_after; ++passes) spiky.timed(1, 1.0);
+    // 50 -> 25.5 -> 13.3 -> 7.1 -> 4.1 -> 2.5 -> 1.8 ms, where 1.98 tokens a pass pay
+    CHECK(passes == 6 * draft_policy::forget_after);
+    CHECK(spiky.length(1) == 1);
+}
+
 namespace {
 
 struct run_result {
