@@ -91,6 +91,9 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
         for (const auto& m : ms) pass_ms.push_back(median(m));
     }
     const double p = median(plain_tok_s), sp = median(spec_tok_s);
+    // each pass gives the tokens it kept and one sampled token
+    const int passes = spec.r.n_generated_tokens - spec.r.n_accepted_tokens;
+    const double per_pass = passes > 0 ? double(spec.r.n_generated_tokens) / passes : 0.0;
     if (json) {
         const nlohmann::json j = {{"model", model_path},
                                   {"prompt_file", prompt_file},
@@ -102,6 +105,7 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
                                   {"speedup", p > 0 ? sp / p : 0.0},
                                   {"drafted_tokens", spec.r.n_drafted_tokens},
                                   {"accepted_tokens", spec.r.n_accepted_tokens},
+                                  {"tokens_per_pass", per_pass},
                                   {"same_text", same},
                                   {"pass_ms", pass_ms}};
         std::printf("%s\n", j.dump().c_str());
@@ -109,9 +113,10 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
         std::printf("speculative decoding, %s: prompt %d tokens, %d generated (greedy), %d threads, %d repetitions\n",
                     prompt_file.c_str(), spec.r.n_prompt_tokens, spec.r.n_generated_tokens, threads, reps);
         std::printf("  plain        %8.1f tok/s\n", p);
-        std::printf("  speculative  %8.1f tok/s   %.2fx, %d of %d drafted tokens kept (%.0f%%)\n", sp,
-                    p > 0 ? sp / p : 0.0, spec.r.n_accepted_tokens, spec.r.n_drafted_tokens,
-                    spec.r.n_drafted_tokens > 0 ? 100.0 * spec.r.n_accepted_tokens / spec.r.n_drafted_tokens : 0.0);
+        std::printf("  speculative  %8.1f tok/s   %.2fx, %d of %d drafted tokens kept (%.0f%%), %.2f tokens a pass\n",
+                    sp, p > 0 ? sp / p : 0.0, spec.r.n_accepted_tokens, spec.r.n_drafted_tokens,
+                    spec.r.n_drafted_tokens > 0 ? 100.0 * spec.r.n_accepted_tokens / spec.r.n_drafted_tokens : 0.0,
+                    per_pass);
         std::printf("  text         %s\n", same ? "identical" : "DIFFERS");
         std::printf("  a pass of n tokens, against one:");
         for (size_t n = 1; n < pass_ms.size(); ++n) std::printf(" %zu: %.2fx", n + 1, pass_ms[n] / pass_ms[0]);
