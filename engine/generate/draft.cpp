@@ -46,8 +46,11 @@ std::vector<int32_t> ngram_drafter::draft(std::span<const int32_t> tokens, int k
     if (from == 0) from = copy_;
     copy_ = from;
     if (from == 0 || k <= 0) return {};
-    const size_t to = std::min(len, from + size_t(k));
-    return {tokens.begin() + std::ptrdiff_t(from), tokens.begin() + std::ptrdiff_t(to)};
+    // a copy that reaches the end of the text goes on from its own start: a loop of a few
+    // tokens drafts as far as a longer one
+    std::vector<int32_t> out(static_cast<size_t>(k));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = from + i < len ? tokens[from + i] : out[from + i - len];
+    return out;
 }
 
 void draft_policy::timed(int n, double ms) {

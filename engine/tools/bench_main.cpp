@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
             model_path = shape_path(shape, q, cache_dir);
             if (!std::filesystem::exists(model_path)) {
                 o.tokenizer_model = fixture_tokenizer();
+                if (!cache_dir.empty()) std::filesystem::create_directories(cache_dir);
                 if (!json) std::fprintf(stderr, "writing %s ...\n", model_path.c_str());
                 write_random_model(o, model_path, q, {});
                 process_start = bench_clock::now(); // start-up is measured without the writing

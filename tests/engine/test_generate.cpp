@@ -540,7 +540,7 @@ TEST_CASE("drafts are what followed the latest earlier occurrence of the longest
     CHECK(d.draft(t, 0).empty());
     // a different, shorter text starts over
     const std::vector<int32_t> u = {5, 6, 5, 6};
-    CHECK(d.draft(u, 3) == std::vector<int32_t>{5, 6}); // [5 6] ended at 2: 5 6, up to the end
+    CHECK(d.draft(u, 3) == std::vector<int32_t>{5, 6, 5}); // [5 6] ended at 2: 5 6, then on as it went
 }
 
 TEST_CASE("the draft length is the one with the most expected tokens per unit of time") {
