@@ -19,6 +19,7 @@ struct colibri_session {
     colibri_model* model;
     std::unique_ptr<colibri::session> s;
     std::unique_ptr<colibri::sampler> smp;
+    colibri::draft_policy drafts; // across the session's requests
 };
 
 namespace {
@@ -263,6 +264,7 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
         std::vector<colibri::context_file> context;
         if (colibri_status st = to_request(params, prompt, prompt_len, req, context); st != COLIBRI_OK) return st;
         const auto& rt = *session->model->rt;
+        req.drafts = &session->drafts;
         const colibri::generate_result r =
             colibri::generate(*session->s, *rt.tok, *session->smp, req, [&](std::string_view piece) {
                 return callback == nullptr || callback(user, piece.data(), piece.size()) == 0;

@@ -77,21 +77,25 @@ void draft_policy::judged(int drafted, int accepted) {
 }
 
 int draft_policy::length(int room) const {
-    // a size not timed yet costs what the nearest smaller timed one does (a pass costs no
-    // less for more tokens), else the nearest larger one; nothing timed: all alike
+    if (fixed_ >= 0) return std::max(0, std::min(room, fixed_));
+    // sizes up to one past the largest timed one: a size not timed yet costs what the nearest
+    // smaller one does (a pass costs no less for more tokens), so passes grow one token at a
+    // time while the drafts pay; nothing timed yet: a plain step first
     std::array<double, max_k + 2> t{};
-    for (int n = 1; n <= max_k + 1; ++n) t[size_t(n)] = ms_[size_t(n)] > 0 ? ms_[size_t(n)] : t[size_t(n - 1)];
-    for (int n = max_k; n >= 1; --n) {
-        if (t[size_t(n)] == 0) t[size_t(n)] = t[size_t(n + 1)];
+    int sizes = 0;
+    for (int n = 1; n <= max_k + 1; ++n) {
+        t[size_t(n)] = ms_[size_t(n)] > 0 ? ms_[size_t(n)] : t[size_t(n - 1)];
+        if (ms_[size_t(n)] > 0) sizes = n + 1;
     }
+    if (t[1] == 0) return 0;
     const double p = acceptance();
     int best = 0;
     double best_rate = 0, expected = 0, reach = 1; // tokens a pass of k drafts yields: 1 + p + ... + p^k
-    for (int k = 0; k <= std::min(room, max_k); ++k) {
+    for (int k = 0; k <= std::min({room, max_k, sizes - 1}); ++k) {
         expected += reach;
         reach *= p;
-        const double cost = t[size_t(k + 1)] > 0 ? t[size_t(k + 1)] : 1.0;
-        if (expected / cost > best_rate) {
+        const double cost = t[size_t(k + 1)];
+        if (expected / cost > best_rate * (k == 0 ? 1.0 : 1.02)) { // a longer draft by a margin over noise
             best_rate = expected / cost;
             best = k;
         }

@@ -48,18 +48,28 @@ public:
     static constexpr int max_k = 3;         ///< most drafted tokens a pass verifies
     static constexpr int forget_after = 16; ///< passes after which an untried size's time halves back
 
+    draft_policy() = default;
+    /// A policy that drafts k tokens (or what room allows) whatever the times: one draft
+    /// length measured on its own, and tests that must not depend on the host's timing.
+    static draft_policy fixed(int k) {
+        draft_policy p;
+        p.fixed_ = k;
+        return p;
+    }
+
     /// A pass of n tokens (1 .. max_k + 1) took ms milliseconds.
     void timed(int n, double ms);
     /// A pass verified `drafted` tokens and kept the first `accepted` (or, drafting none, the
     /// drafter's guess of one token came true or not: so drafting resumes when it would pay).
     void judged(int drafted, int accepted);
-    /// Tokens to draft next, at most `room`. A size not timed yet is taken to cost what the
-    /// next smaller timed one does, so a larger pass is tried before it is judged.
+    /// Tokens to draft next, at most `room`: none before a plain step is timed, then passes
+    /// one token longer than the longest timed one at most, taken to cost what that one did.
     int length(int room) const;
     /// The chance that the next drafted token is kept, as the recent passes say.
     double acceptance() const { return kept_ / (kept_ + missed_); }
 
 private:
+    int fixed_ = -1;                     // >= 0: fixed()
     std::array<double, max_k + 2> ms_{}; // by pass size; 0: not timed
     std::array<int, max_k + 2> since_{}; // passes since each size was timed
     double kept_ = 2.0, missed_ = 0.5;   // recent drafted tokens kept, and first misses (a prior of 0.8)

@@ -234,7 +234,8 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     // How many, the policy says from the passes' times and the drafts kept (or, when it
     // drafts none, from whether the drafter's guess came true).
     ngram_drafter drafter;
-    draft_policy policy;
+    draft_policy own_policy;
+    draft_policy& policy = req.drafts != nullptr ? *req.drafts : own_policy;
     size_t in_context = 0; // tokens appended to the drafts' context so far
     const size_t vocab = s.get_model().hp().n_vocab;
     std::vector<int32_t> batch;
@@ -256,6 +257,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
             // drafts no further than the tokens still to generate and the context allow
             const int room = std::min({req.max_tokens - res.n_generated_tokens - 1, s.n_ctx() - s.n_past() - 1,
                                        s.n_batch() - 1, session::max_draft});
+            const auto pass_start = clock::now(); // a pass's time: drafting, evaluating, sampling its rows
             const int want = req.speculative ? policy.length(room) : 0;
             batch.assign(1, id);
             int32_t shadow = -1; // with no drafts to verify, the drafter's guess is judged all the same
@@ -267,12 +269,10 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
                 else if (!d.empty()) shadow = d[0];
             }
             const int n = static_cast<int>(batch.size());
-            const auto pass_start = clock::now();
             if (!s.eval(batch.data(), n, req.cancelled, n)) { // between its layers
                 res.reason = finish_reason::cancelled;
                 break;
             }
-            policy.timed(n, std::chrono::duration<double, std::milli>(clock::now() - pass_start).count());
             res.n_drafted_tokens += n - 1;
             const int before = static_cast<int>(tokens.size()); // the cache: tokens, then the drafts
             int accepted = 0;
@@ -287,6 +287,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
             if (n > 1) policy.judged(n - 1, accepted);
             else if (shadow >= 0) policy.judged(1, id == shadow ? 1 : 0);
             s.truncate(before + accepted); // the rejected drafts
+            policy.timed(n, std::chrono::duration<double, std::milli>(clock::now() - pass_start).count());
             if (!go_on || res.n_generated_tokens == req.max_tokens) break;
         }
     }

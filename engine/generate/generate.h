@@ -2,6 +2,7 @@
 // Prompt in, streamed completion text out: tokenise, prefill in batches, sample, detokenise,
 // stop on EOS, stop strings, max tokens or a full context.
 
+#include "generate/draft.h"
 #include "generate/fim.h"
 #include "model/session.h"
 #include "sampling/sampler.h"
@@ -55,6 +56,10 @@ struct generate_request {
     /// Speculative decoding with drafts from the context (generate_result counts them): the
     /// same tokens as without, fewer steps where the completion repeats its context.
     bool speculative = true;
+    /// What passes of each size took and how many drafts were kept, kept across requests
+    /// (a session's: the next keystroke's request starts where the last one left off);
+    /// null: this request's own.
+    draft_policy* drafts = nullptr;
 };
 
 struct generate_result {

@@ -545,16 +545,17 @@ TEST_CASE("drafts are what followed the latest earlier occurrence of the longest
 
 TEST_CASE("the draft length is the one with the most expected tokens per unit of time") {
     draft_policy p;
-    // nothing timed: every size costs alike, so the longest is tried first
-    CHECK(p.length(5) == draft_policy::max_k);
-    CHECK(p.length(1) == 1);
-    CHECK(p.length(0) == 0);
-    // a small dense model: rows cost little until the products turn compute-bound
-    p.timed(4, 5.2);
-    CHECK(p.length(3) == 3);
+    CHECK(p.length(5) == 0); // nothing timed: a plain step first
+    // a small dense model: rows cost little until the products turn compute-bound; each
+    // size is tried once the one below it is timed
     p.timed(1, 4.0);
+    CHECK(p.length(5) == 1);
+    CHECK(p.length(0) == 0);
     p.timed(2, 4.0);
+    CHECK(p.length(5) == 2);
     p.timed(3, 4.5);
+    CHECK(p.length(5) == 3);
+    p.timed(4, 5.2);
     for (int i = 0; i < 8; ++i) p.judged(3, 3);
     CHECK(p.acceptance() > 0.95);
     CHECK(p.length(3) == 3);
@@ -574,6 +575,13 @@ TEST_CASE("the draft length is the one with the most expected tokens per unit of
     CHECK(moe.acceptance() < 0.4);
     CHECK(moe.length(3) == 0); // most drafts refused: one token a step is the fastest
     CHECK(moe.length(2) == 0);
+    // a fixed length, whatever the times
+    draft_policy two = draft_policy::fixed(2);
+    CHECK(two.length(5) == 2);
+    CHECK(two.length(1) == 1);
+    two.timed(1, 1.0);
+    two.timed(3, 100.0);
+    CHECK(two.length(5) == 2);
     // a time spoilt by a pause comes back halfway to the smaller size's every forget_after
     // passes without it, until drafting would pay at that cost and it is timed again
     draft_policy spiky;
@@ -594,11 +602,15 @@ struct run_result {
     generate_result r;
 };
 
+// With drafts, three a pass whatever the host's timing (the default model is too small for
+// drafts to pay on time: its passes cost by the token)
 run_result run_generate(const runtime& rt, const generate_request& base, bool speculative) {
     session s(*rt.mdl, *rt.be, 256, 16);
     sampler smp(static_cast<int>(rt.mdl->hp().n_vocab));
     generate_request req = base;
     req.speculative = speculative;
+    draft_policy three = draft_policy::fixed(3);
+    if (req.drafts == nullptr) req.drafts = &three;
     run_result out;
     out.r = generate(s, *rt.tok, smp, req, [&](std::string_view p) {
         out.text.append(p);
@@ -694,10 +706,12 @@ TEST_CASE("typing the start of the last completion drafts the rest of it from th
     session s(*rt->mdl, *rt->be, 256, 16);
     auto complete_on = [&](session& on, const std::string& prompt) {
         sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
+        draft_policy three = draft_policy::fixed(3);
         generate_request req;
         req.prompt = prompt;
         req.max_tokens = 24;
         req.sampling.temperature = 0.0f;
+        req.drafts = &three;
         run_result out;
         out.r = generate(on, *rt->tok, smp, req, [&](std::string_view p) {
             out.text.append(p);
