@@ -99,6 +99,7 @@ std::string fixture_tokenizer() {
 int main(int argc, char** argv) {
     auto process_start = bench_clock::now();
     std::string model_path, shape, quant = "q8_0", threads_list, cache_dir, json_file, device = "cpu", speculative;
+    float temperature = 0.0f;
     int gpu_memory_mib = 0;
     bench_options bo;
     po::options_description opts(
@@ -131,6 +132,8 @@ int main(int argc, char** argv) {
         ("speculative", po::value(&speculative), "instead: a greedy completion of --gen-tokens after the prompt in this "
                                                  "file, plainly and with drafts from the context, alternating --reps times "
                                                  "(the first --threads count)")
+        ("temperature", po::value(&temperature), "--speculative: sample at this temperature instead, with seeds 1, 2 ... "
+                                                 "(default 0: greedy)")
         ("ops", "time the last repetition's prefill and decode by operation (on the CPU), decode's each against its "
                 "bytes at the read bandwidth")
         ("json", "print one JSON object instead of text")
@@ -177,7 +180,7 @@ int main(int argc, char** argv) {
         const std::vector<int> threads =
             threads_list.empty() ? std::vector<int>{usable_cpu_count()} : parse_list(threads_list);
         if (!speculative.empty())
-            return run_speculative(model_path, speculative, threads.front(), bo.gen_tokens, bo.reps, json);
+            return run_speculative(model_path, speculative, threads.front(), bo.gen_tokens, bo.reps, temperature, json);
         const cpu_bench b = run_on_cpu(model_path, threads, kt, bo, process_start);
         emit_json(json_line(b), json_file, json);
         if (!json) print_text(b);

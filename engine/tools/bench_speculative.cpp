@@ -34,7 +34,7 @@ double median(std::vector<double> v) {
 } // namespace
 
 int run_speculative(const std::string& model_path, const std::string& prompt_file, int threads, int gen_tokens,
-                    int reps, bool json) {
+                    int reps, float temperature, bool json) {
     std::ifstream in(prompt_file, std::ios::binary);
     if (!in) throw error(errc::io, prompt_file + ": cannot open");
     std::stringstream buf;
@@ -42,14 +42,17 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
     const std::string prompt = buf.str();
     auto rt = load_runtime(model_path, "cpu", threads);
     const int n_ctx = static_cast<int>(std::min<uint32_t>(rt->mdl->hp().n_ctx, 8192));
-    auto once = [&](bool speculative) {
+    draft_policy drafts; // across the repetitions, as a daemon's session keeps it across requests
+    auto once = [&](bool speculative, uint64_t seed) {
         session s(*rt->mdl, *rt->be, n_ctx); // a fresh cache: the whole prompt each time
         sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
         generate_request req;
         req.prompt = prompt;
         req.max_tokens = gen_tokens;
-        req.sampling.temperature = 0.0f;
+        req.sampling.temperature = temperature;
+        req.sampling.seed = seed;
         req.speculative = speculative;
+        req.drafts = &drafts;
         run out;
         out.r = generate(s, *rt->tok, smp, req, [&](std::string_view p) {
             out.text.append(p);
@@ -59,13 +62,18 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
     };
     std::vector<double> plain_tok_s, spec_tok_s;
     run plain, spec;
+    bool same = true;
+    int drafted = 0, accepted = 0, generated = 0;
     for (int rep = 0; rep < reps; ++rep) { // alternating: the host's state moves
-        plain = once(false);
-        spec = once(true);
+        plain = once(false, uint64_t(rep) + 1);
+        spec = once(true, uint64_t(rep) + 1);
         plain_tok_s.push_back(plain.tok_s());
         spec_tok_s.push_back(spec.tok_s());
+        same = same && plain.text == spec.text;
+        drafted += spec.r.n_drafted_tokens;
+        accepted += spec.r.n_accepted_tokens;
+        generated += spec.r.n_generated_tokens;
     }
-    const bool same = plain.text == spec.text;
     // What verification costs: a pass over n tokens with every row's logits, after the
     // prompt and the completion, against a one-token step (medians, rolled back each time)
     std::vector<double> pass_ms;
@@ -92,31 +100,35 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
     }
     const double p = median(plain_tok_s), sp = median(spec_tok_s);
     // each pass gives the tokens it kept and one sampled token
-    const int passes = spec.r.n_generated_tokens - spec.r.n_accepted_tokens;
-    const double per_pass = passes > 0 ? double(spec.r.n_generated_tokens) / passes : 0.0;
+    const int passes = generated - accepted;
+    const double per_pass = passes > 0 ? double(generated) / passes : 0.0;
+    const double kept = double(accepted) / reps, tried = double(drafted) / reps; // a repetition's
     if (json) {
         const nlohmann::json j = {{"model", model_path},
                                   {"prompt_file", prompt_file},
                                   {"threads", threads},
                                   {"prompt_tokens", spec.r.n_prompt_tokens},
                                   {"generated_tokens", spec.r.n_generated_tokens},
+                                  {"temperature", temperature},
                                   {"plain_tok_s", p},
                                   {"speculative_tok_s", sp},
                                   {"speedup", p > 0 ? sp / p : 0.0},
-                                  {"drafted_tokens", spec.r.n_drafted_tokens},
-                                  {"accepted_tokens", spec.r.n_accepted_tokens},
+                                  {"drafted_tokens", tried},
+                                  {"accepted_tokens", kept},
                                   {"tokens_per_pass", per_pass},
                                   {"same_text", same},
                                   {"pass_ms", pass_ms}};
         std::printf("%s\n", j.dump().c_str());
     } else {
-        std::printf("speculative decoding, %s: prompt %d tokens, %d generated (greedy), %d threads, %d repetitions\n",
-                    prompt_file.c_str(), spec.r.n_prompt_tokens, spec.r.n_generated_tokens, threads, reps);
+        std::printf("speculative decoding, %s: prompt %d tokens, %d generated (%s), %d threads, %d repetitions\n",
+                    prompt_file.c_str(), spec.r.n_prompt_tokens, spec.r.n_generated_tokens,
+                    temperature > 0 ? ("temperature " + std::to_string(temperature) + ", seeds 1...").c_str()
+                                    : "greedy",
+                    threads, reps);
         std::printf("  plain        %8.1f tok/s\n", p);
-        std::printf("  speculative  %8.1f tok/s   %.2fx, %d of %d drafted tokens kept (%.0f%%), %.2f tokens a pass\n",
-                    sp, p > 0 ? sp / p : 0.0, spec.r.n_accepted_tokens, spec.r.n_drafted_tokens,
-                    spec.r.n_drafted_tokens > 0 ? 100.0 * spec.r.n_accepted_tokens / spec.r.n_drafted_tokens : 0.0,
-                    per_pass);
+        std::printf(
+            "  speculative  %8.1f tok/s   %.2fx, %.4g of %.4g drafted tokens kept (%.0f%%), %.2f tokens a pass\n", sp,
+            p > 0 ? sp / p : 0.0, kept, tried, drafted > 0 ? 100.0 * accepted / drafted : 0.0, per_pass);
         std::printf("  text         %s\n", same ? "identical" : "DIFFERS");
         std::printf("  a pass of n tokens, against one:");
         for (size_t n = 1; n < pass_ms.size(); ++n) std::printf(" %zu: %.2fx", n + 1, pass_ms[n] / pass_ms[0]);

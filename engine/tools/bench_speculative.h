@@ -6,11 +6,11 @@
 
 namespace colibri {
 
-/// Greedy completion of gen_tokens after the prompt in `prompt_file`, plainly and with
-/// speculative decoding, alternating, reps times each: medians of decode tok/s, the
-/// drafts kept, and whether the two texts are identical (they must be). Returns the exit
-/// status.
+/// Completion of gen_tokens after the prompt in `prompt_file` (greedy, or sampled at
+/// `temperature` with seed 1, 2 ... in turn), plainly and with speculative decoding,
+/// alternating, reps times each: medians of decode tok/s, the drafts kept, and whether each
+/// repetition's two texts are identical (they must be). Returns the exit status.
 int run_speculative(const std::string& model_path, const std::string& prompt_file, int threads, int gen_tokens,
-                    int reps, bool json);
+                    int reps, float temperature, bool json);
 
 } // namespace colibri
