@@ -56,13 +56,15 @@ std::vector<int32_t> ngram_drafter::draft(std::span<const int32_t> tokens, int k
 void draft_policy::timed(int n, double ms) {
     if (n < 1 || n > max_k + 1 || !(ms > 0)) return;
     // a size not timed for a while: its time halfway back to the next smaller size's, so that
-    // a time spoilt by a pause is tried again once drafts would pay at the lower cost
+    // a time spoilt by a pause is tried again once drafts would pay at the lower cost (and
+    // not at all while no drafts are kept)
     for (int m = 2; m <= max_k + 1; ++m) {
         if (m == n || ms_[size_t(m)] == 0 || ++since_[size_t(m)] < forget_after) continue;
         since_[size_t(m)] = 0;
         double ref = 0;
         for (int below = m - 1; below >= 1 && ref == 0; --below) ref = ms_[size_t(below)];
-        if (ref > 0 && ms_[size_t(m)] > ref) ms_[size_t(m)] = (ms_[size_t(m)] + ref) / 2;
+        // no lower than 5% over the smaller size: drafts that are never kept are never tried
+        if (ref > 0) ms_[size_t(m)] = std::max(std::min(ms_[size_t(m)], (ms_[size_t(m)] + ref) / 2), ref * 1.05);
     }
     since_[size_t(n)] = 0;
     double& t = ms_[size_t(n)];
@@ -78,17 +80,18 @@ void draft_policy::judged(int drafted, int accepted) {
 
 int draft_policy::length(int room) const {
     if (fixed_ >= 0) return std::max(0, std::min(room, fixed_));
-    // sizes up to one past the largest timed one: a size not timed yet costs what the nearest
-    // smaller one does (a pass costs no less for more tokens), so passes grow one token at a
-    // time while the drafts pay; nothing timed yet: a plain step first
+    // sizes up to one past the largest timed one, and that one only while most drafts are
+    // kept: a size not timed yet costs what the nearest smaller one does (a pass costs no
+    // less for more tokens), so passes grow one token at a time while the drafts pay;
+    // nothing timed yet: a plain step first
+    const double p = acceptance();
     std::array<double, max_k + 2> t{};
     int sizes = 0;
     for (int n = 1; n <= max_k + 1; ++n) {
         t[size_t(n)] = ms_[size_t(n)] > 0 ? ms_[size_t(n)] : t[size_t(n - 1)];
-        if (ms_[size_t(n)] > 0) sizes = n + 1;
+        if (ms_[size_t(n)] > 0) sizes = p >= 0.5 ? n + 1 : n;
     }
     if (t[1] == 0) return 0;
-    const double p = acceptance();
     int best = 0;
     double best_rate = 0, expected = 0, reach = 1; // tokens a pass of k drafts yields: 1 + p + ... + p^k
     for (int k = 0; k <= std::min({room, max_k, sizes - 1}); ++k) {

@@ -63,7 +63,8 @@ public:
     /// drafter's guess of one token came true or not: so drafting resumes when it would pay).
     void judged(int drafted, int accepted);
     /// Tokens to draft next, at most `room`: none before a plain step is timed, then passes
-    /// one token longer than the longest timed one at most, taken to cost what that one did.
+    /// one token longer than the longest timed one at most (while most drafts are kept),
+    /// taken to cost what that one did.
     int length(int room) const;
     /// The chance that the next drafted token is kept, as the recent passes say.
     double acceptance() const { return kept_ / (kept_ + missed_); }
@@ -72,7 +73,7 @@ private:
     int fixed_ = -1;                     // >= 0: fixed()
     std::array<double, max_k + 2> ms_{}; // by pass size; 0: not timed
     std::array<int, max_k + 2> since_{}; // passes since each size was timed
-    double kept_ = 2.0, missed_ = 0.5;   // recent drafted tokens kept, and first misses (a prior of 0.8)
+    double kept_ = 0.8, missed_ = 0.2;   // recent drafted tokens kept, and first misses (a prior of 0.8)
 };
 
 } // namespace colibri
