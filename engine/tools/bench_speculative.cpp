@@ -75,19 +75,20 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
         generated += spec.r.n_generated_tokens;
     }
     // What verification costs: a pass over n tokens with every row's logits, after the
-    // prompt and the completion, against a one-token step (medians, rolled back each time)
+    // prompt and the completion, against a one-token step (medians, rolled back each time;
+    // none for a text shorter than the longest pass)
     std::vector<double> pass_ms;
-    {
+    std::vector<int32_t> text;
+    rt->tok->encode(prompt + spec.text, text);
+    if (text.size() > size_t(n_ctx - session::max_draft - 1)) text.resize(size_t(n_ctx - session::max_draft - 1));
+    if (text.size() >= size_t(session::max_draft + 1)) {
         session s(*rt->mdl, *rt->be, n_ctx);
-        std::vector<int32_t> text;
-        rt->tok->encode(prompt + spec.text, text);
-        if (text.size() > size_t(n_ctx - session::max_draft - 1)) text.resize(size_t(n_ctx - session::max_draft - 1));
         for (size_t i = 0; i < text.size(); i += size_t(s.n_batch()))
             s.eval(text.data() + i, static_cast<int>(std::min(text.size() - i, size_t(s.n_batch()))));
         const int at = s.n_past();
-        constexpr int passes = 24;
+        constexpr int timings = 24;
         std::vector<std::vector<double>> ms(session::max_draft + 1);
-        for (int rep = 0; rep < passes; ++rep) { // the sizes alternating: the host's state moves
+        for (int rep = 0; rep < timings; ++rep) { // the sizes alternating: the host's state moves
             for (int n = 1; n <= session::max_draft + 1; ++n) {
                 const auto t0 = std::chrono::steady_clock::now();
                 s.eval(text.data() + text.size() - size_t(n), n, {}, n);
@@ -130,6 +131,10 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
             "  speculative  %8.1f tok/s   %.2fx, %.4g of %.4g drafted tokens kept (%.0f%%), %.2f tokens a pass\n", sp,
             p > 0 ? sp / p : 0.0, kept, tried, drafted > 0 ? 100.0 * accepted / drafted : 0.0, per_pass);
         std::printf("  text         %s\n", same ? "identical" : "DIFFERS");
+        if (pass_ms.empty()) {
+            std::printf("  (the text is too short to time passes of up to %d tokens)\n", session::max_draft + 1);
+            return same ? 0 : 1;
+        }
         std::printf("  a pass of n tokens, against one:");
         for (size_t n = 1; n < pass_ms.size(); ++n) std::printf(" %zu: %.2fx", n + 1, pass_ms[n] / pass_ms[0]);
         std::printf(" (one: %.2f ms)\n", pass_ms[0]);

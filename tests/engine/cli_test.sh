@@ -138,6 +138,19 @@ check "colibri-bench: nothing on stdout after an error" test ! -s "$tmp/out"
 "$bin/colibri-bench" --model "$model" --batch 0 >/dev/null 2>"$tmp/err"; rc=$?
 check "colibri-bench: --batch 0 refused" test $rc -ne 0
 check "colibri-bench: the refusal names --batch" grep -q -- "--batch" "$tmp/err"
+# colibri-bench --speculative: the same text with and without drafts, and a text too short
+# to time steps of up to nine tokens reported as such (it used to read before the text)
+printf 'def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(' >"$tmp/copy.txt"
+"$bin/colibri-bench" --model "$model" --speculative "$tmp/copy.txt" --gen-tokens 16 --reps 2 --threads 2 \
+  >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "colibri-bench --speculative exits 0" test $rc -eq 0
+check "colibri-bench --speculative: the same text" grep -q "text         identical" "$tmp/out"
+check "colibri-bench --speculative: steps of 2..9 tokens timed" grep -qE "^  a pass of n tokens, against one: 2: [0-9.]+x .* 9: [0-9.]+x" "$tmp/out"
+printf 'x' >"$tmp/tiny.txt"
+"$bin/colibri-bench" --model "$model" --speculative "$tmp/tiny.txt" --gen-tokens 1 --reps 1 --threads 1 --json \
+  >"$tmp/out" 2>"$tmp/err"; rc=$?
+check "colibri-bench --speculative on a one-token text exits 0" test $rc -eq 0
+check "colibri-bench --speculative on a one-token text times no steps" grep -q '"pass_ms":\[\]' "$tmp/out"
 
 echo "$passed passed, $fail failed"
 [ $fail -eq 0 ]
