@@ -112,6 +112,14 @@ struct kernel_table {
     void (*streams_q5_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     void (*streams_q5_1x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     void (*streams_iq4_nlx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    /// The same for q2_kx8 and q3_kx8 (n a multiple of 256), each row's result bit-identical
+    /// to tile_q2_k's (tile_q3_k's) on it.
+    void (*tile_q2_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
+    void (*tile_q3_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                        int n_tok, int64_t n, float* out);
+    void (*streams_q2_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    void (*streams_q3_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);

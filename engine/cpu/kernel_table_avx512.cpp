@@ -774,6 +774,68 @@ inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_i
     }
 }
 
+// q2_kx8 / q3_kx8 as kquant_tiles_x86.h's q23_kx8_block, both groups at once.
+template <class Block, int T, bool Vnni>
+inline void q23_kx8_pair(const Block& a, const Block& b, const block_q8_x* const xs[T], __m512 acc[T]) {
+    constexpr bool three = std::is_same_v<Block, format::block_q3_kx8>;
+    const __m512i two_bits = _mm512_set1_epi8(3), bit2 = _mm512_set1_epi8(4);
+    const __m512 d = scales16(a.d, b.d);
+    __m512 first[T], pair[2][T], lo[T]; // sum8's tree: ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+    COLIBRI_UNROLL
+    for (int blk = 0; blk < 8; ++blk) {
+        const int h = blk / 4, j = blk % 4;
+        __m512i s[T][2]; // token, half (elements 0-15, 16-31)
+        COLIBRI_UNROLL
+        for (int t = 0; t < T; ++t) {
+            COLIBRI_UNROLL
+            for (int half = 0; half < 2; ++half)
+                s[t][half] = three ? _mm512_set1_epi32(-4 * x_half_sum(xs[t][blk], half)) : _mm512_setzero_si512();
+        }
+        COLIBRI_UNROLL
+        for (int i = 0; i < 8; ++i) {
+            __m512i q = _mm512_and_si512(shift16(two_rows(a.qs[h][i], b.qs[h][i]), -2 * j), two_bits);
+            if constexpr (three)
+                q = _mm512_or_si512(q, _mm512_and_si512(shift16(two_rows(a.hmask[i], b.hmask[i]), 2 - blk), bit2));
+            COLIBRI_UNROLL
+            for (int t = 0; t < T; ++t)
+                s[t][i / 4] = dot4<Vnni>(s[t][i / 4], q, x4_all_lanes512(xs[t][blk].qs + 4 * i));
+        }
+        __m512i sc[2], m[2];
+        COLIBRI_UNROLL
+        for (int half = 0; half < 2; ++half) {
+            const int k = 2 * blk + half;
+            if constexpr (three) {
+                sc[half] =
+                    _mm512_inserti64x4(_mm512_castsi256_si512(q3_kx8_scale(a.scales, k)), q3_kx8_scale(b.scales, k), 1);
+            } else {
+                const __m512i v = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(
+                        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales[k])))),
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))), 1);
+                sc[half] = _mm512_and_si512(v, _mm512_set1_epi32(15));
+                m[half] = _mm512_srli_epi32(v, 4);
+            }
+        }
+        COLIBRI_UNROLL
+        for (int t = 0; t < T; ++t) {
+            const __m512 xd = _mm512_set1_ps(xs[t][blk].d);
+            const __m512i sum =
+                _mm512_add_epi32(_mm512_mullo_epi32(s[t][0], sc[0]), _mm512_mullo_epi32(s[t][1], sc[1]));
+            __m512 p = _mm512_mul_ps(_mm512_mul_ps(d, xd), to_ps(sum));
+            if constexpr (!three) {
+                const __m512i mins =
+                    _mm512_add_epi32(_mm512_mullo_epi32(_mm512_set1_epi32(x_half_sum(xs[t][blk], 0)), m[0]),
+                                     _mm512_mullo_epi32(_mm512_set1_epi32(x_half_sum(xs[t][blk], 1)), m[1]));
+                p = _mm512_fnmadd_ps(_mm512_mul_ps(scales16(a.dmin, b.dmin), xd), to_ps(mins), p);
+            }
+            if (blk % 2 == 0) first[t] = p;
+            else pair[blk / 2 % 2][t] = _mm512_add_ps(first[t], p);
+            if (blk == 3) lo[t] = _mm512_add_ps(pair[0][t], pair[1][t]);
+            if (blk == 7) acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(lo[t], _mm512_add_ps(pair[0][t], pair[1][t])));
+        }
+    }
+}
+
 // Groups a and b (b may be a) by T tokens: out[t * out_stride + 8 g + r], g 0 for a and 1
 // for b (only a's when `both` is false).
 template <class Block, int T, bool Vnni>
@@ -790,6 +852,8 @@ void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* 
         for (int t = 0; t < T; ++t) xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
         if constexpr (std::is_same_v<Block, format::block_q6_kx8>) q6_kx8_pair<T, Vnni>(a[s], b[s], xs, acc);
         else if constexpr (std::is_same_v<Block, format::block_iq4_xsx8>) iq4_xsx8_pair<T>(a[s], b[s], xs, acc);
+        else if constexpr (std::is_same_v<Block, format::block_q2_kx8> || std::is_same_v<Block, format::block_q3_kx8>)
+            q23_kx8_pair<Block, T, Vnni>(a[s], b[s], xs, acc);
         else q45_kx8_pair<Block, T, Vnni>(a[s], b[s], xs, acc);
     }
     COLIBRI_UNROLL
@@ -799,7 +863,7 @@ void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* 
     }
 }
 
-// tile_q4_kx8 / tile_q5_kx8 / tile_q6_kx8 / tile_iq4_xsx8: groups two by two (the last of an odd count with
+// tile_q4_kx8 / tile_q5_kx8 / tile_q6_kx8 / tile_iq4_xsx8 / tile_q2_kx8 / tile_q3_kx8: groups two by two (the last of an odd count with
 // itself, half of it kept), up to four tokens at a time.
 template <class Block, bool Vnni>
 void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
@@ -881,6 +945,10 @@ kernel_table make_table(const kernel_table& avx2) {
         k.streams_q6_kx8 = streams_kx8<format::block_q6_kx8, true>; // as pairs no faster
         k.tile_iq4_xsx8 = tile_kx8_pairs<format::block_iq4_xsx8, true>;
         k.streams_iq4_xsx8 = streams_kx8<format::block_iq4_xsx8, true>;
+        k.tile_q2_kx8 = tile_kx8_pairs<format::block_q2_kx8, true>;
+        k.tile_q3_kx8 = tile_kx8_pairs<format::block_q3_kx8, true>;
+        k.streams_q2_kx8 = streams_kx8<format::block_q2_kx8, true>;
+        k.streams_q3_kx8 = streams_kx8<format::block_q3_kx8, true>;
         k.tile_q4_1x8 = tile_kx8<format::block_q4_1x8, true>;
         k.tile_q5_0x8 = tile_kx8<format::block_q5_0x8, true>;
         k.tile_q5_1x8 = tile_kx8<format::block_q5_1x8, true>;

@@ -386,6 +386,10 @@ constexpr kernel_table table = {"scalar",
                                 streams_kx8<format::dtype::q5_0>,
                                 streams_kx8<format::dtype::q5_1>,
                                 streams_kx8<format::dtype::iq4_nl>,
+                                tile_kx8<format::dtype::q2_k>,
+                                tile_kx8<format::dtype::q3_k>,
+                                streams_kx8<format::dtype::q2_k>,
+                                streams_kx8<format::dtype::q3_k>,
                                 dot_q8_0_f32,
                                 dot_q4_0_f32,
                                 dot4_q8_0_f32,
@@ -438,6 +442,8 @@ x8_kernels int8_x8_kernels(const kernel_table& kt, format::dtype t) {
     case format::dtype::q5_0x8: return {kt.tile_q5_0x8, kt.streams_q5_0x8};
     case format::dtype::q5_1x8: return {kt.tile_q5_1x8, kt.streams_q5_1x8};
     case format::dtype::iq4_nlx8: return {kt.tile_iq4_nlx8, kt.streams_iq4_nlx8};
+    case format::dtype::q2_kx8: return {kt.tile_q2_kx8, kt.streams_q2_kx8};
+    case format::dtype::q3_kx8: return {kt.tile_q3_kx8, kt.streams_q3_kx8};
     default: throw error(errc::internal, "no interleaved kernels for " + std::string(format::dtype_name(t)));
     }
 }

@@ -48,7 +48,9 @@ float dot_row(dtype t, const void* row, const float* x, int64_t n) {
     case dtype::q5_1x8:
     case dtype::iq4_nlx8:
     case dtype::q2_k:
-    case dtype::q3_k: { // each block in f32, its dot in one sum per 32 elements
+    case dtype::q3_k:
+    case dtype::q2_kx8:
+    case dtype::q3_kx8: { // each block in f32, its dot in one sum per 32 elements
         const dtype rt = format::row_type(t);
         const int be = format::read_only_block_elements(rt);
         const uint64_t bb = format::row_bytes(rt, uint64_t(be));

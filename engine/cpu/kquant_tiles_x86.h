@@ -516,7 +516,8 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
 
 // The sum of the first (half 0) or last 16 activations of a block, times -32: q6_k's
 // values are q - 32, and sum (q - 32) x = sum q x - 32 sum x.
-inline int32_t q6_bias(const block_q8_x& xb, int half) { return -32 * (half == 0 ? xb.sum_lo : xb.sum - xb.sum_lo); }
+inline int32_t x_half_sum(const block_q8_x& xb, int half) { return half == 0 ? xb.sum_lo : xb.sum - xb.sum_lo; }
+inline int32_t q6_bias(const block_q8_x& xb, int half) { return -32 * x_half_sum(xb, half); }
 
 // One super-block column of a q6_kx8 group against T tokens, likewise. The unsigned values
 // q (0..63) multiply the activations, each half sub-block's sum starting at q6_bias.
@@ -638,9 +639,82 @@ inline void iq4_xsx8_block(const format::block_iq4_xsx8& b, const block_q8_x* co
     }
 }
 
+// Sub-block k's 6-bit q3_k scale, less 32, of each of eight rows (format::q3_k_scale, lane
+// by lane) from their scale words.
+inline __m256i q3_kx8_scale(const uint32_t (&words)[3][8], int k) {
+    const auto word = [&](int w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words[w])); };
+    const __m256i lo = _mm256_and_si256(shr32(word(k % 8 / 4), 8 * (k % 4) + 4 * (k / 8)), _mm256_set1_epi32(15));
+    const __m256i hi = _mm256_and_si256(shr32(word(2), 8 * (k % 4) + 2 * (k / 4)), _mm256_set1_epi32(3));
+    return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+}
+
+// One super-block column of a q2_kx8 / q3_kx8 group against T tokens, likewise: activation
+// block a = 4h + j holds bits 2j, 2j + 1 of qs[h] (q3_k's hmask bit a above them), each half
+// block with its own scale (q2_k's min; q3_k's values less 4 through the sums' start).
+template <class Block, int T, bool Vnni>
+inline void q23_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 acc[T]) {
+    constexpr bool three = std::is_same_v<Block, format::block_q3_kx8>;
+    const __m256i two_bits = _mm256_set1_epi8(3), bit2 = _mm256_set1_epi8(4);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    __m256 first[T], pair[2][T], lo[T]; // sum8's tree: ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+    COLIBRI_UNROLL
+    for (int a = 0; a < 8; ++a) {
+        const int h = a / 4, j = a % 4;
+        __m256i s[T][2]; // token, half (elements 0-15, 16-31)
+        COLIBRI_UNROLL
+        for (int t = 0; t < T; ++t) {
+            COLIBRI_UNROLL
+            for (int half = 0; half < 2; ++half)
+                s[t][half] = three ? _mm256_set1_epi32(-4 * x_half_sum(xs[t][a], half)) : _mm256_setzero_si256();
+        }
+        COLIBRI_UNROLL
+        for (int i = 0; i < 8; ++i) {
+            __m256i q = _mm256_and_si256(
+                shift16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[h][i])), -2 * j), two_bits);
+            if constexpr (three) {
+                const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask[i]));
+                q = _mm256_or_si256(q, _mm256_and_si256(shift16(hm, 2 - a), bit2));
+            }
+            COLIBRI_UNROLL
+            for (int t = 0; t < T; ++t) s[t][i / 4] = dot_add<Vnni>(s[t][i / 4], q, x4_all_lanes(xs[t][a].qs + 4 * i));
+        }
+        __m256i sc[2], m[2];
+        COLIBRI_UNROLL
+        for (int half = 0; half < 2; ++half) {
+            if constexpr (three) {
+                sc[half] = q3_kx8_scale(b.scales, 2 * a + half);
+            } else {
+                const __m256i v =
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[2 * a + half])));
+                sc[half] = _mm256_and_si256(v, _mm256_set1_epi32(15));
+                m[half] = _mm256_srli_epi32(v, 4);
+            }
+        }
+        COLIBRI_UNROLL
+        for (int t = 0; t < T; ++t) {
+            const __m256 xd = _mm256_set1_ps(xs[t][a].d);
+            const __m256i ai = _mm256_add_epi32(_mm256_mullo_epi32(s[t][0], sc[0]), _mm256_mullo_epi32(s[t][1], sc[1]));
+            __m256 p = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(ai));
+            if constexpr (!three) {
+                const __m256i mins =
+                    _mm256_add_epi32(_mm256_mullo_epi32(_mm256_set1_epi32(x_half_sum(xs[t][a], 0)), m[0]),
+                                     _mm256_mullo_epi32(_mm256_set1_epi32(x_half_sum(xs[t][a], 1)), m[1]));
+                const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
+                p = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, xd), _mm256_cvtepi32_ps(mins), p);
+            }
+            if (a % 2 == 0) first[t] = p;
+            else pair[a / 2 % 2][t] = _mm256_add_ps(first[t], p);
+            if (a == 3) lo[t] = _mm256_add_ps(pair[0][t], pair[1][t]);
+            if (a == 7) acc[t] = _mm256_add_ps(acc[t], _mm256_add_ps(lo[t], _mm256_add_ps(pair[0][t], pair[1][t])));
+        }
+    }
+}
+
 template <class Block, int T, bool Vnni>
 inline void kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 acc[T]) {
     if constexpr (std::is_same_v<Block, format::block_q6_kx8>) q6_kx8_block<T, Vnni>(b, xs, acc);
+    else if constexpr (std::is_same_v<Block, format::block_q2_kx8> || std::is_same_v<Block, format::block_q3_kx8>)
+        q23_kx8_block<Block, T, Vnni>(b, xs, acc);
     else if constexpr (std::is_same_v<Block, format::block_iq4_xsx8>) iq4_xsx8_block<T, Vnni>(b, xs, acc);
     else q45_kx8_block<Block, T, Vnni>(b, xs, acc);
 }

@@ -16,7 +16,7 @@ constexpr std::array<enum_name_pair<dtype>, dtype_count> dtype_names{{
     {dtype::q6_kx8, "q6_kx8"},     {dtype::q4_1, "q4_1"},     {dtype::q5_0, "q5_0"},     {dtype::q5_1, "q5_1"},
     {dtype::iq4_nl, "iq4_nl"},     {dtype::iq4_xs, "iq4_xs"}, {dtype::q2_k, "q2_k"},     {dtype::q3_k, "q3_k"},
     {dtype::iq4_xsx8, "iq4_xsx8"}, {dtype::q4_1x8, "q4_1x8"}, {dtype::q5_0x8, "q5_0x8"}, {dtype::q5_1x8, "q5_1x8"},
-    {dtype::iq4_nlx8, "iq4_nlx8"},
+    {dtype::iq4_nlx8, "iq4_nlx8"}, {dtype::q2_kx8, "q2_kx8"}, {dtype::q3_kx8, "q3_kx8"},
 }};
 static_assert([] { // every type named, in order
     for (uint32_t i = 0; i < dtype_count; ++i) {
@@ -62,8 +62,10 @@ uint64_t row_bytes(dtype t, uint64_t n) {
     case dtype::iq4_nlx8: return n % qk ? 0 : n / qk * sizeof(block_iq4_nl);
     case dtype::iq4_xs:
     case dtype::iq4_xsx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_iq4_xs);
-    case dtype::q2_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q2_k);
-    case dtype::q3_k: return n % qk_k ? 0 : n / qk_k * sizeof(block_q3_k);
+    case dtype::q2_k:
+    case dtype::q2_kx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_q2_k);
+    case dtype::q3_k:
+    case dtype::q3_kx8: return n % qk_k ? 0 : n / qk_k * sizeof(block_q3_k);
     }
     return 0;
 }
@@ -99,6 +101,8 @@ dtype row_type(dtype t) {
     case dtype::q5_0x8: return dtype::q5_0;
     case dtype::q5_1x8: return dtype::q5_1;
     case dtype::iq4_nlx8: return dtype::iq4_nl;
+    case dtype::q2_kx8: return dtype::q2_k;
+    case dtype::q3_kx8: return dtype::q3_k;
     default: return t;
     }
 }
@@ -116,6 +120,8 @@ dtype matmul_storage(dtype t, uint64_t rows) {
     case dtype::q5_0: return dtype::q5_0x8;
     case dtype::q5_1: return dtype::q5_1x8;
     case dtype::iq4_nl: return dtype::iq4_nlx8;
+    case dtype::q2_k: return dtype::q2_kx8;
+    case dtype::q3_k: return dtype::q3_kx8;
     default: return t;
     }
 }
@@ -145,6 +151,17 @@ void pieces(X8& b, int r, Plain& p) {
         copy(&b.scales_l[r], p.scales_l, 4);
         for (int j = 0; j < 8; ++j) {
             for (int k = 0; k < 4; ++k) copy(b.qs[j][k][r], p.qs + 16 * j + 4 * k, 4);
+        }
+    } else if constexpr (std::is_same_v<P, block_q2_k> || std::is_same_v<P, block_q3_k>) {
+        for (int h = 0; h < 2; ++h) {
+            for (int i = 0; i < 8; ++i) copy(b.qs[h][i][r], p.qs + 32 * h + 4 * i, 4);
+        }
+        if constexpr (std::is_same_v<P, block_q2_k>) {
+            copy(&b.dmin[r], &p.dmin, 2);
+            for (int k = 0; k < 16; ++k) copy(&b.scales[k][r], &p.scales[k], 1);
+        } else {
+            for (int w = 0; w < 3; ++w) copy(&b.scales[w][r], p.scales + 4 * w, 4);
+            for (int i = 0; i < 8; ++i) copy(b.hmask[i][r], p.hmask + 4 * i, 4);
         }
     } else if constexpr (std::is_same_v<P, block_q6_k>) {
         for (int k = 0; k < 16; ++k) copy(&b.scales[k][r], &p.scales[k], 1);
@@ -203,6 +220,8 @@ void with_x8_blocks(dtype t, F&& f) {
     case dtype::q5_0x8: f(block_q5_0{}, block_q5_0x8{}); return;
     case dtype::q5_1x8: f(block_q5_1{}, block_q5_1x8{}); return;
     case dtype::iq4_nlx8: f(block_iq4_nl{}, block_iq4_nlx8{}); return;
+    case dtype::q2_kx8: f(block_q2_k{}, block_q2_kx8{}); return;
+    case dtype::q3_kx8: f(block_q3_k{}, block_q3_kx8{}); return;
     default: return;
     }
 }

@@ -66,8 +66,12 @@ enum class dtype : uint32_t {
     q5_0x8 = 22,
     q5_1x8 = 23,
     iq4_nlx8 = 24,
+    /// q2_k and q3_k super-blocks of a matrix whose rows come in groups of eight, interleaved
+    /// like q4_0x8 (block_q2_kx8, block_q3_kx8); rows a multiple of 8
+    q2_kx8 = 25,
+    q3_kx8 = 26,
 };
-inline constexpr uint32_t dtype_count = 25;
+inline constexpr uint32_t dtype_count = 27;
 inline constexpr int qk = 32;    ///< elements per quantisation block (activations, q8_0, q4_0, K-quant sub-blocks)
 inline constexpr int qk_k = 256; ///< elements per K-quant super-block
 
@@ -218,13 +222,30 @@ struct block_iq4_nlx8 {
     uint16_t d[8];
     uint8_t qs[4][8][4];
 };
+/// Super-block column s of rows 8g..8g+7 of a q2_kx8 matrix: the eight super-blocks' d and
+/// dmin, scales[k][r]: row r's scales[k], then qs[h][i][r]: bytes 32h + 4i .. + 3 of row r's
+/// qs (elements 128h + 32j + 4i .. + 3 in bits 2j, 2j + 1).
+struct block_q2_kx8 {
+    uint16_t d[8], dmin[8];
+    uint8_t scales[16][8];
+    uint8_t qs[2][8][8][4];
+};
+/// The same for q3_k: its 12 bytes of scales as three 32-bit words (scales[w][r]), and
+/// hmask[i][r]: bytes 4i .. 4i + 3 of row r's hmask.
+struct block_q3_kx8 {
+    uint16_t d[8];
+    uint32_t scales[3][8];
+    uint8_t hmask[8][8][4];
+    uint8_t qs[2][8][8][4];
+};
 /// The sixteen values an iq4_nl or iq4_xs nibble stands for.
 inline constexpr int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 &&
               sizeof(block_iq4_nl) == 18 && sizeof(block_iq4_xs) == 136 && sizeof(block_q2_k) == 84 &&
               sizeof(block_q3_k) == 110);
 static_assert(sizeof(block_q4_kx8) == 8 * sizeof(block_q4_k) && sizeof(block_q5_kx8) == 8 * sizeof(block_q5_k) &&
-              sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k) && sizeof(block_iq4_xsx8) == 8 * sizeof(block_iq4_xs));
+              sizeof(block_q6_kx8) == 8 * sizeof(block_q6_k) && sizeof(block_iq4_xsx8) == 8 * sizeof(block_iq4_xs) &&
+              sizeof(block_q2_kx8) == 8 * sizeof(block_q2_k) && sizeof(block_q3_kx8) == 8 * sizeof(block_q3_k));
 static_assert(sizeof(block_q4_1x8) == 8 * sizeof(block_q4_1) && sizeof(block_q5_0x8) == 8 * sizeof(block_q5_0) &&
               sizeof(block_q5_1x8) == 8 * sizeof(block_q5_1) && sizeof(block_iq4_nlx8) == 8 * sizeof(block_iq4_nl));
 static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210);

@@ -27,7 +27,9 @@ void row_to_f32(dtype t, const void* row, float* out, int64_t n) {
     case dtype::q5_1x8:
     case dtype::iq4_nlx8:
     case dtype::q2_k:
-    case dtype::q3_k: {
+    case dtype::q3_k:
+    case dtype::q2_kx8:
+    case dtype::q3_kx8: {
         const dtype rt = row_type(t);
         const int be = read_only_block_elements(rt);
         const uint64_t bb = row_bytes(rt, uint64_t(be));
@@ -116,6 +118,8 @@ void row_from_f32(dtype t, const float* x, void* out, int64_t n) {
     case dtype::iq4_nlx8:
     case dtype::q2_k:
     case dtype::q3_k:
+    case dtype::q2_kx8:
+    case dtype::q3_kx8:
         throw error(errc::invalid_argument,
                     "no quantiser for " + std::string(dtype_name(t)) + " (kept as GGUF files store it)");
     case dtype::q4_k:

@@ -24,7 +24,7 @@ inline constexpr format::dtype device_gguf_types[] = {
     format::dtype::q4_k,   format::dtype::q5_k,     format::dtype::q6_k,   format::dtype::q2_k,
     format::dtype::q3_k,   format::dtype::iq4_xs,   format::dtype::q4_kx8, format::dtype::q5_kx8,
     format::dtype::q6_kx8, format::dtype::iq4_xsx8, format::dtype::q4_1x8, format::dtype::q5_0x8,
-    format::dtype::q5_1x8, format::dtype::iq4_nlx8};
+    format::dtype::q5_1x8, format::dtype::iq4_nlx8, format::dtype::q2_kx8, format::dtype::q3_kx8};
 
 // Rows of random bits, as GGUF files may hold them, for the types Colibri does not quantise
 // to itself the way llama.cpp does (K-quants, read-only types), with finite scales of either

@@ -120,8 +120,9 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             // the interleaved types: four groups of eight rows (and the first again), every count
             // of groups and tokens the tiles take, bit-identical to the reference and within
             // rounding of the exact dot of the stored values
-            for (dtype t : {dtype::q4_0x8, dtype::q8_0x8, dtype::q4_kx8, dtype::q5_kx8, dtype::q6_kx8, dtype::iq4_xsx8,
-                            dtype::q4_1x8, dtype::q5_0x8, dtype::q5_1x8, dtype::iq4_nlx8}) {
+            for (dtype t :
+                 {dtype::q4_0x8, dtype::q8_0x8, dtype::q4_kx8, dtype::q5_kx8, dtype::q6_kx8, dtype::iq4_xsx8,
+                  dtype::q4_1x8, dtype::q5_0x8, dtype::q5_1x8, dtype::iq4_nlx8, dtype::q2_kx8, dtype::q3_kx8}) {
                 if (format::row_bytes(t, uint64_t(n)) == 0) continue;
                 CAPTURE(format::dtype_name(t));
                 const dtype plain = format::row_type(t);

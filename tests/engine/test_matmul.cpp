@@ -85,10 +85,10 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                 auto be = make_cpu_backend(o, 4096);
                 for (auto s : shapes) {
                     for (dtype t :
-                         {dtype::f32,    dtype::f16,    dtype::bf16,   dtype::q8_0,    dtype::q4_0, dtype::q4_0x8,
-                          dtype::q8_0x8, dtype::q4_k,   dtype::q5_k,   dtype::q6_k,    dtype::q4_1, dtype::q5_0,
-                          dtype::q5_1,   dtype::iq4_nl, dtype::iq4_xs, dtype::q2_k,    dtype::q3_k, dtype::iq4_xsx8,
-                          dtype::q4_1x8, dtype::q5_0x8, dtype::q5_1x8, dtype::iq4_nlx8}) {
+                         {dtype::f32,    dtype::f16,    dtype::bf16,   dtype::q8_0,     dtype::q4_0,   dtype::q4_0x8,
+                          dtype::q8_0x8, dtype::q4_k,   dtype::q5_k,   dtype::q6_k,     dtype::q4_1,   dtype::q5_0,
+                          dtype::q5_1,   dtype::iq4_nl, dtype::iq4_xs, dtype::q2_k,     dtype::q3_k,   dtype::iq4_xsx8,
+                          dtype::q4_1x8, dtype::q5_0x8, dtype::q5_1x8, dtype::iq4_nlx8, dtype::q2_kx8, dtype::q3_kx8}) {
                         if (format::is_interleaved(t) && s.rows % 8 != 0) continue;
                         if (format::row_bytes(t, uint64_t(s.cols)) == 0) continue;
                         const std::string table = kt->name;
