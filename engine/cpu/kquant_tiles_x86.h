@@ -650,10 +650,12 @@ inline __m256i q3_kx8_scale(const uint32_t (&words)[3][8], int k) {
 
 // One super-block column of a q2_kx8 / q3_kx8 group against T tokens, likewise: activation
 // block a = 4h + j holds bits 2j, 2j + 1 of qs[h] (q3_k's hmask bit a above them), each half
-// block with its own scale (q2_k's min; q3_k's values less 4 through the sums' start).
+// block with its own scale (q2_k's min; q3_k's values less 4 through the sums' start). q2_k's
+// values stay in place with VNNI, 4^j times their value, their scaled sums divided by 4^j exactly.
 template <class Block, int T, bool Vnni>
 inline void q23_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 acc[T]) {
     constexpr bool three = std::is_same_v<Block, format::block_q3_kx8>;
+    constexpr bool in_place = !three && Vnni; // maddubs's int16 pair sums would overflow
     const __m256i two_bits = _mm256_set1_epi8(3), bit2 = _mm256_set1_epi8(4);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     __m256 first[T], pair[2][T], lo[T]; // sum8's tree: ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
@@ -669,8 +671,9 @@ inline void q23_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
         }
         COLIBRI_UNROLL
         for (int i = 0; i < 8; ++i) {
-            __m256i q = _mm256_and_si256(
-                shift16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[h][i])), -2 * j), two_bits);
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs[h][i]));
+            __m256i q = in_place ? _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(3 << 2 * j)))
+                                 : _mm256_and_si256(shift16(v, -2 * j), two_bits);
             if constexpr (three) {
                 const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask[i]));
                 q = _mm256_or_si256(q, _mm256_and_si256(shift16(hm, 2 - a), bit2));
@@ -693,7 +696,8 @@ inline void q23_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             const __m256 xd = _mm256_set1_ps(xs[t][a].d);
-            const __m256i ai = _mm256_add_epi32(_mm256_mullo_epi32(s[t][0], sc[0]), _mm256_mullo_epi32(s[t][1], sc[1]));
+            __m256i ai = _mm256_add_epi32(_mm256_mullo_epi32(s[t][0], sc[0]), _mm256_mullo_epi32(s[t][1], sc[1]));
+            if (in_place) ai = _mm256_srai_epi32(ai, 2 * j);
             __m256 p = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(ai));
             if constexpr (!three) {
                 const __m256i mins =
