@@ -863,8 +863,8 @@ void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* 
     }
 }
 
-// tile_q4_kx8 / tile_q5_kx8 / tile_q6_kx8 / tile_iq4_xsx8 / tile_q2_kx8 / tile_q3_kx8: groups two by two (the last of an odd count with
-// itself, half of it kept), up to four tokens at a time.
+// tile_q4_kx8 / tile_q5_kx8 / tile_q6_kx8 / tile_iq4_xsx8 / tile_q2_kx8 / tile_q3_kx8: groups
+// two by two (the last of an odd count with itself, half of it kept), up to four tokens at a time.
 template <class Block, bool Vnni>
 void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
                     int64_t n, float* out) {

@@ -514,8 +514,8 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
     }
 }
 
-// The sum of the first (half 0) or last 16 activations of a block, times -32: q6_k's
-// values are q - 32, and sum (q - 32) x = sum q x - 32 sum x.
+// The sum of the first (half 0) or last 16 activations of a block; q6_bias, that times -32:
+// q6_k's values are q - 32, and sum (q - 32) x = sum q x - 32 sum x.
 inline int32_t x_half_sum(const block_q8_x& xb, int half) { return half == 0 ? xb.sum_lo : xb.sum - xb.sum_lo; }
 inline int32_t q6_bias(const block_q8_x& xb, int half) { return -32 * x_half_sum(xb, half); }
 
