@@ -115,9 +115,13 @@ private:
     // Below this many multiply-adds an operation runs on the calling thread: waking the
     // pool costs more than it saves (small models, short contexts).
     static constexpr int64_t min_parallel_work = 1 << 16;
+    // Batches of up to this many tokens (decode, speculative decoding's verifying passes)
+    // read each weight once from memory for all their tokens, several streams side by side,
+    // instead of walking L2-sized blocks for chunks of many tokens.
+    static constexpr int short_batch = 8;
     // The last rows of a product are handed to the threads in chunks of about this many
-    // bytes of weights (see split). Up to four tokens (plain rows in decode, short batches)
-    // read each chunk as four streams, which start cold, so their chunks are larger.
+    // bytes of weights (see split). Short batches read each chunk as several streams, which
+    // start cold, so their chunks are larger.
     // Interleaved rows in decode have their own split (matmul_streamed).
     static constexpr uint64_t chunk_bytes = 64 << 10;
     static constexpr uint64_t decode_chunk_bytes = 256 << 10;

@@ -51,9 +51,9 @@ void cpu_backend::matmul_many(const matmul_job* in_jobs, int n_jobs) {
     };
     // chunks of about chunk_bytes of weights (decode: decode_chunk_bytes), in multiples
     // of eight rows (whole tiles and interleaved groups)
-    const uint64_t chunk = max_tokens <= 4 ? decode_chunk_bytes : chunk_bytes;
+    const uint64_t chunk = max_tokens <= short_batch ? decode_chunk_bytes : chunk_bytes;
     int64_t grain = std::max<int64_t>(8, int64_t(chunk * uint64_t(total) / std::max<uint64_t>(bytes, 1)) / 8 * 8);
-    if (max_tokens <= 4) {
+    if (max_tokens <= short_batch) {
         // Short batches read their weights from memory, a byte costing more than a
         // multiply-add, and even a small product (decode's f32 router) is shared.
         work = std::max<int64_t>(work, int64_t(bytes));
@@ -242,7 +242,7 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
     const size_t nb = size_t(cols / format::qk);
     const auto tile = int8_x8_kernels(kt_, w.type).tile;
     float out[8 * 4 * 8]; // the most a tile call returns: 8 tokens by 4 groups
-    if (n <= 4) {
+    if (n <= short_batch) {
         // short batches (decode walks its groups in matmul_streamed()): 4 / n groups a share of
         // the range apart, which keeps several hardware prefetch streams busy; at least two,
         // as the kernels take groups in pairs (a single group is a pair with itself, done twice)

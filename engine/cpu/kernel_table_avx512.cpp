@@ -836,6 +836,102 @@ inline void q23_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
     }
 }
 
+// The interleaved 32-element types (q4_1x8, q5_0x8, q5_1x8, iq4_nlx8; VNNI only, as for
+// iq4_xsx8) as kquant_tiles_x86.h's b32x8_column, both groups at once.
+
+// fifth_bits4 on both groups' words.
+inline __m512i fifth_bits4_pair(__m512i w, int i) {
+    const __m512i b = _mm512_shuffle_epi8(shr32(w, i), _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0));
+    const __m512i bit = _mm512_set1_epi32(0x08040201);
+    return _mm512_maskz_mov_epi8(_mm512_cmpeq_epi8_mask(_mm512_and_si512(b, bit), bit), _mm512_set1_epi8(0x10));
+}
+
+// One block column of groups a and b against T tokens: p[t] = each row's scaled sum.
+template <class Block, int T>
+inline void b32x8_pair_column(const Block& a, const Block& b, const block_q8_x* const xb[T], __m512 p[T]) {
+    constexpr bool iq4 = std::is_same_v<Block, format::block_iq4_nlx8>;
+    constexpr bool five = std::is_same_v<Block, format::block_q5_0x8> || std::is_same_v<Block, format::block_q5_1x8>;
+    constexpr bool min = std::is_same_v<Block, format::block_q4_1x8> || std::is_same_v<Block, format::block_q5_1x8>;
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(format::iq4_values)), _mm_set1_epi8(-128)));
+    __m512i s[T];
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) s[t] = iq4 ? _mm512_set1_epi32(-128 * xb[t]->sum) : _mm512_setzero_si512();
+    COLIBRI_UNROLL
+    for (int k = 0; k < 4; ++k) {
+        const __m512i v = two_rows(a.qs[k], b.qs[k]);
+        __m512i w[2] = {_mm512_and_si512(v, low), _mm512_and_si512(_mm512_srli_epi16(v, 4), low)};
+        if constexpr (five) {
+            const __m512i h = two_rows(a.qh, b.qh);
+            w[0] = _mm512_or_si512(w[0], fifth_bits4_pair(h, 4 * k));
+            w[1] = _mm512_or_si512(w[1], fifth_bits4_pair(h, 16 + 4 * k));
+        }
+        if constexpr (iq4) {
+            for (__m512i& e : w) e = _mm512_shuffle_epi8(table, e);
+        }
+        COLIBRI_UNROLL
+        for (int e = 0; e < 2; ++e) { // elements 4k.. (low nibbles) and 16 + 4k.. (high)
+            COLIBRI_UNROLL
+            for (int t = 0; t < T; ++t) s[t] = dot4<true>(s[t], w[e], x4_all_lanes512(xb[t]->qs + 16 * e + 4 * k));
+        }
+    }
+    const __m512 d = scales16(a.d, b.d);
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) {
+        __m512i sum = s[t];
+        if constexpr (std::is_same_v<Block, format::block_q5_0x8>)
+            sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(16 * xb[t]->sum)); // q - 16
+        const __m512 xd = _mm512_set1_ps(xb[t]->d);
+        p[t] = _mm512_mul_ps(_mm512_mul_ps(d, xd), to_ps(sum));
+        if constexpr (min) {
+            const __m512 m = scales16(a.m, b.m);
+            p[t] = _mm512_fmadd_ps(_mm512_mul_ps(m, xd), _mm512_set1_ps(static_cast<float>(xb[t]->sum)), p[t]);
+        }
+    }
+}
+
+// Groups a and b (b may be a) by T tokens, eight block columns at a time in sum8's tree (a
+// short last eight padded with zeros), as b32x8_walk: out as kx8_pair_walk's.
+template <class Block, int T>
+void b32x8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n,
+                     float* out, size_t out_stride) {
+    __m512 acc[T];
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    const int64_t nb = n / format::qk;
+    for (int64_t g = 0; g < nb; g += 8) {
+        __m512 first[T], pair[2][T], lo[T]; // ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+        COLIBRI_UNROLL
+        for (int j = 0; j < 8; ++j) {
+            __m512 p[T];
+            if (g + j < nb) {
+                prefetch_x8_block<false>(a[g + j]);
+                if (both) prefetch_x8_block<false>(b[g + j]);
+                const block_q8_x* xb[T];
+                COLIBRI_UNROLL
+                for (int t = 0; t < T; ++t) xb[t] = x + size_t(t) * x_stride + size_t(g + j);
+                b32x8_pair_column<Block, T>(a[g + j], b[g + j], xb, p);
+            } else {
+                COLIBRI_UNROLL
+                for (int t = 0; t < T; ++t) p[t] = _mm512_setzero_ps();
+            }
+            COLIBRI_UNROLL
+            for (int t = 0; t < T; ++t) {
+                if (j % 2 == 0) first[t] = p[t];
+                else pair[j / 2 % 2][t] = _mm512_add_ps(first[t], p[t]);
+                if (j == 3) lo[t] = _mm512_add_ps(pair[0][t], pair[1][t]);
+                if (j == 7) acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(lo[t], _mm512_add_ps(pair[0][t], pair[1][t])));
+            }
+        }
+    }
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) {
+        if (both) _mm512_storeu_ps(out + size_t(t) * out_stride, acc[t]);
+        else _mm256_storeu_ps(out + size_t(t) * out_stride, _mm512_castps512_ps256(acc[t]));
+    }
+}
+
 // Groups a and b (b may be a) by T tokens: out[t * out_stride + 8 g + r], g 0 for a and 1
 // for b (only a's when `both` is false).
 template <class Block, int T, bool Vnni>
@@ -863,8 +959,18 @@ void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* 
     }
 }
 
-// tile_q4_kx8 / tile_q5_kx8 / tile_q6_kx8 / tile_iq4_xsx8 / tile_q2_kx8 / tile_q3_kx8: groups
-// two by two (the last of an odd count with itself, half of it kept), up to four tokens at a time.
+// Groups a and b by T tokens, walked by their type's pair walk.
+template <class Block, int T, bool Vnni>
+void pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n, float* out,
+               size_t out_stride) {
+    if constexpr (b32x8_block<Block>) b32x8_pair_walk<Block, T>(a, b, both, x, x_stride, n, out, out_stride);
+    else kx8_pair_walk<Block, T, Vnni>(a, b, both, x, x_stride, n, out, out_stride);
+}
+
+// The interleaved tiles but q4_0x8's and q8_0x8's (tile_q4_kx8 ... tile_iq4_nlx8): groups
+// two by two (the last of an odd count with itself, half of it kept), the tokens in the
+// fewest runs of up to four, of about equal length (five as three and two: a run of one
+// unpacks the weights for a single token).
 template <class Block, bool Vnni>
 void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
                     int64_t n, float* out) {
@@ -874,16 +980,18 @@ void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block
     for (int g = 0; g < n_groups; g += 2) {
         const bool both = g + 1 < n_groups;
         const Block *a = group(g), *b = both ? group(g + 1) : a;
-        for (int t0 = 0; t0 < n_tok; t0 += 4) {
+        for (int t0 = 0, runs = (n_tok + 3) / 4; t0 < n_tok; --runs) {
+            const int nt = (n_tok - t0 + runs - 1) / runs;
             const block_q8_x* xt = x + size_t(t0) * x_stride;
             float* o = out + (size_t(t0) * size_t(n_groups) + size_t(g)) * 8;
             const size_t os = size_t(n_groups) * 8;
-            switch (std::min(4, n_tok - t0)) {
-            case 1: kx8_pair_walk<Block, 1, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
-            case 2: kx8_pair_walk<Block, 2, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
-            case 3: kx8_pair_walk<Block, 3, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
-            default: kx8_pair_walk<Block, 4, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
+            switch (nt) {
+            case 1: pair_walk<Block, 1, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
+            case 2: pair_walk<Block, 2, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
+            case 3: pair_walk<Block, 3, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
+            default: pair_walk<Block, 4, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
             }
+            t0 += nt;
         }
     }
 }
@@ -949,10 +1057,10 @@ kernel_table make_table(const kernel_table& avx2) {
         k.tile_q3_kx8 = tile_kx8_pairs<format::block_q3_kx8, true>;
         k.streams_q2_kx8 = streams_kx8<format::block_q2_kx8, true>;
         k.streams_q3_kx8 = streams_kx8<format::block_q3_kx8, true>;
-        k.tile_q4_1x8 = tile_kx8<format::block_q4_1x8, true>;
-        k.tile_q5_0x8 = tile_kx8<format::block_q5_0x8, true>;
-        k.tile_q5_1x8 = tile_kx8<format::block_q5_1x8, true>;
-        k.tile_iq4_nlx8 = tile_kx8<format::block_iq4_nlx8, true>;
+        k.tile_q4_1x8 = tile_kx8_pairs<format::block_q4_1x8, true>;
+        k.tile_q5_0x8 = tile_kx8_pairs<format::block_q5_0x8, true>;
+        k.tile_q5_1x8 = tile_kx8_pairs<format::block_q5_1x8, true>;
+        k.tile_iq4_nlx8 = tile_kx8_pairs<format::block_iq4_nlx8, true>;
         k.streams_q4_1x8 = streams_b32x8<format::block_q4_1x8, true>;
         k.streams_q5_0x8 = streams_b32x8<format::block_q5_0x8, true>;
         k.streams_q5_1x8 = streams_b32x8<format::block_q5_1x8, true>;
