@@ -95,11 +95,13 @@ void cpu_backend::attention(const attention_args& a) {
         });
         return;
     }
-    // Items: a job's query heads in parts of two (the kernels' pairs: splitting there costs
+    // Items: a job's query heads in parts of three where three divide them, else two (the
+    // kernels share each key's and value's load among a part's heads: splitting there costs
     // no extra pass), ordered by KV head, then token, so that a thread's items mostly reread
     // the keys and values it has just read (a batch's tokens share them), and each thread
     // takes a run of items of about equal work (a token's work grows with its keys).
-    const int parts = (group + 1) / 2;
+    const int per = group % 3 == 0 ? 3 : 2;
+    const int parts = (group + per - 1) / per;
     const int64_t items = jobs * parts;
     const auto job_of = [&](int64_t item) {
         const int64_t kvh = item / (int64_t(a.n) * parts), t = item / parts % a.n;
@@ -107,7 +109,7 @@ void cpu_backend::attention(const attention_args& a) {
     };
     const auto heads = [&](int64_t item) {
         const int part = static_cast<int>(item % parts);
-        return std::pair{2 * part, std::min(group, 2 * part + 2)};
+        return std::pair{per * part, std::min(group, per * part + per)};
     };
     const auto item_work = [&](int64_t item) {
         const auto [h0, h1] = heads(item);

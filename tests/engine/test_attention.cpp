@@ -65,6 +65,48 @@ TEST_CASE("attention kernels give the same bits whatever the next keys they are 
                 }
 }
 
+TEST_CASE("attention kernels give each query head the bits it gets alone, whatever heads share its call") {
+    // the backend splits a KV head's query heads into calls by its own rule: decode and a
+    // batch's tokens must not depend on it
+    for (const kernel_table* kt : all_tables())
+        for (int hd : {8, 64, 128, 136})
+            for (int n_q : {2, 3, 4})
+                for (int n : {1, 6, 37, 300}) {
+                    const std::string table = kt->name;
+                    CAPTURE(table);
+                    CAPTURE(hd);
+                    CAPTURE(n_q);
+                    CAPTURE(n);
+                    const auto q = random_vec(size_t(n_q) * hd, 45), k = random_vec(size_t(n) * hd, 46),
+                               v = random_vec(size_t(n) * hd, 47);
+                    std::vector<uint16_t> k16(k.size()), v16(v.size());
+                    for (size_t i = 0; i < k.size(); ++i) {
+                        k16[i] = f32_to_f16(k[i]);
+                        v16[i] = f32_to_f16(v[i]);
+                    }
+                    std::vector<float> scores(size_t(n_q) * n), all(size_t(n_q) * hd), alone(all.size());
+                    for (bool f16 : {false, true}) {
+                        CAPTURE(f16);
+                        if (f16)
+                            kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(),
+                                           all.data(), nullptr, 0);
+                        else
+                            kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), all.data(),
+                                       nullptr, 0);
+                        for (int h = 0; h < n_q; ++h) {
+                            const size_t at = size_t(h) * size_t(hd);
+                            if (f16)
+                                kt->attend_f16(q.data() + at, 1, k16.data(), v16.data(), n, hd, 0.3f, scores.data(),
+                                               alone.data() + at, nullptr, 0);
+                            else
+                                kt->attend(q.data() + at, 1, k.data(), v.data(), n, hd, 0.3f, scores.data(),
+                                           alone.data() + at, nullptr, 0);
+                        }
+                        CHECK(all == alone);
+                    }
+                }
+}
+
 TEST_CASE("backend attention stores the batch and matches a direct computation with grouped heads") {
     for (const kernel_table* kt : all_tables())
         for (bool f16 : {false, true})
