@@ -2,6 +2,25 @@
 
 #include "kernel_test_util.h"
 
+namespace {
+
+// One attention call's random queries, keys and values (seeds seed, seed + 1, seed + 2),
+// the keys and values also as f16.
+struct attend_inputs {
+    std::vector<float> q, k, v;
+    std::vector<uint16_t> k16, v16;
+    attend_inputs(int n_q, int n, int hd, int seed)
+        : q(random_vec(size_t(n_q) * hd, seed)), k(random_vec(size_t(n) * hd, seed + 1)),
+          v(random_vec(size_t(n) * hd, seed + 2)), k16(k.size()), v16(v.size()) {
+        for (size_t i = 0; i < k.size(); ++i) {
+            k16[i] = f32_to_f16(k[i]);
+            v16[i] = f32_to_f16(v[i]);
+        }
+    }
+};
+
+} // namespace
+
 TEST_CASE("rope rotates pairs i and i+d/2 by the position angle") {
     const int d = 16;
     auto x = random_vec(d, 5);
@@ -41,13 +60,8 @@ TEST_CASE("attention kernels give the same bits whatever the next keys they are 
                     CAPTURE(hd);
                     CAPTURE(n_q);
                     CAPTURE(n);
-                    const auto q = random_vec(size_t(n_q) * hd, 42), k = random_vec(size_t(n) * hd, 43),
-                               v = random_vec(size_t(n) * hd, 44);
-                    std::vector<uint16_t> k16(k.size()), v16(v.size());
-                    for (size_t i = 0; i < k.size(); ++i) {
-                        k16[i] = f32_to_f16(k[i]);
-                        v16[i] = f32_to_f16(v[i]);
-                    }
+                    const attend_inputs in(n_q, n, hd, 42);
+                    const auto& [q, k, v, k16, v16] = in;
                     std::vector<float> scores(size_t(n_q) * n), want(size_t(n_q) * hd), got(want.size());
                     kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
                     for (int next_n : {1, 5, 64, 400}) {
@@ -77,13 +91,8 @@ TEST_CASE("attention kernels give each query head the bits it gets alone, whatev
                     CAPTURE(hd);
                     CAPTURE(n_q);
                     CAPTURE(n);
-                    const auto q = random_vec(size_t(n_q) * hd, 45), k = random_vec(size_t(n) * hd, 46),
-                               v = random_vec(size_t(n) * hd, 47);
-                    std::vector<uint16_t> k16(k.size()), v16(v.size());
-                    for (size_t i = 0; i < k.size(); ++i) {
-                        k16[i] = f32_to_f16(k[i]);
-                        v16[i] = f32_to_f16(v[i]);
-                    }
+                    const attend_inputs in(n_q, n, hd, 45);
+                    const auto& [q, k, v, k16, v16] = in;
                     std::vector<float> scores(size_t(n_q) * n), all(size_t(n_q) * hd), alone(all.size());
                     for (bool f16 : {false, true}) {
                         CAPTURE(f16);
