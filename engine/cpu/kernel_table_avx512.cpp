@@ -323,8 +323,9 @@ void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const bl
 
 // Attention on 512-bit vectors for head dimensions 64 and 128, laid out as the 256-bit
 // kernels (kernel_table_avx2.cpp): query heads in pairs (three at 64 dimensions) share each
-// key's and value's load and conversion, the positions are read as two streams (their halves
-// side by side), and the softmax is the same. Each head's value sums stay in registers for the whole pass.
+// key's and value's load and conversion, the positions are read as two streams (their
+// halves side by side), and the softmax is the same. Each head's value sums stay in
+// registers for the whole pass.
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const uint16_t* p) {
 #if defined(COLIBRI_AVX512_EMULATED) // SIMDe 0.7.4 has no 512-bit f16 conversion
@@ -484,7 +485,7 @@ template <int NV, class T>
 void attend512_t(const float* q, int n_q, const T* k, const T* v, int n, float scale, float* scores, float* out,
                  const T* next_k, int next_n) {
     constexpr int hd = 16 * NV;
-    if constexpr (NV == 4) { // three heads of 64 share each load (twice the registers of a pair at 128)
+    if constexpr (NV == 4) { // three heads in one pass (at 128 dimensions three outgrow the registers)
         if (n_q == 3) {
             attention_scores512<3, NV>(q, k, n, scale, scores, v);
             for (int g = 0; g < 3; ++g) softmax512(scores + g * n, n);
