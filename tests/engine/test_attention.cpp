@@ -144,27 +144,30 @@ TEST_CASE("backend attention stores the batch and matches a direct computation w
                                          pos.data(), out.data(), scratch.data(), n,         n_ctx,     n_head,
                                          n_head_kv,  hd,         scale};
                         be->attention(a);
-                        // the last token again on its own (decode), its cache rows wiped first: it stores
-                        // them again, and gives the same bits
+                        // tokens again on their own (decode), their cache rows wiped first: each
+                        // stores them again, and gets the same bits
                         const std::vector<float> kc_batch = kc, vc_batch = vc;
                         const size_t row_floats = f16 ? size_t(hd) / 2 : size_t(hd);
-                        for (int h = 0; h < n_head_kv; ++h) {
-                            const size_t at = (size_t(h) * n_ctx + size_t(n - 1)) * row_floats;
-                            std::fill_n(kc.begin() + at, row_floats, 0.0f);
-                            std::fill_n(vc.begin() + at, row_floats, 0.0f);
+                        for (int t : {0, 3, 30, 31, 32, 35, 68, n - 1}) {
+                            CAPTURE(t);
+                            for (int h = 0; h < n_head_kv; ++h) {
+                                const size_t at = (size_t(h) * n_ctx + size_t(t)) * row_floats;
+                                std::fill_n(kc.begin() + at, row_floats, 0.0f);
+                                std::fill_n(vc.begin() + at, row_floats, 0.0f);
+                            }
+                            std::vector<float> out1(n_head * hd);
+                            attention_args a1 = a;
+                            a1.q += t * n_head * hd;
+                            a1.k_new += t * n_head_kv * hd;
+                            a1.v_new += t * n_head_kv * hd;
+                            a1.pos = pos.data() + t;
+                            a1.out = out1.data();
+                            a1.n = 1;
+                            be->attention(a1);
+                            REQUIRE(std::memcmp(kc.data(), kc_batch.data(), kc.size() * sizeof(float)) == 0);
+                            REQUIRE(std::memcmp(vc.data(), vc_batch.data(), vc.size() * sizeof(float)) == 0);
+                            for (int i = 0; i < n_head * hd; ++i) REQUIRE(out1[i] == out[t * n_head * hd + i]);
                         }
-                        std::vector<float> out1(n_head * hd);
-                        attention_args a1 = a;
-                        a1.q += (n - 1) * n_head * hd;
-                        a1.k_new += (n - 1) * n_head_kv * hd;
-                        a1.v_new += (n - 1) * n_head_kv * hd;
-                        a1.pos = pos.data() + n - 1;
-                        a1.out = out1.data();
-                        a1.n = 1;
-                        be->attention(a1);
-                        REQUIRE(std::memcmp(kc.data(), kc_batch.data(), kc.size() * sizeof(float)) == 0);
-                        REQUIRE(std::memcmp(vc.data(), vc_batch.data(), vc.size() * sizeof(float)) == 0);
-                        for (int i = 0; i < n_head * hd; ++i) REQUIRE(out1[i] == out[(n - 1) * n_head * hd + i]);
                         const auto stored = [&](const std::vector<float>& x, size_t i) {
                             return f16 ? f16_to_f32(f32_to_f16(x[i])) : x[i];
                         };
