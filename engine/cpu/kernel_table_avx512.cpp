@@ -886,6 +886,8 @@ inline void b32x8_pair_column(const Block& a, const Block& b, const block_q8_x* 
         }
     }
     const __m512 d = scales16(a.d, b.d);
+    __m512 m = _mm512_setzero_ps();
+    if constexpr (min) m = scales16(a.m, b.m);
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m512i sum = s[t];
@@ -893,10 +895,8 @@ inline void b32x8_pair_column(const Block& a, const Block& b, const block_q8_x* 
             sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(16 * xb[t]->sum)); // q - 16
         const __m512 xd = _mm512_set1_ps(xb[t]->d);
         p[t] = _mm512_mul_ps(_mm512_mul_ps(d, xd), to_ps(sum));
-        if constexpr (min) {
-            const __m512 m = scales16(a.m, b.m);
+        if constexpr (min)
             p[t] = _mm512_fmadd_ps(_mm512_mul_ps(m, xd), _mm512_set1_ps(static_cast<float>(xb[t]->sum)), p[t]);
-        }
     }
 }
 

@@ -818,6 +818,8 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
         }
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+    __m256 m = _mm256_setzero_ps();
+    if constexpr (min) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.m)));
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i a = s[t];
@@ -825,10 +827,8 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
             a = _mm256_sub_epi32(a, _mm256_set1_epi32(16 * xb[t]->sum)); // q - 16
         const __m256 xd = _mm256_set1_ps(xb[t]->d);
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(a));
-        if constexpr (min) {
-            const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.m)));
+        if constexpr (min)
             p[t] = _mm256_fmadd_ps(_mm256_mul_ps(m, xd), _mm256_set1_ps(static_cast<float>(xb[t]->sum)), p[t]);
-        }
     }
 }
 
