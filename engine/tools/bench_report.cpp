@@ -144,6 +144,7 @@ std::string json_line(const cpu_bench& b) {
                     {"arch", b.arch},
                     {"weight_type", b.weight_type},
                     {"kernels", b.kernels},
+                    {"cpu", b.cpu},
                     {"int8_activations", !o.f32_act},
                     {"file_bytes", b.file_bytes},
                     {"params", b.params},
@@ -202,6 +203,7 @@ void print_text(const cpu_bench& b) {
                 b.model_path.c_str(), b.arch.c_str(), b.weight_type.c_str(), double(b.file_bytes) / 1048576.0,
                 double(b.params) / 1e6, double(b.params_active) / 1e6, b.kernels.c_str(),
                 o.f32_act ? ", f32 activations" : ", int8 activations");
+    std::printf("cpu %s\n", b.cpu.c_str());
     std::printf(
         "load to ready %.1f ms (process start to ready %.1f ms, not counting a random model's writing; then the "
         "weights' pages mapped in, %.1f ms, before the repetitions); bytes read per decoded token %.1f MiB "

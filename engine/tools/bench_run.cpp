@@ -232,6 +232,7 @@ cpu_bench run_on_cpu(const std::string& model_path, const std::vector<int>& thre
     b.arch = format::arch_name(static_cast<format::arch>(hp.arch));
     b.weight_type = format::dtype_name(static_cast<format::dtype>(hp.weight_type));
     b.kernels = kt.name;
+    b.cpu = cpu_description();
     b.file_bytes = rt->mdl->file().file_size();
     b.params = rt->mdl->n_params();
     b.params_active = rt->mdl->n_params_active();

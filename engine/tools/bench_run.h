@@ -79,6 +79,7 @@ struct thread_run {
 struct cpu_bench {
     bench_options options;
     std::string model_path, arch, weight_type, kernels;
+    std::string cpu; // cpu_description()
     uint64_t file_bytes = 0, params = 0, params_active = 0;
     uint32_t n_vocab = 0;
     int n_batch = 0;

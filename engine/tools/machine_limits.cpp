@@ -15,6 +15,10 @@
 #include <sys/mman.h>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace colibri {
 
 namespace {
@@ -24,6 +28,55 @@ double seconds_since(clock_type::time_point t0) {
 }
 constexpr size_t probe_chunk = size_t(1) << 20;
 } // namespace
+
+cpu_signature decode_cpu_signature(unsigned eax) {
+    const unsigned base_family = (eax >> 8) & 0xF, base_model = (eax >> 4) & 0xF;
+    cpu_signature s{base_family, base_model, eax & 0xF};
+    if (base_family == 0xF) s.family += (eax >> 20) & 0xFF;
+    if (base_family == 0xF || base_family == 0x6) s.model += ((eax >> 16) & 0xF) << 4;
+    return s;
+}
+
+std::string amd_core_name(unsigned family, unsigned model) {
+    const auto in = [&](unsigned lo, unsigned hi) { return model >= lo && model <= hi; };
+    switch (family) {
+    case 0x17: return model < 0x30 ? "Zen" : "Zen 2";
+    case 0x19: return in(0x10, 0x1F) || in(0x60, 0x7F) || in(0xA0, 0xAF) ? "Zen 4" : "Zen 3";
+    case 0x1A: return "Zen 5";
+    default: return "";
+    }
+}
+
+std::string cpu_description() {
+#if defined(__x86_64__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d) == 0) return "an x86-64 CPU";
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    std::string brand;
+    if (__get_cpuid(0x80000000, &a, &b, &c, &d) != 0 && a >= 0x80000004) {
+        char text[49] = {};
+        for (unsigned i = 0; i < 3; ++i) {
+            unsigned r[4] = {};
+            __get_cpuid(0x80000002 + i, &r[0], &r[1], &r[2], &r[3]);
+            std::memcpy(text + 16 * i, r, 16);
+        }
+        brand = text;
+        brand.erase(0, brand.find_first_not_of(' '));
+        brand.erase(brand.find_last_not_of(' ') + 1);
+    }
+    if (brand.empty()) brand = vendor;
+    __get_cpuid(1, &a, &b, &c, &d);
+    const cpu_signature s = decode_cpu_signature(a);
+    const std::string core = std::string(vendor) == "AuthenticAMD" ? amd_core_name(s.family, s.model) : "";
+    return brand + " (family " + std::to_string(s.family) + ", model " + std::to_string(s.model) + ", stepping " +
+           std::to_string(s.stepping) + (core.empty() ? "" : ": " + core) + ")";
+#else
+    return "a CPU without CPUID";
+#endif
+}
 
 read_probe::read_probe(int n_threads, size_t bytes, const kernel_table& kt)
     : kt_(kt), bytes_(0), pool_(std::make_unique<thread_pool>(n_threads)) {

@@ -6,10 +6,24 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace colibri {
 
 struct kernel_table;
+
+/// A processor's identity from CPUID leaf 1's EAX (family and model with their extended
+/// fields, as the vendors define them).
+struct cpu_signature {
+    unsigned family, model, stepping;
+};
+cpu_signature decode_cpu_signature(unsigned eax);
+/// The core generation of an AMD family and model ("Zen 4"; each has its own 512-bit
+/// datapath: Zen 4 runs a 512-bit operation as two 256-bit halves, Zen 5 at once), or "".
+std::string amd_core_name(unsigned family, unsigned model);
+/// This CPU as a benchmark reports it: "AMD EPYC (family 25, model 17, stepping 1: Zen 4)".
+/// The hosts a figure was measured on differ in what their vector units do per cycle.
+std::string cpu_description();
 class thread_pool;
 
 /// The memory read bandwidth: n_threads read disjoint parts of a buffer of `bytes` (far

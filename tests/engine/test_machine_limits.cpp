@@ -30,3 +30,30 @@ TEST_CASE("the read probe keeps a buffer of whole 1 MiB chunks per thread and me
     CHECK(three.measure(1) > 1e8);
     CHECK(two.measure(0) == 0.0); // no pass, no rate
 }
+
+TEST_CASE("a CPUID signature decodes to the family, model and core the vendors name") {
+    struct known {
+        unsigned eax, family, model, stepping;
+        const char* amd_core;
+    };
+    const known cpus[] = {
+        {0x00A10F11, 25, 17, 1, "Zen 4"}, // EPYC 9004 (Genoa)
+        {0x00B00F21, 26, 2, 1, "Zen 5"},  // EPYC 9005 (Turin)
+        {0x00A00F11, 25, 1, 1, "Zen 3"},  // EPYC 7003 (Milan)
+        {0x00A60F12, 25, 97, 2, "Zen 4"}, // Ryzen 7000 (Raphael)
+        {0x00830F10, 23, 49, 0, "Zen 2"}, // EPYC 7002 (Rome)
+        {0x00800F12, 23, 1, 2, "Zen"},    // EPYC 7001 (Naples)
+        {0x000806F8, 6, 143, 8, nullptr}, // Xeon Sapphire Rapids
+        {0x00050654, 6, 85, 4, nullptr},  // Xeon Skylake-SP
+    };
+    for (const known& k : cpus) {
+        CAPTURE(k.eax);
+        const cpu_signature s = decode_cpu_signature(k.eax);
+        CHECK(s.family == k.family);
+        CHECK(s.model == k.model);
+        CHECK(s.stepping == k.stepping);
+        if (k.amd_core != nullptr) CHECK(amd_core_name(s.family, s.model) == k.amd_core);
+    }
+    CHECK(amd_core_name(6, 85).empty());
+    CHECK_FALSE(cpu_description().empty());
+}
