@@ -11,6 +11,7 @@
 namespace colibri {
 
 struct kernel_table;
+class thread_pool;
 
 /// A processor's identity from CPUID leaf 1's EAX (family and model with their extended
 /// fields, as the vendors define them).
@@ -24,7 +25,6 @@ std::string amd_core_name(unsigned family, unsigned model);
 /// This CPU as a benchmark reports it: "AMD EPYC (family 25, model 17, stepping 1: Zen 4)".
 /// The hosts a figure was measured on differ in what their vector units do per cycle.
 std::string cpu_description();
-class thread_pool;
 
 /// The memory read bandwidth: n_threads read disjoint parts of a buffer of `bytes` (far
 /// larger than the caches), each in 1 MiB chunks of four, two or eight streams side by side
