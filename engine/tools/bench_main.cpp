@@ -11,6 +11,7 @@
 #include "tools/bench_report.h"
 #include "tools/bench_run.h"
 #include "tools/bench_speculative.h"
+#include "tools/machine_limits.h"
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
     // clang-format off
     opts.add_options()
         ("help,h", "show this help")
+        ("cpu", "print this machine's CPU as the header names it (brand, family, model, core generation) and exit")
         ("model,m", po::value(&model_path), "a .colibri file")
         ("shape", po::value(&shape), "random-weight model instead: mixtral-like (dim 1024, 16 layers, 16/8 heads, "
                                       "8 experts top-2, FFN 2816) or fine-grained (dim 1024, 24 layers, 16/8 heads, "
@@ -141,6 +143,10 @@ int main(int argc, char** argv) {
     // clang-format on
     po::variables_map vm;
     if (const int status = cli::parse(argc, argv, "colibri-bench", opts, vm); status >= 0) return status;
+    if (vm.count("cpu") > 0) {
+        std::printf("cpu %s\n", cpu_description().c_str());
+        return 0;
+    }
     if (model_path.empty() == shape.empty()) return cli::usage_error("colibri-bench", "give one of --model or --shape");
     if (bo.prompt_tokens < 1 || bo.gen_tokens < 1 || bo.reps < 1 || bo.batch < 1 || bo.batch > 4096) {
         std::cerr << "colibri-bench: --prompt-tokens, --gen-tokens and --reps must be at least 1, --batch 1..4096\n";

@@ -91,6 +91,11 @@ n_parsed=$(sed -n 's/.*prompt: \([0-9]*\) tokens.*/\1/p' "$tmp/err_parsed")
 check "colibri encodes the prompt's FIM spellings as text ($n_text tokens), --parse-special as tokens ($n_parsed)" \
   test "${n_text:-0}" -gt $(( ${n_parsed:-99} + 10 ))
 
+# colibri-bench --cpu: the CPU named on one line, nothing run
+"$bin/colibri-bench" --cpu >"$tmp/cpu" 2>&1; rc=$?
+check "colibri-bench --cpu exits 0" test $rc -eq 0
+check "colibri-bench --cpu prints one cpu line" test "$(grep -c '^cpu .' "$tmp/cpu")" -eq 1 -a "$(wc -l <"$tmp/cpu")" -eq 1
+
 # colibri-bench: a short run on the test model, its JSON (one decode stretch per 16 tokens
 # for each thread count, each with its probe and fraction), and its refusals
 "$bin/colibri-bench" --model "$model" --threads 1,2 --reps 1 --prompt-tokens 8 --batch 4 --gen-tokens 32 \
