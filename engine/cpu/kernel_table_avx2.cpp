@@ -233,7 +233,7 @@ void x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_st
 }
 
 // streams_q4_0x8 / streams_q8_0x8: four groups anywhere, each with its own activations;
-// decode reads them once (non-temporal prefetches).
+// decode reads them once (prefetches into L2).
 template <class Ops>
 void x8_streams(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
     using block = typename Ops::block;

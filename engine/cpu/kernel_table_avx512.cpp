@@ -282,7 +282,7 @@ void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_s
 }
 
 // streams_q4_0x8 / streams_q8_0x8 with VNNI: four groups anywhere, each with its own
-// activations, as two pairs; decode reads them once (non-temporal prefetches).
+// activations, as two pairs; decode reads them once (prefetches into L2).
 template <class Ops>
 void x8_pair_streams(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
     using block = typename Ops::block;

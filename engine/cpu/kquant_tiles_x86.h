@@ -741,7 +741,7 @@ void kx8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, f
 }
 
 // streams_q4_kx8 / streams_q5_kx8 / streams_q6_kx8: four groups anywhere, each with its own
-// activations, side by side; decode reads them once (non-temporal prefetches).
+// activations, side by side; decode reads them once (prefetches into L2).
 template <class Block, bool Vnni>
 void streams_kx8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
     __m256 acc[4];

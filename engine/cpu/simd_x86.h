@@ -140,22 +140,17 @@ void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t 
     Tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
 }
 
-// q4_0x8 and q8_0x8 groups are one sequential stream each, read further ahead: every
-// 64-byte line of their blocks gets its prefetch. Decode's streams (Once) read each weight
-// once per token and ask for it as non-temporal, so that hundreds of megabytes of weights
-// do not push out of the caches what a step reads again (activations, norms, the router,
-// the KV cache); prefill's tiles read their blocks again from L2 for every chunk of tokens.
-// How far ahead, measured against 1,024 bytes (same process, alternating). Decode, in
-// points of the bandwidth ceiling: q4_0x8 at 1,536 +6 to +7 on two threads in the host's
-// faster state, +1 in the slower, +5 on one thread; q8_0x8 at 1,280 level on two threads
-// in the slower state, +1.5 on one thread (at 1,536: -1 to -2 on two threads). Prefill
-// of 512 tokens at 2,048: 1.016-1.10x on all four bench models, 2 threads.
+// Every 64-byte line of an interleaved block gets its prefetch. Decode's streams (Once) read
+// each weight once per token and ask for it into L2 (T1), 2,560 bytes ahead: on a Zen 4
+// core, non-temporal prefetches into L1 left its decode at 40-65% of the read bandwidth,
+// and these reach 83-90% (docs/performance-log.md, "Decode's prefetches into L2").
+// Prefill's tiles read their blocks again from L2 for every chunk of tokens and ask for
+// them into L1, 2,048 bytes ahead (1.016-1.10x over 1,024 on all four bench models).
 template <bool Once, class Block>
 [[gnu::always_inline]] inline void prefetch_x8_block(const Block& b) { // always inlined: see prefetch_rows
-    constexpr int x8_prefetch_bytes = !Once ? 2048 : sizeof(Block) == sizeof(format::block_q4_0x8) ? 1536 : 1280;
-    const char* ahead = reinterpret_cast<const char*>(&b) + x8_prefetch_bytes;
+    const char* ahead = reinterpret_cast<const char*>(&b) + (Once ? 2560 : 2048);
     for (size_t line = 0; line * 64 < sizeof(Block); ++line) {
-        if constexpr (Once) _mm_prefetch(ahead + 64 * line, _MM_HINT_NTA);
+        if constexpr (Once) _mm_prefetch(ahead + 64 * line, _MM_HINT_T1);
         else _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
     }
 }
