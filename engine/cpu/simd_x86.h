@@ -244,11 +244,13 @@ inline int attention_ahead(int hd) {
 
 // The helpers that only ask for memory are always inlined: GCC takes a function whose only
 // effect is a prefetch for one without effects and drops calls to it that it did not inline
-// (GCC 12 removed every call of prefetch_next_keys from the kernels).
+// (GCC 12 removed every call of prefetch_next_keys from the kernels). Cached keys and values
+// are asked for into L2, as decode's weights are (into L1, a Zen 4 core's decode attention
+// took 12-23% longer: docs/performance-log.md, "Decode's prefetches into L2").
 template <class T>
 [[gnu::always_inline]] inline void prefetch_rows(const T* row, int rows, int hd) {
     const auto* p = reinterpret_cast<const char*>(row);
-    for (int b = 0; b < rows * hd * int(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+    for (int b = 0; b < rows * hd * int(sizeof(T)); b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
 }
 
 // Where a pass ends, the first rows of the pass after it are asked for in its last steps,
