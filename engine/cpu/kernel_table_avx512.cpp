@@ -612,15 +612,16 @@ inline __m512i q6_kx8_pair_scale(const format::block_q6_kx8& a, const format::bl
         _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))), 1);
 }
 
-// p of one sub-block for both groups: (d xd) (sc s) - (dmin xd) (m sum x), with group a's
-// activation block xa and group b's xb (the same block unless OwnX).
+// p of one sub-block for both groups: xd (d sc s) - (dmin m) (xd sum x), with group a's
+// activation block xa and group b's xb (the same block unless OwnX); dsc = d sc, dm = dmin m.
 template <bool OwnX>
-[[gnu::always_inline]] inline __m512 k_scaled(__m512 d, __m512 dmin, __m512i s, __m512i sc, __m512i m,
-                                              const block_q8_x& xa, const block_q8_x& xb) {
+[[gnu::always_inline]] inline __m512 k_scaled(__m512 dsc, __m512 dm, __m512i s, const block_q8_x& xa,
+                                              const block_q8_x& xb) {
+    const float ga = xa.d * static_cast<float>(xa.sum);
     const __m512 xd = OwnX ? combine(_mm256_set1_ps(xa.d), _mm256_set1_ps(xb.d)) : _mm512_set1_ps(xa.d);
-    const __m512i sum = OwnX ? halves_epi32(xa.sum, xb.sum) : _mm512_set1_epi32(xa.sum);
-    const __m512 p = _mm512_mul_ps(_mm512_mul_ps(d, xd), to_ps(_mm512_mullo_epi32(s, sc)));
-    return _mm512_fnmadd_ps(_mm512_mul_ps(dmin, xd), to_ps(_mm512_mullo_epi32(m, sum)), p);
+    const __m512 g = OwnX ? combine(_mm256_set1_ps(ga), _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)))
+                          : _mm512_set1_ps(ga);
+    return _mm512_fnmadd_ps(dm, g, _mm512_mul_ps(xd, _mm512_mul_ps(dsc, to_ps(s))));
 }
 
 // Group a against xs[t] and group b against xb[t] (OwnX; else xs[t] too).
@@ -655,15 +656,19 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
                 }
             }
         }
-        __m512i sc[2], m[2];
-        kx8_pair_scale_min(a, b, 2 * c, sc[0], m[0]);
-        kx8_pair_scale_min(a, b, 2 * c + 1, sc[1], m[1]);
+        __m512 dsc[2], dm[2]; // d sc and dmin m of sub-blocks 2c and 2c + 1
+        COLIBRI_UNROLL
+        for (int e = 0; e < 2; ++e) {
+            __m512i sc, m;
+            kx8_pair_scale_min(a, b, 2 * c + e, sc, m);
+            dsc[e] = _mm512_mul_ps(d, to_ps(sc));
+            dm[e] = _mm512_mul_ps(dmin, to_ps(m));
+        }
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             const block_q8_x* other = OwnX ? xb[t] : xs[t];
-            pair[c][t] =
-                _mm512_add_ps(k_scaled<OwnX>(d, dmin, s[t][0], sc[0], m[0], xs[t][2 * c], other[2 * c]),
-                              k_scaled<OwnX>(d, dmin, s[t][1], sc[1], m[1], xs[t][2 * c + 1], other[2 * c + 1]));
+            pair[c][t] = _mm512_add_ps(k_scaled<OwnX>(dsc[0], dm[0], s[t][0], xs[t][2 * c], other[2 * c]),
+                                       k_scaled<OwnX>(dsc[1], dm[1], s[t][1], xs[t][2 * c + 1], other[2 * c + 1]));
         }
     }
     COLIBRI_UNROLL

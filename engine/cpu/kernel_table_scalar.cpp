@@ -146,8 +146,11 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                     if (five) q |= ((b5.qh[l] >> j) & 1) << 4;
                     isum += q * int32_t(xs[j].qs[l]);
                 }
-                p[j] = (d * xs[j].d) * static_cast<float>(sc * isum);
-                p[j] = std::fma(-(dmin * xs[j].d), static_cast<float>(m * xs[j].sum), p[j]); // the mins
+                // the row's d sc and dmin m once per sub-block, the activations' d sum once per
+                // block: three operations per sub-block and token in the tiles
+                const float g = xs[j].d * static_cast<float>(xs[j].sum);
+                p[j] = xs[j].d * ((d * static_cast<float>(sc)) * static_cast<float>(isum));
+                p[j] = std::fma(-(dmin * static_cast<float>(m)), g, p[j]); // the mins
             }
         }
         acc += sum8(p);

@@ -90,17 +90,17 @@ inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m
         for (int j = 0; j < 8; ++j)
             q[j] = _mm256_or_si256(q[j], _mm256_and_si256(shift16(h, 4 - j), _mm256_set1_epi8(0x10)));
     }
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
+    const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(sc));
+    const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), _mm256_cvtepi32_ps(m));
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8];
         COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j)
             s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
-        const __m256i a = _mm256_mullo_epi32(join_halves(half_sums4(s), half_sums4(s + 4)), sc);
-        const __m256i mins = _mm256_mullo_epi32(xsum[t], m);
-        p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
-        p[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, xd[t]), _mm256_cvtepi32_ps(mins), p[t]);
+        const __m256 a = _mm256_cvtepi32_ps(join_halves(half_sums4(s), half_sums4(s + 4)));
+        const __m256 g = _mm256_mul_ps(xd[t], _mm256_cvtepi32_ps(xsum[t]));
+        p[t] = _mm256_fnmadd_ps(dm, g, _mm256_mul_ps(xd[t], _mm256_mul_ps(dsc, a)));
     }
 }
 
@@ -490,19 +490,23 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
                 s[t][1] = dot_add<Vnni>(s[t][1], hi, x4_all_lanes(xs[t][2 * c + 1].qs + 4 * i));
             }
         }
-        __m256i sc[2], m[2];
-        kx8_scale_min(b.scales, 2 * c, sc[0], m[0]);
-        kx8_scale_min(b.scales, 2 * c + 1, sc[1], m[1]);
+        __m256 dsc[2], dm[2]; // d sc and dmin m of sub-blocks 2c and 2c + 1
+        COLIBRI_UNROLL
+        for (int e = 0; e < 2; ++e) {
+            __m256i sc, m;
+            kx8_scale_min(b.scales, 2 * c + e, sc, m);
+            dsc[e] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+            dm[e] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
+        }
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             __m256 p[2];
             COLIBRI_UNROLL
             for (int e = 0; e < 2; ++e) {
                 const block_q8_x& xb = xs[t][2 * c + e];
-                const __m256 xd = _mm256_set1_ps(xb.d);
-                p[e] = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(_mm256_mullo_epi32(s[t][e], sc[e])));
-                const __m256i mins = _mm256_mullo_epi32(m[e], _mm256_set1_epi32(xb.sum));
-                p[e] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, xd), _mm256_cvtepi32_ps(mins), p[e]);
+                p[e] = _mm256_fnmadd_ps(dm[e], _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)),
+                                        _mm256_mul_ps(_mm256_set1_ps(xb.d),
+                                                      _mm256_mul_ps(dsc[e], _mm256_cvtepi32_ps(s[t][e]))));
             }
             pair[c][t] = _mm256_add_ps(p[0], p[1]);
         }
