@@ -619,8 +619,8 @@ template <bool OwnX>
                                               const block_q8_x& xb) {
     const float ga = xa.d * static_cast<float>(xa.sum);
     const __m512 xd = OwnX ? combine(_mm256_set1_ps(xa.d), _mm256_set1_ps(xb.d)) : _mm512_set1_ps(xa.d);
-    const __m512 g = OwnX ? combine(_mm256_set1_ps(ga), _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)))
-                          : _mm512_set1_ps(ga);
+    const __m512 g =
+        OwnX ? combine(_mm256_set1_ps(ga), _mm256_set1_ps(xb.d * static_cast<float>(xb.sum))) : _mm512_set1_ps(ga);
     return _mm512_fnmadd_ps(dm, g, _mm512_mul_ps(xd, _mm512_mul_ps(dsc, to_ps(s))));
 }
 

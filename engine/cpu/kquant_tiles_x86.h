@@ -504,9 +504,9 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
             COLIBRI_UNROLL
             for (int e = 0; e < 2; ++e) {
                 const block_q8_x& xb = xs[t][2 * c + e];
-                p[e] = _mm256_fnmadd_ps(dm[e], _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)),
-                                        _mm256_mul_ps(_mm256_set1_ps(xb.d),
-                                                      _mm256_mul_ps(dsc[e], _mm256_cvtepi32_ps(s[t][e]))));
+                p[e] = _mm256_fnmadd_ps(
+                    dm[e], _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)),
+                    _mm256_mul_ps(_mm256_set1_ps(xb.d), _mm256_mul_ps(dsc[e], _mm256_cvtepi32_ps(s[t][e]))));
             }
             pair[c][t] = _mm256_add_ps(p[0], p[1]);
         }
