@@ -142,7 +142,7 @@ void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t 
 
 // Every 64-byte line of an interleaved block gets its prefetch. Decode's streams (Once) read
 // each weight once per token and ask for it into L2 (T1), 2,560 bytes ahead: on a Zen 4
-// core, non-temporal prefetches into L1 left its decode at 40-65% of the read bandwidth,
+// core, non-temporal prefetches into L1 left its decode at 40-68% of the read bandwidth,
 // and these reach 83-90% (docs/performance-log.md, "Decode's prefetches into L2").
 // Prefill's tiles read their blocks again from L2 for every chunk of tokens and ask for
 // them into L1, 2,048 bytes ahead (1.016-1.10x over 1,024 on all four bench models).
