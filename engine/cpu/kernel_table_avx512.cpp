@@ -631,7 +631,7 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
     constexpr bool five = std::is_same_v<Block, format::block_q5_kx8>;
     const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
     const __m512 d = scales16(a.d, b.d), dmin = scales16(a.dmin, b.dmin);
-    __m512 pair[4][T]; // p2c + p2c+1
+    __m512 first[T], half[T]; // ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)), pair by pair
     COLIBRI_UNROLL
     for (int c = 0; c < 4; ++c) { // sub-blocks 2c (low nibbles) and 2c + 1 (high)
         __m512i s[T][2];
@@ -667,78 +667,65 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) {
             const block_q8_x* other = OwnX ? xb[t] : xs[t];
-            pair[c][t] = _mm512_add_ps(k_scaled<OwnX>(dsc[0], dm[0], s[t][0], xs[t][2 * c], other[2 * c]),
-                                       k_scaled<OwnX>(dsc[1], dm[1], s[t][1], xs[t][2 * c + 1], other[2 * c + 1]));
+            const __m512 pair =
+                _mm512_add_ps(k_scaled<OwnX>(dsc[0], dm[0], s[t][0], xs[t][2 * c], other[2 * c]),
+                              k_scaled<OwnX>(dsc[1], dm[1], s[t][1], xs[t][2 * c + 1], other[2 * c + 1]));
+            if (c % 2 == 0) first[t] = pair;
+            else if (c == 1) half[t] = _mm512_add_ps(first[t], pair);
+            else acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(half[t], _mm512_add_ps(first[t], pair)));
         }
-    }
-    COLIBRI_UNROLL
-    for (int t = 0; t < T; ++t) {
-        acc[t] = _mm512_add_ps(
-            acc[t], _mm512_add_ps(_mm512_add_ps(pair[0][t], pair[1][t]), _mm512_add_ps(pair[2][t], pair[3][t])));
     }
 }
 
-// q6_kx8: the unsigned values q (0..63), each half sub-block's sum starting at q6_bias.
+// q6_kx8: the unsigned values q (0..63), each half sub-block's sum starting at q6_bias. One
+// sub-block at a time (2T integer sums in registers), added in the 256-bit tile's order.
 template <int T, bool Vnni>
 inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx8& b, const block_q8_x* const xs[T],
                         __m512 acc[T]) {
     const __m512i low = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     const __m512 d = scales16(a.d, b.d);
-    __m512 p[2][2][2][T]; // h, c, e: sub-block 4h + c + 2e
+    __m512 half[2][T], pe[2][T], first[T]; // half h: (p4h + p4h+1) + (p4h+2 + p4h+3), as pe[0] + pe[1]
     COLIBRI_UNROLL
     for (int h = 0; h < 2; ++h) {
         COLIBRI_UNROLL
-        for (int c = 0; c < 2; ++c) { // sub-blocks 4h + c (low nibbles) and 4h + c + 2 (high)
-            __m512i s[T][2][2];       // token, sub-block, half (elements 0-15, 16-31)
+        for (int e = 0; e < 2; ++e) { // low nibbles (sub-blocks 4h, 4h + 1), then high (4h + 2, 4h + 3)
             COLIBRI_UNROLL
-            for (int t = 0; t < T; ++t) {
-                COLIBRI_UNROLL
-                for (int e = 0; e < 2; ++e) {
-                    COLIBRI_UNROLL
-                    for (int half = 0; half < 2; ++half)
-                        s[t][e][half] = _mm512_set1_epi32(q6_bias(xs[t][4 * h + c + 2 * e], half));
-                }
-            }
-            COLIBRI_UNROLL
-            for (int i = 0; i < 8; ++i) {
-                const __m512i v = two_rows(a.ql[h][c][i], b.ql[h][c][i]);
-                const __m512i vh = two_rows(a.qh[h][i], b.qh[h][i]);
-                const __m512i q[2] = {
-                    _mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(shift16(vh, 4 - 2 * c), bits45)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low),
-                                    _mm512_and_si512(shift16(vh, -2 * c), bits45))};
+            for (int c = 0; c < 2; ++c) {
+                const int j = 4 * h + c + 2 * e;
+                __m512i s[T][2]; // token, half (elements 0-15, 16-31)
                 COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
                     COLIBRI_UNROLL
-                    for (int e = 0; e < 2; ++e) {
-                        s[t][e][i / 4] =
-                            dot4<Vnni>(s[t][e][i / 4], q[e], x4_all_lanes512(xs[t][4 * h + c + 2 * e].qs + 4 * i));
-                    }
+                    for (int hf = 0; hf < 2; ++hf) s[t][hf] = _mm512_set1_epi32(q6_bias(xs[t][j], hf));
                 }
-            }
-            COLIBRI_UNROLL
-            for (int e = 0; e < 2; ++e) {
-                const int j = 4 * h + c + 2 * e;
+                COLIBRI_UNROLL
+                for (int i = 0; i < 8; ++i) {
+                    const __m512i v = two_rows(a.ql[h][c][i], b.ql[h][c][i]);
+                    const __m512i vh = two_rows(a.qh[h][i], b.qh[h][i]);
+                    const __m512i q = e == 0 ? _mm512_or_si512(_mm512_and_si512(v, low),
+                                                               _mm512_and_si512(shift16(vh, 4 - 2 * c), bits45))
+                                             : _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low),
+                                                               _mm512_and_si512(shift16(vh, -2 * c), bits45));
+                    COLIBRI_UNROLL
+                    for (int t = 0; t < T; ++t)
+                        s[t][i / 4] = dot4<Vnni>(s[t][i / 4], q, x4_all_lanes512(xs[t][j].qs + 4 * i));
+                }
                 const __m512i sc0 = q6_kx8_pair_scale(a, b, 2 * j), sc1 = q6_kx8_pair_scale(a, b, 2 * j + 1);
                 COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) {
                     const __m512i sum =
-                        _mm512_add_epi32(_mm512_mullo_epi32(s[t][e][0], sc0), _mm512_mullo_epi32(s[t][e][1], sc1));
-                    p[h][c][e][t] = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs[t][j].d)), to_ps(sum));
+                        _mm512_add_epi32(_mm512_mullo_epi32(s[t][0], sc0), _mm512_mullo_epi32(s[t][1], sc1));
+                    const __m512 p = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs[t][j].d)), to_ps(sum));
+                    if (c == 0) first[t] = p;
+                    else pe[e][t] = _mm512_add_ps(first[t], p);
                 }
             }
         }
+        COLIBRI_UNROLL
+        for (int t = 0; t < T; ++t) half[h][t] = _mm512_add_ps(pe[0][t], pe[1][t]);
     }
     COLIBRI_UNROLL
-    for (int t = 0; t < T; ++t) {
-        __m512 half[2]; // (p4h + p4h+1) + (p4h+2 + p4h+3)
-        COLIBRI_UNROLL
-        for (int h = 0; h < 2; ++h) {
-            half[h] =
-                _mm512_add_ps(_mm512_add_ps(p[h][0][0][t], p[h][1][0][t]), _mm512_add_ps(p[h][0][1][t], p[h][1][1][t]));
-        }
-        acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(half[0], half[1]));
-    }
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(half[0][t], half[1][t]));
 }
 
 // iq4_xsx8 (VNNI only: the values enter vpdpbusd as iq4 + 128, less 128 * sum(x); without
@@ -982,9 +969,9 @@ void pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, s
 }
 
 // The interleaved tiles but q4_0x8's and q8_0x8's (tile_q4_kx8 ... tile_iq4_nlx8): groups
-// two by two (the last of an odd count with itself, half of it kept), the tokens in the
-// fewest runs of up to four, of about equal length (five as three and two: a run of one
-// unpacks the weights for a single token).
+// two by two (the last of an odd count with itself, half of it kept). Eight tokens (prefill's
+// runs) go at once, other counts in the fewest runs of up to four, of about equal length
+// (five as three and two: a run of one unpacks the weights for a single token).
 template <class Block, bool Vnni>
 void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
                     int64_t n, float* out) {
@@ -994,6 +981,10 @@ void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block
     for (int g = 0; g < n_groups; g += 2) {
         const bool both = g + 1 < n_groups;
         const Block *a = group(g), *b = both ? group(g + 1) : a;
+        if (n_tok == 8) {
+            pair_walk<Block, 8, Vnni>(a, b, both, x, x_stride, n, out + size_t(g) * 8, size_t(n_groups) * 8);
+            continue;
+        }
         for (int t0 = 0, runs = (n_tok + 3) / 4; t0 < n_tok; --runs) {
             const int nt = (n_tok - t0 + runs - 1) / runs;
             const block_q8_x* xt = x + size_t(t0) * x_stride;
