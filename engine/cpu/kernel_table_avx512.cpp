@@ -981,11 +981,7 @@ void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block
     for (int g = 0; g < n_groups; g += 2) {
         const bool both = g + 1 < n_groups;
         const Block *a = group(g), *b = both ? group(g + 1) : a;
-        if (n_tok == 8) {
-            pair_walk<Block, 8, Vnni>(a, b, both, x, x_stride, n, out + size_t(g) * 8, size_t(n_groups) * 8);
-            continue;
-        }
-        for (int t0 = 0, runs = (n_tok + 3) / 4; t0 < n_tok; --runs) {
+        for (int t0 = 0, runs = n_tok == 8 ? 1 : (n_tok + 3) / 4; t0 < n_tok; --runs) {
             const int nt = (n_tok - t0 + runs - 1) / runs;
             const block_q8_x* xt = x + size_t(t0) * x_stride;
             float* o = out + (size_t(t0) * size_t(n_groups) + size_t(g)) * 8;
@@ -994,6 +990,7 @@ void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block
             case 1: pair_walk<Block, 1, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
             case 2: pair_walk<Block, 2, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
             case 3: pair_walk<Block, 3, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
+            case 8: pair_walk<Block, 8, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
             default: pair_walk<Block, 4, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
             }
             t0 += nt;
