@@ -107,6 +107,10 @@ private:
     static bool scalar_f32_rows(format::dtype t) { return format::is_k_quant(t) || format::is_read_only(t); }
     bool uses_int8(const tensor_view& w) const { return int8_activations_ && format::is_quantized(w.type); }
     bool streamed(const tensor_view& w) const { return format::is_interleaved(w.type) && uses_int8(w); }
+    // The quantiser of w's int8 activations (kernel_table.h's superblock_activations).
+    decltype(kernel_table::quantize_x) quantiser(const tensor_view& w) const {
+        return superblock_activations(w.type) ? kt_.quantize_x_k : kt_.quantize_x;
+    }
 
     static void add_scaled_row(float* x, const float* y, int64_t n, float s) {
         for (int64_t i = 0; i < n; ++i) x[i] += s * y[i];
@@ -147,8 +151,9 @@ private:
     struct quant_source {        // rows quantised into xq_
         const float* x;
         int64_t rows, cols;
-        size_t xq_at; // its first block
-        bool indexed; // rows that jobs take by index (copied to them after)
+        size_t xq_at;     // its first block
+        bool indexed;     // rows that jobs take by index (copied to them after)
+        bool superblocks; // quantize_x_k's blocks (superblock_activations)
     };
     std::vector<quant_source> quant_src_;
     std::vector<int64_t> quant_rows_; // the rows before each source, then their total

@@ -51,7 +51,8 @@ bool cpu_backend::ffn_streamed(const ffn_job* jobs, int n_jobs) {
     for (int j = 0; j < n_jobs; ++j) {
         const ffn_job& f = jobs[j];
         if (f.n != 1 || f.x_rows != nullptr || f.x != jobs[0].x || !streamed(*f.gate) || !streamed(*f.up) ||
-            !streamed(*f.down) || static_cast<int64_t>(f.gate->cols()) != cols) {
+            !streamed(*f.down) || static_cast<int64_t>(f.gate->cols()) != cols ||
+            quantiser(*f.gate) != quantiser(*jobs[0].gate) || quantiser(*f.up) != quantiser(*jobs[0].gate)) {
             return false;
         }
         for (const tensor_view* w : {f.gate, f.up, f.down}) {
@@ -83,8 +84,8 @@ bool cpu_backend::ffn_streamed(const ffn_job* jobs, int n_jobs) {
         ffn_xq_at_.push_back(blocks);
         blocks += jobs[j].down->cols() / format::qk;
     }
-    if (xq_.size() < blocks) xq_.resize(blocks); // grows, then stays
-    kt_.quantize_x(jobs[0].x, xq_.data(), cols);
+    if (xq_.size() < blocks) xq_.resize(blocks);            // grows, then stays
+    quantiser (*jobs[0].gate)(jobs[0].x, xq_.data(), cols); // the gate's and up's, as checked above
     ffn_gate_up_.clear();
     ffn_down_.clear();
     int64_t gu = 0, dn = 0;
@@ -110,7 +111,7 @@ bool cpu_backend::ffn_streamed(const ffn_job* jobs, int n_jobs) {
             const int64_t n_ff = static_cast<int64_t>(f.gate->rows());
             if (f.gelu) kernels::geglu(f.g, f.u, n_ff);
             else kt_.swiglu(f.g, f.u, n_ff);
-            kt_.quantize_x(f.g, xq_.data() + ffn_xq_at_[size_t(j)], n_ff);
+            quantiser (*f.down)(f.g, xq_.data() + ffn_xq_at_[size_t(j)], n_ff);
         }
     };
     const auto down_steps = [&](int p) { return (down_begin(p + 1) - down_begin(p) + 3) / 4; };

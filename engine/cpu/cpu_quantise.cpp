@@ -19,24 +19,26 @@ void cpu_backend::quantise_activations(const matmul_job* jobs, int n_jobs, size_
         const matmul_job& jb = jobs[j];
         if (!uses_int8(*jb.w)) continue;
         const int64_t cols = static_cast<int64_t>(jb.w->cols());
+        const bool k = superblock_activations(jb.w->type);
         const auto same = std::find_if(jobs, jobs + j, [&](const matmul_job& o) {
             return uses_int8(*o.w) && o.x == jb.x && o.x_rows == jb.x_rows && o.n == jb.n &&
-                   int64_t(o.w->cols()) == cols;
+                   int64_t(o.w->cols()) == cols && superblock_activations(o.w->type) == k;
         });
         if (same != jobs + j) {
             xq_begin_[size_t(j)] = xq_begin_[size_t(same - jobs)];
             continue;
         }
         if (jb.x_rows == nullptr) {
-            quant_src_.push_back({jb.x, jb.n, cols, xq_begin_[size_t(j)], false});
+            quant_src_.push_back({jb.x, jb.n, cols, xq_begin_[size_t(j)], false, k});
             continue;
         }
         // the rows of x it takes: x's first rows up to the highest, quantised once
         int64_t need = 0;
         for (int t = 0; t < jb.n; ++t) need = std::max<int64_t>(need, int64_t(jb.x_rows[t]) + 1);
-        auto src = std::find_if(quant_src_.begin(), quant_src_.end(),
-                                [&](const quant_source& q) { return q.indexed && q.x == jb.x && q.cols == cols; });
-        if (src == quant_src_.end()) src = quant_src_.insert(quant_src_.end(), {jb.x, 0, cols, 0, true});
+        auto src = std::find_if(quant_src_.begin(), quant_src_.end(), [&](const quant_source& q) {
+            return q.indexed && q.x == jb.x && q.cols == cols && q.superblocks == k;
+        });
+        if (src == quant_src_.end()) src = quant_src_.insert(quant_src_.end(), {jb.x, 0, cols, 0, true, k});
         src->rows = std::max(src->rows, need);
         indexed_.push_back({j, size_t(src - quant_src_.begin()), 0});
     }
@@ -61,8 +63,8 @@ void cpu_backend::quantise_activations(const matmul_job* jobs, int n_jobs, size_
             while (r >= quant_rows_[q + 1]) ++q;
             const quant_source& src = quant_src_[q];
             const int64_t t = r - quant_rows_[q];
-            kt_.quantize_x(src.x + t * src.cols, xq_.data() + src.xq_at + size_t(t) * size_t(src.cols / format::qk),
-                           src.cols);
+            (src.superblocks ? kt_.quantize_x_k : kt_.quantize_x)(
+                src.x + t * src.cols, xq_.data() + src.xq_at + size_t(t) * size_t(src.cols / format::qk), src.cols);
         }
     });
     // then each indexed job's rows copied from its source, across the threads too (a

@@ -34,43 +34,58 @@ inline float bf16(uint16_t h) {
 
 inline int min_int(int a, int b) { return a < b ? a : b; }
 
-void quantize_x(const float* x, block_q8_x* out, int64_t n) {
+// The largest |x| of 32 values.
+float block_abs_max(const float* xb) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int64_t ib = 0; ib < n / qk; ++ib) {
-        const float* xb = x + ib * qk;
-        __m256 v[4];
-        __m256 amax = _mm256_setzero_ps();
-        for (int j = 0; j < 4; ++j) {
-            v[j] = _mm256_loadu_ps(xb + 8 * j);
-            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * j)));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+// One block of 32 values with the scale of values up to amax.
+void quantize_block(const float* xb, float amax, block_q8_x& out) {
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out.d = d;
+    const __m256 mul = _mm256_set1_ps(id);
+    __m256i i[4];
+    for (int j = 0; j < 4; ++j) {
+        i[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * j), mul),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    // the sums of the first 16 values and of all 32, then pack 32 int32 -> 32 int8 and
+    // undo the lane interleaving of the packs
+    const auto hsum = [](__m256i s) {
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        return _mm_cvtsi128_si32(s4);
+    };
+    out.sum_lo = hsum(_mm256_add_epi32(i[0], i[1]));
+    out.sum = out.sum_lo + hsum(_mm256_add_epi32(i[2], i[3]));
+    __m256i p01 = _mm256_packs_epi32(i[0], i[1]);
+    __m256i p23 = _mm256_packs_epi32(i[2], i[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qs), p);
+}
+
+void quantize_x(const float* x, block_q8_x* out, int64_t n) {
+    for (int64_t ib = 0; ib < n / qk; ++ib) quantize_block(x + ib * qk, block_abs_max(x + ib * qk), out[ib]);
+}
+
+void quantize_x_k(const float* x, block_q8_x* out, int64_t n) {
+    for (int64_t s = 0; s < n / format::qk_k; ++s) {
+        const float* xs = x + s * format::qk_k;
+        float amax = 0.0f;
+        for (int j = 0; j < 8; ++j) {
+            const float a = block_abs_max(xs + j * qk);
+            amax = amax < a ? a : amax;
         }
-        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        m = _mm_max_ss(m, _mm_movehdup_ps(m));
-        const float d = _mm_cvtss_f32(m) / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        out[ib].d = d;
-        const __m256 mul = _mm256_set1_ps(id);
-        __m256i i[4];
-        for (int j = 0; j < 4; ++j) {
-            i[j] = _mm256_cvtps_epi32(
-                _mm256_round_ps(_mm256_mul_ps(v[j], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        }
-        // the sums of the first 16 values and of all 32, then pack 32 int32 -> 32 int8 and
-        // undo the lane interleaving of the packs
-        const auto hsum = [](__m256i s) {
-            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-            return _mm_cvtsi128_si32(s4);
-        };
-        out[ib].sum_lo = hsum(_mm256_add_epi32(i[0], i[1]));
-        out[ib].sum = out[ib].sum_lo + hsum(_mm256_add_epi32(i[2], i[3]));
-        __m256i p01 = _mm256_packs_epi32(i[0], i[1]);
-        __m256i p23 = _mm256_packs_epi32(i[2], i[3]);
-        __m256i p = _mm256_packs_epi16(p01, p23);
-        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[ib].qs), p);
+        for (int j = 0; j < 8; ++j) quantize_block(xs + j * qk, amax, out[8 * s + j]);
     }
 }
 
@@ -653,6 +668,7 @@ uint64_t madd_loop(int64_t iterations) {
 
 constexpr kernel_table table = {"avx2",
                                 quantize_x,
+                                quantize_x_k,
                                 dispatch_tile<q8_0_tiles>,
                                 dispatch_tile<q4_0_tiles>,
                                 tile_k<format::block_q4_k, false>,

@@ -612,26 +612,17 @@ inline __m512i q6_kx8_pair_scale(const format::block_q6_kx8& a, const format::bl
         _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[k]))), 1);
 }
 
-// p of one sub-block for both groups: xd (d sc s) - (dmin m) (xd sum x), with group a's
-// activation block xa and group b's xb (the same block unless OwnX); dsc = d sc, dm = dmin m.
-template <bool OwnX>
-[[gnu::always_inline]] inline __m512 k_scaled(__m512 dsc, __m512 dm, __m512i s, const block_q8_x& xa,
-                                              const block_q8_x& xb) {
-    const float ga = xa.d * static_cast<float>(xa.sum);
-    const __m512 xd = OwnX ? combine(_mm256_set1_ps(xa.d), _mm256_set1_ps(xb.d)) : _mm512_set1_ps(xa.d);
-    const __m512 g =
-        OwnX ? combine(_mm256_set1_ps(ga), _mm256_set1_ps(xb.d * static_cast<float>(xb.sum))) : _mm512_set1_ps(ga);
-    return _mm512_fnmadd_ps(dm, g, _mm512_mul_ps(xd, _mm512_mul_ps(dsc, to_ps(s))));
-}
-
-// Group a against xs[t] and group b against xb[t] (OwnX; else xs[t] too).
+// Group a against xs[t] and group b against xb[t] (OwnX; else xs[t] too), quantize_x_k's
+// activations: acc[t] += each row's dot_k step, as kquant_tiles_x86.h's q45_kx8_block.
 template <class Block, int T, bool Vnni, bool OwnX = false>
 inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const xs[T], __m512 acc[T],
                          const block_q8_x* const xb[T] = nullptr) {
     constexpr bool five = std::is_same_v<Block, format::block_q5_kx8>;
     const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-    const __m512 d = scales16(a.d, b.d), dmin = scales16(a.dmin, b.dmin);
-    __m512 first[T], half[T]; // ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)), pair by pair
+    const __m512 d = scales16(a.d, b.d);
+    __m512 f[T]; // the chain of each row's sub-block sums times its d sc
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) f[t] = _mm512_setzero_ps();
     COLIBRI_UNROLL
     for (int c = 0; c < 4; ++c) { // sub-blocks 2c (low nibbles) and 2c + 1 (high)
         __m512i s[T][2];
@@ -656,24 +647,36 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
                 }
             }
         }
-        __m512 dsc[2], dm[2]; // d sc and dmin m of sub-blocks 2c and 2c + 1
         COLIBRI_UNROLL
         for (int e = 0; e < 2; ++e) {
             __m512i sc, m;
             kx8_pair_scale_min(a, b, 2 * c + e, sc, m);
-            dsc[e] = _mm512_mul_ps(d, to_ps(sc));
-            dm[e] = _mm512_mul_ps(dmin, to_ps(m));
+            const __m512 dsc = _mm512_mul_ps(d, to_ps(sc));
+            COLIBRI_UNROLL
+            for (int t = 0; t < T; ++t) f[t] = _mm512_fmadd_ps(dsc, to_ps(s[t][e]), f[t]);
         }
+    }
+    // the mins: m (< 64, an int16 pair with 0) times each block's sum (|sum| < 2^15)
+    __m512i m[8];
+    COLIBRI_UNROLL
+    for (int j = 0; j < 8; ++j) {
+        __m512i sc;
+        kx8_pair_scale_min(a, b, j, sc, m[j]);
+    }
+    const __m512 dmin = scales16(a.dmin, b.dmin);
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) {
+        __m512i mins = _mm512_setzero_si512();
         COLIBRI_UNROLL
-        for (int t = 0; t < T; ++t) {
-            const block_q8_x* other = OwnX ? xb[t] : xs[t];
-            const __m512 pair =
-                _mm512_add_ps(k_scaled<OwnX>(dsc[0], dm[0], s[t][0], xs[t][2 * c], other[2 * c]),
-                              k_scaled<OwnX>(dsc[1], dm[1], s[t][1], xs[t][2 * c + 1], other[2 * c + 1]));
-            if (c % 2 == 0) first[t] = pair;
-            else if (c == 1) half[t] = _mm512_add_ps(first[t], pair);
-            else acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(half[t], _mm512_add_ps(first[t], pair)));
+        for (int j = 0; j < 8; ++j) {
+            const __m512i sum = OwnX ? halves_epi32(xs[t][j].sum, xb[t][j].sum) : _mm512_set1_epi32(xs[t][j].sum);
+            if constexpr (Vnni) mins = _mm512_dpwssd_epi32(mins, m[j], sum);
+            else mins = _mm512_add_epi32(mins, _mm512_madd_epi16(m[j], sum));
         }
+        f[t] = _mm512_fnmadd_ps(dmin, to_ps(mins), f[t]);
+        const __m512 xd =
+            OwnX ? combine(_mm256_set1_ps(xs[t][0].d), _mm256_set1_ps(xb[t][0].d)) : _mm512_set1_ps(xs[t][0].d);
+        acc[t] = _mm512_fmadd_ps(xd, f[t], acc[t]);
     }
 }
 

@@ -22,20 +22,34 @@ using format::qk;
 
 namespace {
 
+float abs_max(const float* x, int64_t n) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    return amax;
+}
+
+// One block of 32 values with the scale of values up to amax.
+void quantize_block(const float* xb, float amax, block_q8_x& out) {
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out.d = d;
+    out.sum = out.sum_lo = 0;
+    for (int i = 0; i < qk; ++i) {
+        out.qs[i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+        out.sum += out.qs[i];
+        if (i < qk / 2) out.sum_lo += out.qs[i];
+    }
+}
+
 void quantize_x(const float* x, block_q8_x* out, int64_t n) {
-    for (int64_t ib = 0; ib < n / qk; ++ib) {
-        const float* xb = x + ib * qk;
-        float amax = 0.0f;
-        for (int i = 0; i < qk; ++i) amax = std::max(amax, std::fabs(xb[i]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        out[ib].d = d;
-        out[ib].sum = out[ib].sum_lo = 0;
-        for (int i = 0; i < qk; ++i) {
-            out[ib].qs[i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
-            out[ib].sum += out[ib].qs[i];
-            if (i < qk / 2) out[ib].sum_lo += out[ib].qs[i];
-        }
+    for (int64_t ib = 0; ib < n / qk; ++ib) quantize_block(x + ib * qk, abs_max(x + ib * qk, qk), out[ib]);
+}
+
+void quantize_x_k(const float* x, block_q8_x* out, int64_t n) {
+    for (int64_t s = 0; s < n / format::qk_k; ++s) {
+        const float* xs = x + s * format::qk_k;
+        const float amax = abs_max(xs, format::qk_k);
+        for (int j = 0; j < 8; ++j) quantize_block(xs + j * qk, amax, out[8 * s + j]);
     }
 }
 
@@ -132,11 +146,16 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                 p[j] = (d * xs[j].d) * static_cast<float>(a);
             }
         } else {
+            // q4_k, q5_k with quantize_x_k's activations (one scale, xs[0].d): each sub-block's
+            // sum into one multiply-add chain by the row's d sc (exact in f32), the mins as
+            // one integer sum, then the activations' scale once
             constexpr bool five = T == dtype::q5_k;
             const auto& b4 = *reinterpret_cast<const block_q4_k*>(blk);
             const auto& b5 = *reinterpret_cast<const block_q5_k*>(blk);
             const uint8_t* qs = five ? b5.qs : b4.qs;
             const float d = f16_to_f32(b4.d), dmin = f16_to_f32(b4.dmin);
+            float f = 0.0f;
+            int32_t mins = 0;
             for (int j = 0; j < 8; ++j) {
                 int sc, m;
                 k_scale_min(b4.scales, j, sc, m);
@@ -146,12 +165,12 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                     if (five) q |= ((b5.qh[l] >> j) & 1) << 4;
                     isum += q * int32_t(xs[j].qs[l]);
                 }
-                // the row's d sc and dmin m once per sub-block, the activations' d sum once per
-                // block: three operations per sub-block and token in the tiles
-                const float g = xs[j].d * static_cast<float>(xs[j].sum);
-                p[j] = xs[j].d * ((d * static_cast<float>(sc)) * static_cast<float>(isum));
-                p[j] = std::fma(-(dmin * static_cast<float>(m)), g, p[j]); // the mins
+                f = std::fma(d * static_cast<float>(sc), static_cast<float>(isum), f);
+                mins += m * xs[j].sum;
             }
+            f = std::fma(-dmin, static_cast<float>(mins), f);
+            acc = std::fma(xs[0].d, f, acc);
+            continue;
         }
         acc += sum8(p);
     }
@@ -357,6 +376,7 @@ uint64_t madd_loop(int64_t iterations) {
 
 constexpr kernel_table table = {"scalar",
                                 quantize_x,
+                                quantize_x_k,
                                 tile<block_q8_0, dot_q8_0>,
                                 tile<block_q4_0, dot_q4_0>,
                                 tile_k<format::dtype::q4_k>,

@@ -8,6 +8,7 @@
 #include "cpu/simd_x86.h"
 #include "format/gguf_blocks.h"
 
+#include <cmath>
 #include <cstddef>
 
 namespace colibri {
@@ -69,10 +70,10 @@ template <class Block>
     for (size_t line = 0; line * 64 < sizeof(Block); ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
 }
 
-// One q4_k / q5_k super-block of a row against T tokens' activation blocks xs[t][0..7].
+// One q4_k / q5_k super-block of a row against T tokens' quantize_x_k activation blocks
+// xs[t][0..7] (their sums in xsum[t]): f[t], dot_k's chain before the activations' scale.
 template <class Block, int T, bool Vnni>
-inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m256 xd[T], const __m256i xsum[T],
-                        __m256 p[T]) {
+inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m256i xsum[T], float f[T]) {
     constexpr bool five = std::is_same_v<Block, format::block_q5_k>;
     __m256i sc, m;
     k_scales_mins(b.scales, sc, m);
@@ -90,17 +91,22 @@ inline void q45_k_block(const Block& b, const block_q8_x* const xs[T], const __m
         for (int j = 0; j < 8; ++j)
             q[j] = _mm256_or_si256(q[j], _mm256_and_si256(shift16(h, 4 - j), _mm256_set1_epi8(0x10)));
     }
-    const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(sc));
-    const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.dmin)), _mm256_cvtepi32_ps(m));
+    alignas(32) float dsc[8], a[8];
+    _mm256_store_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(sc)));
+    const float dmin = _cvtsh_ss(b.dmin);
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8];
         COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j)
             s[j] = dot_u8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
-        const __m256 a = _mm256_cvtepi32_ps(join_halves(half_sums4(s), half_sums4(s + 4)));
-        const __m256 g = _mm256_mul_ps(xd[t], _mm256_cvtepi32_ps(xsum[t]));
-        p[t] = _mm256_fnmadd_ps(dm, g, _mm256_mul_ps(xd[t], _mm256_mul_ps(dsc, a)));
+        _mm256_store_ps(a, _mm256_cvtepi32_ps(join_halves(half_sums4(s), half_sums4(s + 4))));
+        float chain = 0.0f; // lane by lane, as the interleaved tiles' lanes run it
+        for (int j = 0; j < 8; ++j) chain = std::fma(dsc[j], a[j], chain);
+        alignas(32) int32_t mins[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(mins), _mm256_mullo_epi32(m, xsum[t]));
+        const int32_t msum = ((mins[0] + mins[1]) + (mins[2] + mins[3])) + ((mins[4] + mins[5]) + (mins[6] + mins[7]));
+        f[t] = std::fma(-dmin, static_cast<float>(msum), chain);
     }
 }
 
@@ -407,12 +413,18 @@ void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_str
         COLIBRI_UNROLL
         for (int r = 0; r < 4; ++r) {
             prefetch_k_block(w[r][s]);
+            if constexpr (std::is_same_v<Block, format::block_q4_k> || std::is_same_v<Block, format::block_q5_k>) {
+                alignas(16) float f[4] = {}, xs_d[4] = {};
+                q45_k_block<Block, T, Vnni>(w[r][s], xs, xsum, f);
+                COLIBRI_UNROLL
+                for (int t = 0; t < T; ++t) xs_d[t] = xs[t][0].d;
+                acc[r] = _mm_fmadd_ps(_mm_load_ps(xs_d), _mm_load_ps(f), acc[r]); // the activations' scale
+                continue;
+            }
             __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
             if constexpr (std::is_same_v<Block, format::block_q6_k>) q6_k_block<T, Vnni>(w[r][s], xs, xd, p);
             else if constexpr (std::is_same_v<Block, format::block_iq4_xs>) iq4_xs_block<T, Vnni>(w[r][s], xs, xd, p);
-            else if constexpr (std::is_same_v<Block, format::block_q2_k> || std::is_same_v<Block, format::block_q3_k>)
-                q23_k_block<Block, T, Vnni>(w[r][s], xs, xd, p);
-            else q45_k_block<Block, T, Vnni>(w[r][s], xs, xd, xsum, p);
+            else q23_k_block<Block, T, Vnni>(w[r][s], xs, xd, p);
             acc[r] = _mm_add_ps(acc[r], hsum4(p)); // each token's super-block: kernel_table_scalar.cpp's sum8
         }
     }
@@ -461,15 +473,23 @@ inline __m256i dot_add(__m256i acc, __m256i u, __m256i s) {
     else return _mm256_add_epi32(acc, dot_u8s8<false>(u, s));
 }
 
+// acc + the products of the int16 pairs of a and b in each lane, added.
+template <bool Vnni>
+inline __m256i madd16_add(__m256i acc, __m256i a, __m256i b) {
+    if constexpr (Vnni) return _mm256_dpwssd_epi32(acc, a, b);
+    else return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+}
+
 // One super-block column of a q4_kx8 / q5_kx8 group against T tokens (xs[t]: the
-// token's eight activation blocks of it): acc[t] += each row's sum8 of p.
+// token's eight quantize_x_k activation blocks of it): acc[t] += each row's dot_k step.
 template <class Block, int T, bool Vnni>
 inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 acc[T]) {
     constexpr bool five = std::is_same_v<Block, format::block_q5_kx8>;
     const __m256i low = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
-    __m256 pair[4][T]; // p2c + p2c+1
+    __m256 f[T]; // the chain of each row's sub-block sums times its d sc
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) f[t] = _mm256_setzero_ps();
     COLIBRI_UNROLL
     for (int c = 0; c < 4; ++c) { // sub-blocks 2c (low nibbles) and 2c + 1 (high)
         __m256i s[T][2];
@@ -490,31 +510,30 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
                 s[t][1] = dot_add<Vnni>(s[t][1], hi, x4_all_lanes(xs[t][2 * c + 1].qs + 4 * i));
             }
         }
-        __m256 dsc[2], dm[2]; // d sc and dmin m of sub-blocks 2c and 2c + 1
         COLIBRI_UNROLL
         for (int e = 0; e < 2; ++e) {
             __m256i sc, m;
             kx8_scale_min(b.scales, 2 * c + e, sc, m);
-            dsc[e] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
-            dm[e] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
-        }
-        COLIBRI_UNROLL
-        for (int t = 0; t < T; ++t) {
-            __m256 p[2];
+            const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
             COLIBRI_UNROLL
-            for (int e = 0; e < 2; ++e) {
-                const block_q8_x& xb = xs[t][2 * c + e];
-                p[e] = _mm256_fnmadd_ps(
-                    dm[e], _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)),
-                    _mm256_mul_ps(_mm256_set1_ps(xb.d), _mm256_mul_ps(dsc[e], _mm256_cvtepi32_ps(s[t][e]))));
-            }
-            pair[c][t] = _mm256_add_ps(p[0], p[1]);
+            for (int t = 0; t < T; ++t) f[t] = _mm256_fmadd_ps(dsc, _mm256_cvtepi32_ps(s[t][e]), f[t]);
         }
     }
+    // the mins: m (< 64, an int16 pair with 0) times each block's sum (|sum| < 2^15)
+    __m256i m[8];
+    COLIBRI_UNROLL
+    for (int j = 0; j < 8; ++j) {
+        __m256i sc;
+        kx8_scale_min(b.scales, j, sc, m[j]);
+    }
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
-        const __m256 sum8 = _mm256_add_ps(_mm256_add_ps(pair[0][t], pair[1][t]), _mm256_add_ps(pair[2][t], pair[3][t]));
-        acc[t] = _mm256_add_ps(acc[t], sum8);
+        __m256i mins = _mm256_setzero_si256();
+        COLIBRI_UNROLL
+        for (int j = 0; j < 8; ++j) mins = madd16_add<Vnni>(mins, m[j], _mm256_set1_epi32(xs[t][j].sum));
+        f[t] = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(mins), f[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(xs[t][0].d), f[t], acc[t]);
     }
 }
 

@@ -158,7 +158,7 @@ dot_peak measure_dot_peak(int n_threads, const kernel_table& kt, format::dtype w
     const auto dotx4 = q8 ? kt.dotx4_q8_0_f32 : kt.dotx4_q4_0_f32;
     const auto tile = int8_tile(kt, row_type);
     std::vector<block_q8_x> xq(size_t(x8_prefill_tokens * n / format::qk));
-    kt.quantize_x(x.data(), xq.data(), x8_prefill_tokens * n);
+    (superblock_activations(weights) ? kt.quantize_x_k : kt.quantize_x)(x.data(), xq.data(), x8_prefill_tokens * n);
     std::atomic<uint64_t> sink{0};
     // best of three: this machine is shared
     auto best_of = [&](auto&& body, double macs_per_thread) {

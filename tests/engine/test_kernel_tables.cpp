@@ -25,7 +25,26 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             for (size_t b = 0; b < xr.size(); ++b) {
                 CHECK(xs[b].d == xr[b].d);
                 CHECK(xs[b].sum == xr[b].sum);
+                CHECK(xs[b].sum_lo == xr[b].sum_lo);
                 CHECK(std::memcmp(xs[b].qs, xr[b].qs, 32) == 0);
+            }
+            if (n % 256 == 0) { // one scale per 256 values: the largest |x| among them is 127
+                ref.quantize_x_k(x.data(), xr.data(), n);
+                simd->quantize_x_k(x.data(), xs.data(), n);
+                for (size_t b = 0; b < xr.size(); ++b) {
+                    CHECK(xs[b].d == xr[b].d);
+                    CHECK(xs[b].d == xr[b / 8 * 8].d);
+                    CHECK(xs[b].sum == xr[b].sum);
+                    CHECK(xs[b].sum_lo == xr[b].sum_lo);
+                    CHECK(std::memcmp(xs[b].qs, xr[b].qs, 32) == 0);
+                }
+                for (size_t s0 = 0; s0 < xr.size(); s0 += 8) {
+                    int most = 0;
+                    for (size_t b = s0; b < s0 + 8; ++b) {
+                        for (int8_t v : xr[b].qs) most = std::max(most, std::abs(int(v)));
+                    }
+                    CHECK(most == 127);
+                }
             }
             // eight quantised activation vectors for the integer tiles (up to four for q8_0 and
             // q4_0, up to eight for the interleaved types), and their values
@@ -34,6 +53,16 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             ref.quantize_x(xa.data(), xqa.data(), 8 * n);
             std::vector<float> xva(size_t(8 * n));
             for (int64_t i = 0; i < 8 * n; ++i) xva[size_t(i)] = xqa[size_t(i / 32)].d * xqa[size_t(i / 32)].qs[i % 32];
+            // the same with one scale per 256 values, for q4_k and q5_k (superblock_activations)
+            std::vector<block_q8_x> xqa_k(xqa.size());
+            std::vector<float> xva_k(xva.size());
+            if (n % 256 == 0) {
+                ref.quantize_x_k(xa.data(), xqa_k.data(), 8 * n);
+                for (int64_t i = 0; i < 8 * n; ++i)
+                    xva_k[size_t(i)] = xqa_k[size_t(i / 32)].d * xqa_k[size_t(i / 32)].qs[i % 32];
+            }
+            const auto acts = [&](dtype t) { return superblock_activations(t) ? xqa_k.data() : xqa.data(); };
+            const auto values = [&](dtype t) { return superblock_activations(t) ? xva_k.data() : xva.data(); };
             for (dtype t : {dtype::q8_0, dtype::q4_0}) {
                 CAPTURE(format::dtype_name(t));
                 auto q = quantize(t, w, 1, n);
@@ -102,13 +131,13 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                         CAPTURE(stride);
                         CAPTURE(n_tok);
                         float want[16], got[16];
-                        pick(ref)(q4.data(), stride, xqa.data(), size_t(n / 32), n_tok, n, want);
-                        pick (*simd)(q4.data(), stride, xqa.data(), size_t(n / 32), n_tok, n, got);
+                        pick(ref)(q4.data(), stride, acts(t), size_t(n / 32), n_tok, n, want);
+                        pick (*simd)(q4.data(), stride, acts(t), size_t(n / 32), n_tok, n, got);
                         for (int k = 0; k < n_tok; ++k) {
                             for (int r = 0; r < 4; ++r) {
                                 CHECK(got[4 * k + r] == want[4 * k + r]);
                                 const float* row = stored4.data() + (stride == 0 ? 0 : r) * n;
-                                const float* xk = xva.data() + k * n;
+                                const float* xk = values(t) + k * n;
                                 double exact = 0;
                                 for (int64_t i = 0; i < n; ++i) exact += double(row[i]) * xk[i];
                                 CHECK(std::fabs(want[4 * k + r] - exact) <= dot_tolerance(row, xk, n, 1e-5));
@@ -153,7 +182,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                     const block_q8_x* stream_x[4];
                     for (int s = 0; s < 4; ++s) {
                         groups[s] = x8.data() + size_t(order[s]) * gb;
-                        stream_x[s] = xqa.data() + size_t(own_x ? 7 - 2 * s : 5) * size_t(n / 32);
+                        stream_x[s] = acts(t) + size_t(own_x ? 7 - 2 * s : 5) * size_t(n / 32);
                     }
                     float want[32], got[32], alone[8];
                     streams_ref(groups, stream_x, n, want);
@@ -173,8 +202,8 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                             CAPTURE(n_groups);
                             CAPTURE(stride);
                             float want[256], got[256];
-                            tile_ref(x8.data(), stride, n_groups, xqa.data(), size_t(n / 32), n_tok, n, want);
-                            tile_simd(x8.data(), stride, n_groups, xqa.data(), size_t(n / 32), n_tok, n, got);
+                            tile_ref(x8.data(), stride, n_groups, acts(t), size_t(n / 32), n_tok, n, want);
+                            tile_simd(x8.data(), stride, n_groups, acts(t), size_t(n / 32), n_tok, n, got);
                             for (int k = 0; k < n_tok; ++k) {
                                 for (int g = 0; g < n_groups; ++g) {
                                     for (int r = 0; r < 8; ++r) {
@@ -183,7 +212,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                                         const size_t group =
                                             (size_t(g) * stride / gb) % 4; // the fifth group is the first
                                         const float* wr = stored32.data() + (group * 8 + size_t(r)) * size_t(n);
-                                        const float* xk = xva.data() + k * n;
+                                        const float* xk = values(t) + k * n;
                                         double exact = 0;
                                         for (int64_t c = 0; c < n; ++c) exact += double(wr[c]) * xk[c];
                                         CHECK(std::fabs(want[i] - exact) <= dot_tolerance(wr, xk, n, 1e-5));

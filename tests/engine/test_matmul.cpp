@@ -110,7 +110,9 @@ TEST_CASE("backend matmul matches the reference on odd and large shapes") {
                         if (quant_x) {
                             std::vector<block_q8_x> xq(size_t(s.cols / 32));
                             for (int tok = 0; tok < s.n; ++tok) {
-                                scalar_kernel_table().quantize_x(x.data() + tok * s.cols, xq.data(), s.cols);
+                                (superblock_activations(t)
+                                     ? scalar_kernel_table().quantize_x_k
+                                     : scalar_kernel_table().quantize_x)(x.data() + tok * s.cols, xq.data(), s.cols);
                                 for (int64_t c = 0; c < s.cols; ++c)
                                     xs[tok * s.cols + c] = xq[c / 32].d * xq[c / 32].qs[c % 32];
                             }
