@@ -15,8 +15,8 @@ namespace colibri {
 /// Activations quantised for integer dot products with the quantised weights: blocks of 32
 /// int8 values in [-127, 127] with an f32 scale, x = d * q, the sum of the qs and the sum of
 /// the first 16 (q6_k's sub-blocks are 16 wide). quantize_x gives each block its own scale;
-/// quantize_x_k one scale to each 256 values (eight blocks), which q4_k and q5_k weights
-/// take (superblock_activations).
+/// quantize_x_k one scale to each 256 values (eight blocks), which q4_k, q5_k and iq4_xs
+/// weights take (superblock_activations).
 struct block_q8_x {
     float d;
     int32_t sum;
@@ -46,9 +46,9 @@ struct kernel_table {
     /// The same for K-quant rows (n a multiple of 256). Each 32-element sub-block's integer
     /// sums with its activation block are exact and scaled in f32; a super-block's eight
     /// are added in a fixed tree, and the super-blocks one after another (kernel_table_scalar.cpp's
-    /// dot_k). q4_k and q5_k take quantize_x_k's activations: their sub-blocks' sums go into
-    /// one multiply-add chain by the rows' d sc, the mins as one integer sum, and the
-    /// activations' scale multiplies a super-block once.
+    /// dot_k). q4_k, q5_k and iq4_xs take quantize_x_k's activations: their sub-blocks' sums
+    /// go into one multiply-add chain by the rows' d sc, the mins as one integer sum, and
+    /// the activations' scale multiplies a super-block once.
     void (*tile_q4_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
                       float* out);
     void (*tile_q5_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
@@ -191,10 +191,11 @@ std::vector<const kernel_table*> supported_kernel_tables();
 const kernel_table& best_kernel_table();
 
 /// Whether t's kernels take quantize_x_k's activations (one scale per 256 values) rather
-/// than quantize_x's: q4_k and q5_k, plain or interleaved.
+/// than quantize_x's: q4_k, q5_k and iq4_xs, plain or interleaved.
 constexpr bool superblock_activations(format::dtype t) {
     using format::dtype;
-    return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q4_kx8 || t == dtype::q5_kx8;
+    return t == dtype::q4_k || t == dtype::q5_k || t == dtype::iq4_xs || t == dtype::q4_kx8 || t == dtype::q5_kx8 ||
+           t == dtype::iq4_xsx8;
 }
 
 /// kt's integer tile kernel for plain (not interleaved) rows of t: q8_0, q4_0, a K-quant or

@@ -620,7 +620,8 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
     constexpr bool five = std::is_same_v<Block, format::block_q5_kx8>;
     const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
     const __m512 d = scales16(a.d, b.d);
-    __m512 f[T]; // the chain of each row's sub-block sums times its d sc
+    __m512 f[T];  // the chain of each row's sub-block sums times its d sc
+    __m512i m[8]; // the sub-blocks' mins
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) f[t] = _mm512_setzero_ps();
     COLIBRI_UNROLL
@@ -649,20 +650,14 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
         }
         COLIBRI_UNROLL
         for (int e = 0; e < 2; ++e) {
-            __m512i sc, m;
-            kx8_pair_scale_min(a, b, 2 * c + e, sc, m);
+            __m512i sc;
+            kx8_pair_scale_min(a, b, 2 * c + e, sc, m[2 * c + e]);
             const __m512 dsc = _mm512_mul_ps(d, to_ps(sc));
             COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) f[t] = _mm512_fmadd_ps(dsc, to_ps(s[t][e]), f[t]);
         }
     }
     // the mins: m (< 64, an int16 pair with 0) times each block's sum (|sum| < 2^15)
-    __m512i m[8];
-    COLIBRI_UNROLL
-    for (int j = 0; j < 8; ++j) {
-        __m512i sc;
-        kx8_pair_scale_min(a, b, j, sc, m[j]);
-    }
     const __m512 dmin = scales16(a.dmin, b.dmin);
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
@@ -731,8 +726,9 @@ inline void q6_kx8_pair(const format::block_q6_kx8& a, const format::block_q6_kx
     for (int t = 0; t < T; ++t) acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(half[0][t], half[1][t]));
 }
 
-// iq4_xsx8 (VNNI only: the values enter vpdpbusd as iq4 + 128, less 128 * sum(x); without
-// VNNI maddubs would saturate on them, and the 256-bit tiles serve).
+// iq4_xsx8 with quantize_x_k's activations, as q45_kx8_pair without mins (VNNI only: the
+// values enter vpdpbusd as iq4 + 128, less 128 * sum(x); without VNNI maddubs would saturate
+// on them, and the 256-bit tiles serve).
 template <int T>
 inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_iq4_xsx8& b,
                           const block_q8_x* const xs[T], __m512 acc[T]) {
@@ -744,7 +740,9 @@ inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_i
     const __m512i sh = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.scales_h)))),
         _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales_h))), 1);
-    __m512 first[T], pair[2][T], lo[T]; // sum8's tree: ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+    __m512 f[T]; // the chain of each row's sub-block sums times its d ls
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) f[t] = _mm512_setzero_ps();
     COLIBRI_UNROLL
     for (int j = 0; j < 8; ++j) {
         __m512i s[T];
@@ -766,16 +764,12 @@ inline void iq4_xsx8_pair(const format::block_iq4_xsx8& a, const format::block_i
             _mm512_or_si512(_mm512_and_si512(shr32(sl, 4 * j), _mm512_set1_epi32(15)),
                             _mm512_slli_epi32(_mm512_and_si512(shr32(sh, 2 * j), _mm512_set1_epi32(3)), 4)),
             _mm512_set1_epi32(32));
+        const __m512 dls = _mm512_mul_ps(d, to_ps(ls));
         COLIBRI_UNROLL
-        for (int t = 0; t < T; ++t) {
-            const __m512 p =
-                _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(xs[t][j].d)), to_ps(_mm512_mullo_epi32(s[t], ls)));
-            if (j % 2 == 0) first[t] = p;
-            else pair[j / 2 % 2][t] = _mm512_add_ps(first[t], p);
-            if (j == 3) lo[t] = _mm512_add_ps(pair[0][t], pair[1][t]);
-            if (j == 7) acc[t] = _mm512_add_ps(acc[t], _mm512_add_ps(lo[t], _mm512_add_ps(pair[0][t], pair[1][t])));
-        }
+        for (int t = 0; t < T; ++t) f[t] = _mm512_fmadd_ps(dls, to_ps(s[t]), f[t]);
     }
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(xs[t][0].d), f[t], acc[t]);
 }
 
 // q2_kx8 / q3_kx8 as kquant_tiles_x86.h's q23_kx8_block, both groups at once.

@@ -121,16 +121,20 @@ float dot_k(const void* row, const block_q8_x* x, int64_t n) {
                     p[j] = std::fma(-(f16_to_f32(b2.dmin) * xs[j].d), static_cast<float>(mins), p[j]);
             }
         } else if constexpr (T == dtype::iq4_xs) {
+            // quantize_x_k's activations, as q4_k's below (no mins)
             const auto& b = *reinterpret_cast<const block_iq4_xs*>(blk);
             const float d = f16_to_f32(b.d);
+            float f = 0.0f;
             for (int j = 0; j < 8; ++j) {
                 int32_t isum = 0;
                 for (int l = 0; l < qk / 2; ++l) {
                     isum += iq4_values[b.qs[16 * j + l] & 15] * int32_t(xs[j].qs[l]);
                     isum += iq4_values[b.qs[16 * j + l] >> 4] * int32_t(xs[j].qs[l + 16]);
                 }
-                p[j] = (d * xs[j].d) * static_cast<float>(format::iq4_xs_scale(b, j) * isum);
+                f = std::fma(d * static_cast<float>(format::iq4_xs_scale(b, j)), static_cast<float>(isum), f);
             }
+            acc = std::fma(xs[0].d, f, acc);
+            continue;
         } else if constexpr (T == dtype::q6_k) {
             const auto& b = *reinterpret_cast<const block_q6_k*>(blk);
             const float d = f16_to_f32(b.d);

@@ -296,26 +296,27 @@ void tile_b32(const void* rows, size_t stride, const block_q8_x* x, size_t x_str
     }
 }
 
-// One iq4_xs super-block of a row against T tokens' activation blocks.
+// One iq4_xs super-block of a row against T tokens' quantize_x_k activation blocks: f[t],
+// dot_k's chain before the activations' scale.
 template <int T, bool Vnni>
-inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const xs[T], const __m256 xd[T],
-                         __m256 p[T]) {
+inline void iq4_xs_block(const format::block_iq4_xs& b, const block_q8_x* const xs[T], float f[T]) {
     __m256i q[8];
     COLIBRI_UNROLL
     for (int j = 0; j < 8; ++j) q[j] = iq4_lookup(nibbles32(b.qs + 16 * j));
-    int ls[8];
+    alignas(32) float dls[8], a[8];
+    const float d = _cvtsh_ss(b.d);
     COLIBRI_UNROLL
-    for (int j = 0; j < 8; ++j) ls[j] = format::iq4_xs_scale(b, j);
-    const __m256i sc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ls));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    for (int j = 0; j < 8; ++j) dls[j] = d * static_cast<float>(format::iq4_xs_scale(b, j));
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i s[8];
         COLIBRI_UNROLL
         for (int j = 0; j < 8; ++j)
             s[j] = dot_s8s8<Vnni>(q[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[t][j].qs)));
-        const __m256i a = _mm256_mullo_epi32(join_halves(half_sums4(s), half_sums4(s + 4)), sc);
-        p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
+        _mm256_store_ps(a, _mm256_cvtepi32_ps(join_halves(half_sums4(s), half_sums4(s + 4))));
+        float chain = 0.0f; // lane by lane, as the interleaved tiles' lanes run it
+        for (int j = 0; j < 8; ++j) chain = std::fma(dls[j], a[j], chain);
+        f[t] = chain;
     }
 }
 
@@ -413,19 +414,20 @@ void tile_k_t(const void* rows, size_t stride, const block_q8_x* x, size_t x_str
         COLIBRI_UNROLL
         for (int r = 0; r < 4; ++r) {
             prefetch_k_block(w[r][s]);
-            if constexpr (std::is_same_v<Block, format::block_q4_k> || std::is_same_v<Block, format::block_q5_k>) {
+            if constexpr (std::is_same_v<Block, format::block_q4_k> || std::is_same_v<Block, format::block_q5_k> ||
+                          std::is_same_v<Block, format::block_iq4_xs>) {
                 alignas(16) float f[4] = {}, xs_d[4] = {};
-                q45_k_block<Block, T, Vnni>(w[r][s], xs, xsum, f);
+                if constexpr (std::is_same_v<Block, format::block_iq4_xs>) iq4_xs_block<T, Vnni>(w[r][s], xs, f);
+                else q45_k_block<Block, T, Vnni>(w[r][s], xs, xsum, f);
                 COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) xs_d[t] = xs[t][0].d;
                 acc[r] = _mm_fmadd_ps(_mm_load_ps(xs_d), _mm_load_ps(f), acc[r]); // the activations' scale
-                continue;
+            } else {
+                __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+                if constexpr (std::is_same_v<Block, format::block_q6_k>) q6_k_block<T, Vnni>(w[r][s], xs, xd, p);
+                else q23_k_block<Block, T, Vnni>(w[r][s], xs, xd, p);
+                acc[r] = _mm_add_ps(acc[r], hsum4(p)); // each token's super-block: kernel_table_scalar.cpp's sum8
             }
-            __m256 p[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            if constexpr (std::is_same_v<Block, format::block_q6_k>) q6_k_block<T, Vnni>(w[r][s], xs, xd, p);
-            else if constexpr (std::is_same_v<Block, format::block_iq4_xs>) iq4_xs_block<T, Vnni>(w[r][s], xs, xd, p);
-            else q23_k_block<Block, T, Vnni>(w[r][s], xs, xd, p);
-            acc[r] = _mm_add_ps(acc[r], hsum4(p)); // each token's super-block: kernel_table_scalar.cpp's sum8
         }
     }
     store_row_lanes<T>(acc, out);
@@ -487,7 +489,8 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
     constexpr bool five = std::is_same_v<Block, format::block_q5_kx8>;
     const __m256i low = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
-    __m256 f[T]; // the chain of each row's sub-block sums times its d sc
+    __m256 f[T];  // the chain of each row's sub-block sums times its d sc
+    __m256i m[8]; // the sub-blocks' mins
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) f[t] = _mm256_setzero_ps();
     COLIBRI_UNROLL
@@ -512,20 +515,14 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
         }
         COLIBRI_UNROLL
         for (int e = 0; e < 2; ++e) {
-            __m256i sc, m;
-            kx8_scale_min(b.scales, 2 * c + e, sc, m);
+            __m256i sc;
+            kx8_scale_min(b.scales, 2 * c + e, sc, m[2 * c + e]);
             const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
             COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) f[t] = _mm256_fmadd_ps(dsc, _mm256_cvtepi32_ps(s[t][e]), f[t]);
         }
     }
     // the mins: m (< 64, an int16 pair with 0) times each block's sum (|sum| < 2^15)
-    __m256i m[8];
-    COLIBRI_UNROLL
-    for (int j = 0; j < 8; ++j) {
-        __m256i sc;
-        kx8_scale_min(b.scales, j, sc, m[j]);
-    }
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
@@ -608,9 +605,10 @@ inline void q6_kx8_block(const format::block_q6_kx8& b, const block_q8_x* const 
     }
 }
 
-// One super-block column of an iq4_xsx8 group against T tokens, likewise. With VNNI the
-// values enter vpdpbusd as iq4 + 128 (a second table), less 128 * sum(x); without it as |w|
-// against the activations with w's sign.
+// One super-block column of an iq4_xsx8 group against T tokens (quantize_x_k's
+// activations), as q45_kx8_block without mins. With VNNI the values enter vpdpbusd as iq4 +
+// 128 (a second table), less 128 * sum(x); without it as |w| against the activations with
+// w's sign.
 template <int T, bool Vnni>
 inline void iq4_xsx8_block(const format::block_iq4_xsx8& b, const block_q8_x* const xs[T], __m256 acc[T]) {
     const __m128i t16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(format::iq4_values));
@@ -621,7 +619,9 @@ inline void iq4_xsx8_block(const format::block_iq4_xsx8& b, const block_q8_x* co
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     const __m256i sl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.scales_l));
     const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales_h)));
-    __m256 p[8][T];
+    __m256 f[T]; // the chain of each row's sub-block sums times its d ls (quantize_x_k's activations)
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t) f[t] = _mm256_setzero_ps();
     COLIBRI_UNROLL
     for (int j = 0; j < 8; ++j) {
         __m256i s[T];
@@ -648,18 +648,12 @@ inline void iq4_xsx8_block(const format::block_iq4_xsx8& b, const block_q8_x* co
             _mm256_or_si256(_mm256_and_si256(shr32(sl, 4 * j), _mm256_set1_epi32(15)),
                             _mm256_slli_epi32(_mm256_and_si256(shr32(sh, 2 * j), _mm256_set1_epi32(3)), 4)),
             _mm256_set1_epi32(32));
+        const __m256 dls = _mm256_mul_ps(d, _mm256_cvtepi32_ps(ls));
         COLIBRI_UNROLL
-        for (int t = 0; t < T; ++t) {
-            p[j][t] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(xs[t][j].d)),
-                                    _mm256_cvtepi32_ps(_mm256_mullo_epi32(s[t], ls)));
-        }
+        for (int t = 0; t < T; ++t) f[t] = _mm256_fmadd_ps(dls, _mm256_cvtepi32_ps(s[t]), f[t]);
     }
     COLIBRI_UNROLL
-    for (int t = 0; t < T; ++t) {
-        const __m256 lo = _mm256_add_ps(_mm256_add_ps(p[0][t], p[1][t]), _mm256_add_ps(p[2][t], p[3][t]));
-        const __m256 hi = _mm256_add_ps(_mm256_add_ps(p[4][t], p[5][t]), _mm256_add_ps(p[6][t], p[7][t]));
-        acc[t] = _mm256_add_ps(acc[t], _mm256_add_ps(lo, hi));
-    }
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(xs[t][0].d), f[t], acc[t]);
 }
 
 // Sub-block k's 6-bit q3_k scale, less 32, of each of eight rows (format::q3_k_scale, lane
