@@ -84,8 +84,9 @@ bool cpu_backend::ffn_streamed(const ffn_job* jobs, int n_jobs) {
         ffn_xq_at_.push_back(blocks);
         blocks += jobs[j].down->cols() / format::qk;
     }
-    if (xq_.size() < blocks) xq_.resize(blocks);            // grows, then stays
-    quantiser (*jobs[0].gate)(jobs[0].x, xq_.data(), cols); // the gate's and up's, as checked above
+    if (xq_.size() < blocks) xq_.resize(blocks);             // grows, then stays
+    const auto gate_up_quantiser = quantiser(*jobs[0].gate); // every job's gate's and up's, as checked above
+    gate_up_quantiser(jobs[0].x, xq_.data(), cols);
     ffn_gate_up_.clear();
     ffn_down_.clear();
     int64_t gu = 0, dn = 0;
@@ -111,7 +112,8 @@ bool cpu_backend::ffn_streamed(const ffn_job* jobs, int n_jobs) {
             const int64_t n_ff = static_cast<int64_t>(f.gate->rows());
             if (f.gelu) kernels::geglu(f.g, f.u, n_ff);
             else kt_.swiglu(f.g, f.u, n_ff);
-            quantiser (*f.down)(f.g, xq_.data() + ffn_xq_at_[size_t(j)], n_ff);
+            const auto down_quantiser = quantiser(*f.down);
+            down_quantiser(f.g, xq_.data() + ffn_xq_at_[size_t(j)], n_ff);
         }
     };
     const auto down_steps = [&](int p) { return (down_begin(p + 1) - down_begin(p) + 3) / 4; };

@@ -53,7 +53,7 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
             ref.quantize_x(xa.data(), xqa.data(), 8 * n);
             std::vector<float> xva(size_t(8 * n));
             for (int64_t i = 0; i < 8 * n; ++i) xva[size_t(i)] = xqa[size_t(i / 32)].d * xqa[size_t(i / 32)].qs[i % 32];
-            // the same with one scale per 256 values, for q4_k and q5_k (superblock_activations)
+            // the same with one scale per 256 values, for q4_k, q5_k and iq4_xs (superblock_activations)
             std::vector<block_q8_x> xqa_k(xqa.size());
             std::vector<float> xva_k(xva.size());
             if (n % 256 == 0) {
