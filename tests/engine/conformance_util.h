@@ -69,6 +69,8 @@ struct error_stats {
     double max_rel = 0; // max |ours - ref| / max |ref|, over all positions
     double top1 = 0;    // fraction of positions with the same arg-max
     double mean_kl = 0; // mean KL(ref || ours) over positions
+    double tie_gap = 0; // where the arg-maxes differ, the most ref's top logit exceeds ref's logit
+                        // of our arg-max, over max |ref| (0: no position differs)
 };
 
 inline error_stats compare(const reference& r, const std::vector<float>& ours) {
@@ -96,7 +98,9 @@ inline error_stats compare(const reference& r, const std::vector<float>& ours) {
             kl += std::exp(lpa) * (lpa - lpb);
         }
         st.mean_kl += kl / double(n);
-        same += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+        const size_t ta = size_t(std::max_element(a, a + V) - a), tb = size_t(std::max_element(b, b + V) - b);
+        same += ta == tb;
+        st.tie_gap = std::max(st.tie_gap, (double(a[ta]) - a[tb]) / max_ref);
     }
     st.top1 = double(same) / double(n);
     return st;

@@ -322,12 +322,16 @@ TEST_CASE("llama.cpp's K-quant, IQ4 and Q4_1/Q5_0/Q5_1 files keep their blocks a
                 const std::vector<float> ours = test::run_logits(*rt, prompt.prompt, batch);
                 const test::error_stats same = test::compare(llamacpp, ours), orig = test::compare(f32, ours);
                 MESSAGE(file << ", batch " << batch << ": against llama.cpp on the file max rel " << same.max_rel
-                             << ", top-1 " << same.top1 << "; against the F32 original top-1 " << orig.top1
-                             << ", mean KL " << orig.mean_kl << " (llama.cpp: max rel " << theirs.max_rel << ", top-1 "
-                             << theirs.top1 << ", mean KL " << theirs.mean_kl << ")");
+                             << ", top-1 " << same.top1 << " (tie gap " << same.tie_gap
+                             << "); against the F32 original top-1 " << orig.top1 << ", mean KL " << orig.mean_kl
+                             << " (llama.cpp: max rel " << theirs.max_rel << ", top-1 " << theirs.top1 << ", mean KL "
+                             << theirs.mean_kl << ")");
                 CHECK(same.max_rel <= 0.04);
                 CHECK(same.max_rel <= theirs.max_rel / 2);
+                // at most 2 of 23 arg-maxes differ, each a near-tie: llama.cpp puts our pick within
+                // 1% of its largest |logit| of its own top
                 CHECK(same.top1 >= 0.9);
+                CHECK(same.tie_gap <= 0.01);
                 CHECK(orig.top1 >= theirs.top1 - 0.1);
                 CHECK(orig.mean_kl <= theirs.mean_kl * 1.5);
             }
