@@ -13,17 +13,30 @@
 namespace colibri {
 
 /// Activations quantised for integer dot products with the quantised weights: blocks of 32
-/// int8 values in [-127, 127] with an f32 scale, x = d * q, the sum of the qs and the sum of
-/// the first 16 (q6_k's sub-blocks are 16 wide). quantize_x gives each block its own scale;
-/// quantize_x_k one scale to each 256 values (eight blocks), which q4_k, q5_k and iq4_xs
-/// weights take (superblock_activations).
+/// int8 values in [-127, 127] with an f32 scale, x = d * q, and the sum of the qs.
+/// quantize_x gives each block its own scale and the sum of its first 16 qs (q6_k's
+/// sub-blocks are 16 wide); quantize_x_k one scale to each 256 values (eight blocks), which
+/// q4_k, q5_k and iq4_xs weights take (superblock_activations), and pairs of sums.
 struct block_q8_x {
     float d;
     int32_t sum;
     int8_t qs[format::qk];
-    int32_t sum_lo;
+    union {
+        int32_t sum_lo;   // quantize_x's
+        int32_t sum_pair; // quantize_x_k's, in even blocks (set_sum_pairs)
+    };
 };
 static_assert(sizeof(block_q8_x) == 44);
+
+/// quantize_x_k's last step on a super-block's eight blocks: blocks 2c's and 2c + 1's sums
+/// as the int16 halves of block 2c's sum_pair (|sum| <= 32 * 127), which the q4_k and q5_k
+/// tiles multiply by two sub-blocks' mins at once (pmaddwd / vpdpwssd).
+inline void set_sum_pairs(block_q8_x* blocks) {
+    for (int c = 0; c < 4; ++c) {
+        blocks[2 * c].sum_pair =
+            static_cast<int32_t>(uint32_t(uint16_t(blocks[2 * c].sum)) | uint32_t(blocks[2 * c + 1].sum) << 16);
+    }
+}
 
 struct kernel_table {
     const char* name;

@@ -86,6 +86,7 @@ void quantize_x_k(const float* x, block_q8_x* out, int64_t n) {
             amax = amax < a ? a : amax;
         }
         for (int j = 0; j < 8; ++j) quantize_block(xs + j * qk, amax, out[8 * s + j]);
+        set_sum_pairs(out + 8 * s);
     }
 }
 

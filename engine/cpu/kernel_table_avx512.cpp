@@ -621,7 +621,7 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
     const __m512i low = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
     const __m512 d = scales16(a.d, b.d);
     __m512 f[T];  // the chain of each row's sub-block sums times its d sc
-    __m512i m[8]; // the sub-blocks' mins
+    __m512i m[4]; // the mins of sub-blocks 2c and 2c + 1 as an int16 pair
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) f[t] = _mm512_setzero_ps();
     COLIBRI_UNROLL
@@ -648,25 +648,28 @@ inline void q45_kx8_pair(const Block& a, const Block& b, const block_q8_x* const
                 }
             }
         }
+        __m512i mc[2];
         COLIBRI_UNROLL
         for (int e = 0; e < 2; ++e) {
             __m512i sc;
-            kx8_pair_scale_min(a, b, 2 * c + e, sc, m[2 * c + e]);
+            kx8_pair_scale_min(a, b, 2 * c + e, sc, mc[e]);
             const __m512 dsc = _mm512_mul_ps(d, to_ps(sc));
             COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) f[t] = _mm512_fmadd_ps(dsc, to_ps(s[t][e]), f[t]);
         }
+        m[c] = _mm512_or_si512(mc[0], _mm512_slli_epi32(mc[1], 16));
     }
-    // the mins: m (< 64, an int16 pair with 0) times each block's sum (|sum| < 2^15)
+    // the mins (< 64) times the blocks' sums, two sub-blocks a product (set_sum_pairs)
     const __m512 dmin = scales16(a.dmin, b.dmin);
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m512i mins = _mm512_setzero_si512();
         COLIBRI_UNROLL
-        for (int j = 0; j < 8; ++j) {
-            const __m512i sum = OwnX ? halves_epi32(xs[t][j].sum, xb[t][j].sum) : _mm512_set1_epi32(xs[t][j].sum);
-            if constexpr (Vnni) mins = _mm512_dpwssd_epi32(mins, m[j], sum);
-            else mins = _mm512_add_epi32(mins, _mm512_madd_epi16(m[j], sum));
+        for (int c = 0; c < 4; ++c) {
+            const __m512i sum = OwnX ? halves_epi32(xs[t][2 * c].sum_pair, xb[t][2 * c].sum_pair)
+                                     : _mm512_set1_epi32(xs[t][2 * c].sum_pair);
+            if constexpr (Vnni) mins = _mm512_dpwssd_epi32(mins, m[c], sum);
+            else mins = _mm512_add_epi32(mins, _mm512_madd_epi16(m[c], sum));
         }
         f[t] = _mm512_fnmadd_ps(dmin, to_ps(mins), f[t]);
         const __m512 xd =

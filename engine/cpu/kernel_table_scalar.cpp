@@ -50,6 +50,7 @@ void quantize_x_k(const float* x, block_q8_x* out, int64_t n) {
         const float* xs = x + s * format::qk_k;
         const float amax = abs_max(xs, format::qk_k);
         for (int j = 0; j < 8; ++j) quantize_block(xs + j * qk, amax, out[8 * s + j]);
+        set_sum_pairs(out + 8 * s);
     }
 }
 

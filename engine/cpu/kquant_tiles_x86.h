@@ -490,7 +490,7 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
     const __m256i low = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
     __m256 f[T];  // the chain of each row's sub-block sums times its d sc
-    __m256i m[8]; // the sub-blocks' mins
+    __m256i m[4]; // the mins of sub-blocks 2c and 2c + 1 as an int16 pair
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) f[t] = _mm256_setzero_ps();
     COLIBRI_UNROLL
@@ -513,22 +513,24 @@ inline void q45_kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 
                 s[t][1] = dot_add<Vnni>(s[t][1], hi, x4_all_lanes(xs[t][2 * c + 1].qs + 4 * i));
             }
         }
+        __m256i mc[2];
         COLIBRI_UNROLL
         for (int e = 0; e < 2; ++e) {
             __m256i sc;
-            kx8_scale_min(b.scales, 2 * c + e, sc, m[2 * c + e]);
+            kx8_scale_min(b.scales, 2 * c + e, sc, mc[e]);
             const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
             COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) f[t] = _mm256_fmadd_ps(dsc, _mm256_cvtepi32_ps(s[t][e]), f[t]);
         }
+        m[c] = _mm256_or_si256(mc[0], _mm256_slli_epi32(mc[1], 16));
     }
-    // the mins: m (< 64, an int16 pair with 0) times each block's sum (|sum| < 2^15)
+    // the mins (< 64) times the blocks' sums, two sub-blocks a product (set_sum_pairs)
     const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.dmin)));
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
         __m256i mins = _mm256_setzero_si256();
         COLIBRI_UNROLL
-        for (int j = 0; j < 8; ++j) mins = madd16_add<Vnni>(mins, m[j], _mm256_set1_epi32(xs[t][j].sum));
+        for (int c = 0; c < 4; ++c) mins = madd16_add<Vnni>(mins, m[c], _mm256_set1_epi32(xs[t][2 * c].sum_pair));
         f[t] = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(mins), f[t]);
         acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(xs[t][0].d), f[t], acc[t]);
     }

@@ -37,6 +37,10 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                     CHECK(xs[b].sum == xr[b].sum);
                     CHECK(xs[b].sum_lo == xr[b].sum_lo);
                     CHECK(std::memcmp(xs[b].qs, xr[b].qs, 32) == 0);
+                    if (b % 2 == 0) { // the pair's int16 halves: this block's sum, the next one's
+                        CHECK(int16_t(xr[b].sum_pair & 0xFFFF) == xr[b].sum);
+                        CHECK((xr[b].sum_pair >> 16) == xr[b + 1].sum);
+                    }
                 }
                 for (size_t s0 = 0; s0 < xr.size(); s0 += 8) {
                     int most = 0;
