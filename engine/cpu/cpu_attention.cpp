@@ -85,7 +85,7 @@ void cpu_backend::attention(const attention_args& a) {
     const auto keys = [&](int64_t job) { return a.pos[job / a.n_head_kv] + 1 - first(job); };
     if (a.softcap > 0) { // Gemma 2's capped scores: the scalar kernel
         pool_.run([&](int ith, int nth) {
-            float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
+            float* scores = a.scratch + static_cast<int64_t>(ith) * attention_scratch_rows(group) * a.n_ctx;
             for (int64_t job = ith; job < jobs; job += nth) {
                 const int t = static_cast<int>(job / a.n_head_kv), kvh = static_cast<int>(job % a.n_head_kv);
                 const int64_t head0 = t * q_stride + static_cast<int64_t>(kvh) * group * a.head_dim;
@@ -95,25 +95,39 @@ void cpu_backend::attention(const attention_args& a) {
         });
         return;
     }
-    // Items: a job's query heads in parts of three where three divide them, else two (the
-    // kernels share each key's and value's load among a part's heads: splitting there costs
-    // no extra pass), ordered by KV head, then token, so that a thread's items mostly reread
-    // the keys and values it has just read (a batch's tokens share them), and each thread
-    // takes a run of items of about equal work (a token's work grows with its keys).
-    const int per = group % 3 == 0 ? 3 : 2;
-    const int parts = (group + per - 1) / per;
-    const int64_t items = jobs * parts;
-    const auto job_of = [&](int64_t item) {
-        const int64_t kvh = item / (int64_t(a.n) * parts), t = item / parts % a.n;
-        return t * a.n_head_kv + kvh;
+    // Items: a block of the batch's tokens (consecutive ones that read the same keys, as many
+    // as attention_rows take with a part's heads) by a KV head's query heads in parts of three
+    // where three divide them, else two (the kernels share each key's and value's load among
+    // an item's rows: splitting there costs no extra pass), ordered by KV head, then block, so
+    // that a thread's items mostly reread the keys and values it has just read, and each
+    // thread takes a run of items of about equal work (a token's work grows with its keys).
+    const int per = std::min(group, group % 3 == 0 ? 3 : 2);
+    const int parts = (group + per - 1) / per, block_tokens = std::max(1, attention_rows / per);
+    blocks_.clear(); // first token of each block, then a.n
+    for (int t = 0; t < a.n; ++t) {
+        const int b0 = blocks_.empty() ? -1 : blocks_.back();
+        if (b0 < 0 || t - b0 == block_tokens || first(t * a.n_head_kv) != first(b0 * a.n_head_kv) ||
+            a.pos[t] < a.pos[t - 1])
+            blocks_.push_back(t);
+    }
+    const int64_t n_blocks = int64_t(blocks_.size());
+    blocks_.push_back(a.n);
+    const int64_t items = a.n_head_kv * n_blocks * parts;
+    // an item's KV head, tokens [t0, t1) and query heads [h0, h1) of the group
+    struct item_rows {
+        int kvh, t0, t1, h0, h1;
     };
-    const auto heads = [&](int64_t item) {
+    const auto rows_of = [&](int64_t item) {
+        const int64_t b = item / parts % n_blocks;
         const int part = static_cast<int>(item % parts);
-        return std::pair{per * part, std::min(group, per * part + per)};
+        return item_rows{static_cast<int>(item / (n_blocks * parts)), blocks_[size_t(b)], blocks_[size_t(b) + 1],
+                         per * part, std::min(group, per * part + per)};
     };
     const auto item_work = [&](int64_t item) {
-        const auto [h0, h1] = heads(item);
-        return int64_t(keys(job_of(item))) * (h1 - h0);
+        const item_rows r = rows_of(item);
+        int64_t w = 0;
+        for (int t = r.t0; t < r.t1; ++t) w += keys(int64_t(t) * a.n_head_kv);
+        return w * (r.h1 - r.h0);
     };
     int64_t total = 0;
     for (int64_t item = 0; item < items; ++item) total += item_work(item);
@@ -122,26 +136,31 @@ void cpu_backend::attention(const attention_args& a) {
         int64_t item = 0, done = 0;
         const int64_t from = total * ith / nth, to = total * (ith + 1) / nth;
         for (; item < items && done + item_work(item) / 2 < from; ++item) done += item_work(item);
-        float* scores = a.scratch + static_cast<int64_t>(ith) * group * a.n_ctx;
+        float* scores = a.scratch + static_cast<int64_t>(ith) * attention_scratch_rows(group) * a.n_ctx;
+        int n_keys[attention_rows];
         for (; item < items && done + item_work(item) / 2 < to; ++item) {
             done += item_work(item);
-            const int64_t job = job_of(item);
-            const auto [h0, h1] = heads(item);
-            const int t = static_cast<int>(job / a.n_head_kv), kvh = static_cast<int>(job % a.n_head_kv);
-            const int64_t head0 = t * q_stride + (static_cast<int64_t>(kvh) * group + h0) * a.head_dim;
-            // the thread's next job, whose keys the kernel asks for as it ends
-            const int64_t next = item + 1 < items ? job_of(item + 1) : -1;
+            const item_rows r = rows_of(item);
+            const int64_t job = int64_t(r.t0) * a.n_head_kv + r.kvh; // the block's first token's
+            for (int t = r.t0; t < r.t1; ++t) n_keys[t - r.t0] = keys(int64_t(t) * a.n_head_kv + r.kvh);
+            const int64_t head0 = r.t0 * q_stride + (static_cast<int64_t>(r.kvh) * group + r.h0) * a.head_dim;
+            // the thread's next item's keys, which the kernel asks for as it ends
+            int64_t next = -1;
+            if (item + 1 < items) {
+                const item_rows nr = rows_of(item + 1);
+                next = int64_t(nr.t0) * a.n_head_kv + nr.kvh;
+            }
             if (a.kv_f16) {
                 const auto* k = static_cast<const uint16_t*>(a.k_cache);
-                kt_.attend_f16(a.q + head0, h1 - h0, k + kv_off(job),
-                               static_cast<const uint16_t*>(a.v_cache) + kv_off(job), keys(job), a.head_dim, a.scale,
-                               scores, a.out + head0, next >= 0 ? k + kv_off(next) : nullptr,
+                kt_.attend_f16(a.q + head0, q_stride, r.h1 - r.h0, r.t1 - r.t0, k + kv_off(job),
+                               static_cast<const uint16_t*>(a.v_cache) + kv_off(job), n_keys, a.head_dim, a.scale,
+                               scores, a.out + head0, q_stride, next >= 0 ? k + kv_off(next) : nullptr,
                                next >= 0 ? keys(next) : 0);
             } else {
                 const auto* k = static_cast<const float*>(a.k_cache);
-                kt_.attend(a.q + head0, h1 - h0, k + kv_off(job), static_cast<const float*>(a.v_cache) + kv_off(job),
-                           keys(job), a.head_dim, a.scale, scores, a.out + head0,
-                           next >= 0 ? k + kv_off(next) : nullptr, next >= 0 ? keys(next) : 0);
+                kt_.attend(a.q + head0, q_stride, r.h1 - r.h0, r.t1 - r.t0, k + kv_off(job),
+                           static_cast<const float*>(a.v_cache) + kv_off(job), n_keys, a.head_dim, a.scale, scores,
+                           a.out + head0, q_stride, next >= 0 ? k + kv_off(next) : nullptr, next >= 0 ? keys(next) : 0);
             }
         }
     };

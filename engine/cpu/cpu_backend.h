@@ -166,6 +166,7 @@ private:
     std::vector<float> f32_rows_; // rows taken by index for the f32 kernels
     std::vector<matmul_job> local_jobs_;
     std::vector<int64_t> row_begin_; // [n_jobs + 1] first global row of each job
+    std::vector<int> blocks_;        // attention: each block's first token, then the batch's count
     std::vector<segment> segments_;
     std::vector<matmul_job> ffn_products_; // ffn_many's products, stepwise
     // ffn_many's decode: each thread's first job (then n_jobs), the first block of each

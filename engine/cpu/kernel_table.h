@@ -157,15 +157,20 @@ struct kernel_table {
     /// Four f32 rows `stride` floats apart with one activation vector: out[r] = row_r . x,
     /// each bit-identical to dot_f32, read as four memory streams (decode's router).
     void (*dot4_f32)(const float* rows, size_t stride, const float* x, int64_t n, float* out);
-    /// n_q query heads (head_dim apart) that share one key/value head, against its n cached
-    /// keys and values (rows of head_dim, f32 or f16): for each query g,
-    /// s = softmax(scale * q_g . k_j) over j, out_g = sum_j s_j v_j. scores: scratch of
-    /// n_q * n floats. next_k (null: none) is the caller's next call's keys and next_n
-    /// their count: a hint, their first rows asked for from memory while this call ends.
-    void (*attend)(const float* q, int n_q, const float* k, const float* v, int n, int head_dim, float scale,
-                   float* scores, float* out, const float* next_k, int next_n);
-    void (*attend_f16)(const float* q, int n_q, const uint16_t* k, const uint16_t* v, int n, int head_dim, float scale,
-                       float* scores, float* out, const uint16_t* next_k, int next_n);
+    /// n_tok tokens' n_q query heads (token t's at q + t * q_stride, head_dim apart) that
+    /// share one key/value head; token t attends to the first n[t] of its cached keys and
+    /// values (rows of head_dim, f32 or f16; n ascending): for each query g,
+    /// s = softmax(scale * q_g . k_j) over j < n[t], out_g = sum_j s_j v_j (at
+    /// out + t * out_stride). Each token gets the bits it gets alone, whatever tokens and
+    /// heads share its call. scores: scratch of n_tok * n_q * n[n_tok - 1] floats. next_k
+    /// (null: none) is the caller's next call's keys and next_n their count: a hint, their
+    /// first rows asked for from memory while this call ends.
+    void (*attend)(const float* q, int64_t q_stride, int n_q, int n_tok, const float* k, const float* v, const int* n,
+                   int head_dim, float scale, float* scores, float* out, int64_t out_stride, const float* next_k,
+                   int next_n);
+    void (*attend_f16)(const float* q, int64_t q_stride, int n_q, int n_tok, const uint16_t* k, const uint16_t* v,
+                       const int* n, int head_dim, float scale, float* scores, float* out, int64_t out_stride,
+                       const uint16_t* next_k, int next_n);
     /// gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i], each element by
     /// the same formula wherever it lies (so batching never changes a result).
     void (*swiglu)(float* gate, const float* up, int64_t n);
@@ -220,5 +225,19 @@ struct x8_kernels {
     decltype(kernel_table::streams_q4_0x8) streams;
 };
 x8_kernels int8_x8_kernels(const kernel_table& kt, format::dtype t);
+
+/// kernel_table::attend through a kernel of one token at a time (one(q, n_q, k, v, n,
+/// head_dim, scale, scores, out, next_k, next_n)): the tokens in turn, each telling of the
+/// next one's keys (the same rows), the last of the caller's.
+template <class T, class One>
+void attend_by_token(One one, const float* q, int64_t q_stride, int n_q, int n_tok, const T* k, const T* v,
+                     const int* n, int head_dim, float scale, float* scores, float* out, int64_t out_stride,
+                     const T* next_k, int next_n) {
+    for (int t = 0; t < n_tok; ++t) {
+        const bool last = t + 1 == n_tok;
+        one(q + t * q_stride, n_q, k, v, n[t], head_dim, scale, scores, out + t * out_stride, last ? next_k : k,
+            last ? next_n : n[t + 1]);
+    }
+}
 
 } // namespace colibri

@@ -534,21 +534,27 @@ void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int nv, fl
 }
 
 template <class T>
-void attend(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores,
-            float* out, const T* next_k, int next_n) {
-    if (head_dim % 8 != 0) {
-        if constexpr (std::is_same_v<T, float>) {
-            scalar_kernel_table().attend(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
-        } else {
-            scalar_kernel_table().attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
-        }
-        return;
-    }
+void attend_one(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores,
+                float* out, const T* next_k, int next_n) {
     switch (head_dim) {
     case 64: attend_t<8>(q, n_q, k, v, n, 8, scale, scores, out, next_k, next_n); return;
     case 128: attend_t<16>(q, n_q, k, v, n, 16, scale, scores, out, next_k, next_n); return;
     default: attend_t<0>(q, n_q, k, v, n, head_dim / 8, scale, scores, out, next_k, next_n); return;
     }
+}
+
+template <class T>
+void attend(const float* q, int64_t q_stride, int n_q, int n_tok, const T* k, const T* v, const int* n, int head_dim,
+            float scale, float* scores, float* out, int64_t out_stride, const T* next_k, int next_n) {
+    if (head_dim % 8 != 0) {
+        const kernel_table& s = scalar_kernel_table();
+        if constexpr (std::is_same_v<T, float>)
+            s.attend(q, q_stride, n_q, n_tok, k, v, n, head_dim, scale, scores, out, out_stride, next_k, next_n);
+        else s.attend_f16(q, q_stride, n_q, n_tok, k, v, n, head_dim, scale, scores, out, out_stride, next_k, next_n);
+        return;
+    }
+    attend_by_token(attend_one<T>, q, q_stride, n_q, n_tok, k, v, n, head_dim, scale, scores, out, out_stride, next_k,
+                    next_n);
 }
 
 // silu through exp_ps: e^-g with -g at most 88 (e^88 is finite; beyond it silu(g) is

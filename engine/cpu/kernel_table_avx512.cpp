@@ -321,11 +321,12 @@ void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const bl
     }
 }
 
-// Attention on 512-bit vectors for head dimensions 64 and 128, laid out as the 256-bit
-// kernels (kernel_table_avx2.cpp): query heads in pairs (three at 64 dimensions) share each
-// key's and value's load and conversion, the positions are read as two streams (their
-// halves side by side), and the softmax is the same. Each head's value sums stay in
-// registers for the whole pass.
+// Attention on 512-bit vectors for head dimensions 64 and 128: a pass's query rows (a
+// token's heads, and the next tokens') share each key's and value's load and conversion.
+// The positions are read as two streams, their halves side by side, then the rest in order;
+// the halves split at a multiple of 8 positions, so that tokens a few positions apart share
+// the split. Each score is its own key's sum and each row adds its values in the same order
+// whatever rows share its pass: a token gets the bits it gets alone.
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const uint16_t* p) {
 #if defined(COLIBRI_AVX512_EMULATED) // SIMDe 0.7.4 has no 512-bit f16 conversion
@@ -336,87 +337,128 @@ inline __m512 load16(const uint16_t* p) {
 #endif
 }
 
+// The rows of each stream: a multiple of 8 (2 * stream_half(n) <= n; the rest after them).
+inline int stream_half(int n) { return n / 16 * 8; }
+
+// R query rows against the same keys: row r's scores (n[r] of them, ascending in r) and output.
+template <int R>
+struct attend_rows512 {
+    const float* q[R];
+    float* s[R];
+    float* out[R];
+    int n[R];
+};
+
 // The low and high 256-bit halves of v added.
 inline __m256 fold(__m512 v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
-// s[h * n + j] = scale * q_h . k_j for H query heads and n keys of NV vectors: two keys
-// from each half at a time, then the odd ones left; v_start (null: none): the values whose
-// first rows to ask for in the last steps.
-template <int H, int NV, class T>
-void attention_scores512(const float* q, const T* k, int n, float scale, float* s, const T* v_start) {
-    constexpr int hd = 16 * NV;
-    const int half = attention_half(n), ahead = attention_ahead<T>(hd);
-    const __m128 sc = _mm_set1_ps(scale);
-    __m512 qv[H][NV];
-    for (int h = 0; h < H; ++h) {
-        for (int i = 0; i < NV; ++i) qv[h][i] = _mm512_loadu_ps(q + h * hd + 16 * i);
+// Keys key[0 .. valid) (at positions at[u]) against every row: each score is its key's
+// products summed as fold and hsum4 sum them, whatever the key's place in the step.
+template <int R, int NV, int U, class T>
+inline void score_step(const attend_rows512<R>& rows, const T* const key[U], const int at[U], int valid, __m128 sc) {
+    __m512 kv[U][NV];
+    for (int u = 0; u < U; ++u) {
+        if (u >= valid) break;
+        for (int i = 0; i < NV; ++i) kv[u][i] = load16(key[u] + 16 * i);
     }
-    for (int j = 0; j < half; j += 2) {
-        const T* key[4];
-        score_keys(k, v_start, j, half, hd, ahead, key);
-        __m256 acc[H][4];
-        for (int u = 0; u < 4; ++u) {
-            __m512 a[H];
-            for (int h = 0; h < H; ++h) a[h] = _mm512_setzero_ps();
-            for (int i = 0; i < NV; ++i) {
-                const __m512 kv = load16(key[u] + 16 * i);
-                for (int h = 0; h < H; ++h) a[h] = _mm512_fmadd_ps(qv[h][i], kv, a[h]);
-            }
-            for (int h = 0; h < H; ++h) acc[h][u] = fold(a[h]);
+    for (int r = 0; r < R; ++r) {
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int u = 0; u < U; ++u) {
+            if (u >= valid) break;
+            __m512 a = _mm512_setzero_ps();
+            for (int i = 0; i < NV; ++i) a = _mm512_fmadd_ps(_mm512_loadu_ps(rows.q[r] + 16 * i), kv[u][i], a);
+            acc[u] = fold(a);
         }
-        for (int h = 0; h < H; ++h) store_scores4(s + h * n, j, half, acc[h], sc);
-    }
-    for (int j = 2 * half; j < n; ++j) {
-        __m512 a[H];
-        for (int h = 0; h < H; ++h) a[h] = _mm512_setzero_ps();
-        for (int i = 0; i < NV; ++i) {
-            const __m512 kv = load16(k + j * hd + 16 * i);
-            for (int h = 0; h < H; ++h) a[h] = _mm512_fmadd_ps(qv[h][i], kv, a[h]);
+        alignas(16) float v4[4];
+        _mm_store_ps(v4, _mm_mul_ps(hsum4(acc), sc));
+        for (int u = 0; u < U; ++u) {
+            if (u < valid) rows.s[r][at[u]] = v4[u];
         }
-        for (int h = 0; h < H; ++h) s[h * n + j] = hsum(fold(a[h])) * scale;
     }
 }
 
-// out_h = sum_j s[h * n + j] v_j for H heads: a key from each half at a time into the same
-// sums, then the odd keys left; next_k (null: none): the keys whose first rows to ask for
-// in the last steps.
-template <int H, int NV, class T>
-void attention_values512(const float* s, const T* v, int n, float* out, const T* next_k, int next_n) {
-    constexpr int hd = 16 * NV;
-    const int half = attention_half(n), ahead = attention_ahead<T>(hd);
-    __m512 acc[H][NV];
-    for (int h = 0; h < H; ++h) {
-        for (int i = 0; i < NV; ++i) acc[h][i] = _mm512_setzero_ps();
-    }
-    for (int j = 0; j < half; ++j) {
-        const T* va = v + j * hd;
-        const T* vb = va + half * hd;
+// Every row's scores against keys 0 .. n[R - 1]: the two streams of `half` rows a step of U
+// keys (P of each), then the rest U at a time. The last steps of the streams ask for the
+// values' first rows (v; null: not).
+template <int R, int NV, class T>
+void attention_scores512(const attend_rows512<R>& rows, const T* k, int half, float scale, const T* v) {
+    constexpr int hd = 16 * NV, U = NV == 4 ? 4 : 2, P = U / 2; // NV 8: two keys' vectors fill the registers
+    const int n = rows.n[R - 1], ahead = attention_ahead<T>(hd);
+    const __m128 sc = _mm_set1_ps(scale);
+    const T* key[U];
+    int at[U];
+    for (int j = 0; j < half; j += P) {
+        for (int p = 0; p < P; ++p) {
+            at[p] = j + p;
+            at[P + p] = half + j + p;
+        }
+        for (int u = 0; u < U; ++u) key[u] = k + at[u] * hd;
         if (j + ahead < half) {
-            prefetch_rows(va + ahead * hd, 1, hd);
-            prefetch_rows(vb + ahead * hd, 1, hd);
-        } else {
-            prefetch_next_keys(next_k, next_n, j, half, hd, ahead);
+            prefetch_rows(key[0] + ahead * hd, P, hd);
+            prefetch_rows(key[P] + ahead * hd, P, hd);
+        } else if (v != nullptr) {
+            for (int p = 0; p < P; ++p) {
+                const int r = next_pass_row(j + p, half, ahead, half);
+                if (r < 0) continue;
+                prefetch_rows(v + r * hd, 1, hd);
+                prefetch_rows(v + (half + r) * hd, 1, hd);
+            }
         }
-        __m512 pa[H], pb[H];
-        for (int h = 0; h < H; ++h) {
-            pa[h] = _mm512_set1_ps(s[h * n + j]);
-            pb[h] = _mm512_set1_ps(s[h * n + half + j]);
+        score_step<R, NV, U>(rows, key, at, U, sc);
+    }
+    for (int j = 2 * half; j < n; j += U) {
+        const int valid = std::min(U, n - j);
+        for (int u = 0; u < valid; ++u) {
+            at[u] = j + u;
+            key[u] = k + at[u] * hd;
         }
-        for (int i = 0; i < NV; ++i) {
-            const __m512 a = load16(va + 16 * i), b = load16(vb + 16 * i);
-            for (int h = 0; h < H; ++h) acc[h][i] = _mm512_fmadd_ps(pb[h], b, _mm512_fmadd_ps(pa[h], a, acc[h][i]));
+        if (j + ahead < n) prefetch_rows(k + (j + ahead) * hd, std::min(U, n - j - ahead), hd);
+        score_step<R, NV, U>(rows, key, at, valid, sc);
+    }
+}
+
+// out_r = sum_j s_r[j] v_j for every row: a row of each stream at a time, then the rest
+// in order (row r's while j < n[r]); next_k (null: none): the keys whose first rows to ask
+// for in the streams' last steps.
+template <int R, int NV, class T>
+void attention_values512(const attend_rows512<R>& rows, const T* v, int half, const T* next_k, int next_n) {
+    constexpr int hd = 16 * NV;
+    const int n = rows.n[R - 1], ahead = attention_ahead<T>(hd), next_half = stream_half(next_n);
+    __m512 acc[R][NV];
+    for (int r = 0; r < R; ++r) {
+        for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_setzero_ps();
+    }
+    const auto add = [&](int j, bool every_row) {
+        __m512 x[NV];
+        for (int i = 0; i < NV; ++i) x[i] = load16(v + j * hd + 16 * i);
+        for (int r = 0; r < R; ++r) {
+            if (!every_row && j >= rows.n[r]) continue;
+            const __m512 p = _mm512_set1_ps(rows.s[r][j]);
+            for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_fmadd_ps(p, x[i], acc[r][i]);
         }
+    };
+    for (int j = 0; j < half; ++j) {
+        if (j + ahead < half) {
+            prefetch_rows(v + (j + ahead) * hd, 1, hd);
+            prefetch_rows(v + (half + j + ahead) * hd, 1, hd);
+        } else if (next_k != nullptr) {
+            const int r = next_pass_row(j, half, ahead, next_half);
+            if (r >= 0) {
+                prefetch_rows(next_k + r * hd, 1, hd);
+                prefetch_rows(next_k + (next_half + r) * hd, 1, hd);
+            }
+        }
+        add(j, true);
+        add(half + j, true);
     }
     for (int j = 2 * half; j < n; ++j) {
-        for (int i = 0; i < NV; ++i) {
-            const __m512 a = load16(v + j * hd + 16 * i);
-            for (int h = 0; h < H; ++h) acc[h][i] = _mm512_fmadd_ps(_mm512_set1_ps(s[h * n + j]), a, acc[h][i]);
-        }
+        if (j + ahead < n) prefetch_rows(v + (j + ahead) * hd, 1, hd);
+        add(j, false);
     }
-    for (int h = 0; h < H; ++h) {
-        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(out + h * hd + 16 * i, acc[h][i]);
+    for (int r = 0; r < R; ++r) {
+        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(rows.out[r] + 16 * i, acc[r][i]);
     }
 }
 
@@ -479,45 +521,60 @@ inline void softmax512(float* s, int n) {
     std::memcpy(s + n16, last, sizeof(float) * size_t(rest));
 }
 
-// The last pass over the keys asks for the values' first rows, the last over the values for
-// the next keys' (simd_x86.h).
-template <int NV, class T>
-void attend512_t(const float* q, int n_q, const T* k, const T* v, int n, float scale, float* scores, float* out,
-                 const T* next_k, int next_n) {
+// One pass: rows r0 .. r1 of the call (token-major: row r is head r % n_q of token r / n_q).
+template <int R, int NV, class T>
+void attend_pass512(const float* q, int64_t q_stride, int n_q, const T* k, const T* v, const int* n, int r0, int n_last,
+                    float scale, float* scores, float* out, int64_t out_stride, const T* next_k, int next_n) {
     constexpr int hd = 16 * NV;
-    if constexpr (NV == 4) { // three heads in one pass (at 128 dimensions three outgrow the registers)
-        if (n_q == 3) {
-            attention_scores512<3, NV>(q, k, n, scale, scores, v);
-            for (int g = 0; g < 3; ++g) softmax512(scores + g * n, n);
-            attention_values512<3, NV>(scores, v, n, out, next_k, next_n);
-            return;
-        }
+    attend_rows512<R> rows;
+    for (int i = 0; i < R; ++i) {
+        const int t = (r0 + i) / n_q, h = (r0 + i) % n_q;
+        rows.q[i] = q + t * q_stride + h * hd;
+        rows.s[i] = scores + int64_t(r0 + i) * n_last;
+        rows.out[i] = out + t * out_stride + h * hd;
+        rows.n[i] = n[t];
     }
-    int g = 0;
-    for (; g + 2 <= n_q; g += 2) {
-        attention_scores512<2, NV>(q + g * hd, k, n, scale, scores + g * n, g + 2 == n_q ? v : nullptr);
+    const int half = stream_half(rows.n[0]);
+    attention_scores512<R, NV>(rows, k, half, scale, v);
+    for (int i = 0; i < R; ++i) softmax512(rows.s[i], rows.n[i]);
+    attention_values512<R, NV>(rows, v, half, next_k, next_n);
+}
+
+// The call's rows in passes of at most `most` rows that share the streams' split.
+template <int NV, class T>
+void attend512_t(const float* q, int64_t q_stride, int n_q, int n_tok, const T* k, const T* v, const int* n,
+                 float scale, float* scores, float* out, int64_t out_stride, const T* next_k, int next_n) {
+    constexpr int most = NV == 4 ? 6 : 2; // the rows whose value sums stay in registers
+    using pass_fn = void (*)(const float*, int64_t, int, const T*, const T*, const int*, int, int, float, float*,
+                             float*, int64_t, const T*, int);
+    static constexpr pass_fn passes[6] = {attend_pass512<1, NV, T>, attend_pass512<2, NV, T>, attend_pass512<3, NV, T>,
+                                          attend_pass512<4, NV, T>, attend_pass512<5, NV, T>, attend_pass512<6, NV, T>};
+    const int rows = n_q * n_tok, n_last = n[n_tok - 1];
+    for (int r0 = 0; r0 < rows;) {
+        const int half = stream_half(n[r0 / n_q]);
+        int r1 = r0 + 1;
+        while (r1 < rows && r1 - r0 < most && stream_half(n[r1 / n_q]) == half) ++r1;
+        const bool last = r1 == rows;
+        passes[r1 - r0 - 1](q, q_stride, n_q, k, v, n, r0, n_last, scale, scores, out, out_stride,
+                            last ? next_k : nullptr, last ? next_n : 0);
+        r0 = r1;
     }
-    if (g < n_q) attention_scores512<1, NV>(q + g * hd, k, n, scale, scores + g * n, v);
-    for (g = 0; g < n_q; ++g) softmax512(scores + g * n, n);
-    for (g = 0; g + 2 <= n_q; g += 2) {
-        const bool last = g + 2 == n_q;
-        attention_values512<2, NV>(scores + g * n, v, n, out + g * hd, last ? next_k : nullptr, next_n);
-    }
-    if (g < n_q) attention_values512<1, NV>(scores + g * n, v, n, out + g * hd, next_k, next_n);
 }
 
 // attend / attend_f16: head dimensions 64 and 128 here, the others on the AVX2 kernels.
 template <class T>
-void attend512(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores,
-               float* out, const T* next_k, int next_n) {
+void attend512(const float* q, int64_t q_stride, int n_q, int n_tok, const T* k, const T* v, const int* n, int head_dim,
+               float scale, float* scores, float* out, int64_t out_stride, const T* next_k, int next_n) {
     switch (head_dim) {
-    case 64: attend512_t<4>(q, n_q, k, v, n, scale, scores, out, next_k, next_n); return;
-    case 128: attend512_t<8>(q, n_q, k, v, n, scale, scores, out, next_k, next_n); return;
+    case 64: attend512_t<4>(q, q_stride, n_q, n_tok, k, v, n, scale, scores, out, out_stride, next_k, next_n); return;
+    case 128: attend512_t<8>(q, q_stride, n_q, n_tok, k, v, n, scale, scores, out, out_stride, next_k, next_n); return;
     default:
         if constexpr (std::is_same_v<T, float>) {
-            avx2_kernel_table()->attend(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+            avx2_kernel_table()->attend(q, q_stride, n_q, n_tok, k, v, n, head_dim, scale, scores, out, out_stride,
+                                        next_k, next_n);
         } else {
-            avx2_kernel_table()->attend_f16(q, n_q, k, v, n, head_dim, scale, scores, out, next_k, next_n);
+            avx2_kernel_table()->attend_f16(q, q_stride, n_q, n_tok, k, v, n, head_dim, scale, scores, out, out_stride,
+                                            next_k, next_n);
         }
     }
 }

@@ -338,8 +338,8 @@ inline float as_f32(float x) { return x; }
 inline float as_f32(uint16_t h) { return f16_to_f32(h); }
 
 template <class T>
-void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores,
-              float* out, const T*, int) { // the next keys: a hint for memory, none here
+void attend_one(const float* q, int n_q, const T* k, const T* v, int n, int head_dim, float scale, float* scores,
+                float* out, const T*, int) { // the next keys: a hint for memory, none here
     for (int g = 0; g < n_q; ++g) {
         const float* qg = q + g * head_dim;
         float* s = scores + g * n;
@@ -355,6 +355,13 @@ void attend_t(const float* q, int n_q, const T* k, const T* v, int n, int head_d
             for (int i = 0; i < head_dim; ++i) o[i] += s[j] * as_f32(v[j * head_dim + i]);
         }
     }
+}
+
+template <class T>
+void attend_t(const float* q, int64_t q_stride, int n_q, int n_tok, const T* k, const T* v, const int* n, int head_dim,
+              float scale, float* scores, float* out, int64_t out_stride, const T* next_k, int next_n) {
+    attend_by_token(attend_one<T>, q, q_stride, n_q, n_tok, k, v, n, head_dim, scale, scores, out, out_stride, next_k,
+                    next_n);
 }
 
 void to_f16(const float* x, uint16_t* out, int64_t n) {

@@ -53,7 +53,8 @@ session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_l
     ffn_jobs_.reserve(size_t(hp.n_expert) + 1);
     router_ = be.alloc(B * std::max<size_t>(hp.n_expert, 1));
     shared_gate_ = be.alloc(B);
-    scratch_ = be.alloc(size_t(be.n_threads()) * (hp.n_head / std::max<uint32_t>(hp.n_head_kv, 1)) * size_t(n_ctx_));
+    const int group = static_cast<int>(hp.n_head / std::max<uint32_t>(hp.n_head_kv, 1));
+    scratch_ = be.alloc(size_t(be.n_threads()) * size_t(attention_scratch_rows(group)) * size_t(n_ctx_));
     logits_ = be.alloc((all_logits ? B : std::min<size_t>(B, max_draft + 1)) * size_t(hp.n_vocab));
     logits_host_ = be.to_host(logits_->data(), size_t(hp.n_vocab), logits_staging_);
     // f16 keys and values for models with quantised weights (half the memory and the reads

@@ -39,6 +39,12 @@ struct rope_params {
     float attn_factor = 1.0f;
 };
 
+/// The query rows a CPU attention call takes at most: a block of tokens by a part of a KV
+/// head's query heads.
+constexpr int attention_rows = 6;
+/// The scratch rows of attention_args per thread for `group` query heads per KV head.
+constexpr int attention_scratch_rows(int group) { return group > attention_rows ? group : attention_rows; }
+
 struct attention_args {
     const float* q;     // [n, n_head*head_dim]
     const float* k_new; // [n, n_head_kv*head_dim]: this batch's keys, stored at pos[t] first
@@ -48,7 +54,7 @@ struct attention_args {
     bool kv_f16;        // the caches hold f16 (otherwise f32)
     const int32_t* pos; // [n]: token t attends to cache rows 0..pos[t] (the last `window` of them)
     float* out;         // [n, n_head*head_dim]
-    float* scratch;     // [n_threads, n_head / n_head_kv, n_ctx]
+    float* scratch;     // [n_threads, attention_scratch_rows(n_head / n_head_kv), n_ctx]
     int n, n_ctx, n_head, n_head_kv, head_dim;
     float scale;
     int window = 0;    // > 0: token t attends to rows pos[t] - window + 1 .. pos[t] only (sliding window)

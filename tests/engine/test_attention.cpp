@@ -19,6 +19,16 @@ struct attend_inputs {
     }
 };
 
+// One token's call of kt's attend (f32 keys and values) or attend_f16.
+void attend1(const kernel_table* kt, const float* q, int n_q, const float* k, const float* v, int n, int hd,
+             float* scores, float* out, const float* next_k = nullptr, int next_n = 0) {
+    kt->attend(q, 0, n_q, 1, k, v, &n, hd, 0.3f, scores, out, 0, next_k, next_n);
+}
+void attend1(const kernel_table* kt, const float* q, int n_q, const uint16_t* k, const uint16_t* v, int n, int hd,
+             float* scores, float* out, const uint16_t* next_k = nullptr, int next_n = 0) {
+    kt->attend_f16(q, 0, n_q, 1, k, v, &n, hd, 0.3f, scores, out, 0, next_k, next_n);
+}
+
 } // namespace
 
 TEST_CASE("rope rotates pairs i and i+d/2 by the position angle") {
@@ -63,17 +73,16 @@ TEST_CASE("attention kernels give the same bits whatever the next keys they are 
                     const attend_inputs in(n_q, n, hd, 42);
                     const auto& [q, k, v, k16, v16] = in;
                     std::vector<float> scores(size_t(n_q) * n), want(size_t(n_q) * hd), got(want.size());
-                    kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), want.data(), nullptr, 0);
+                    attend1(kt, q.data(), n_q, k.data(), v.data(), n, hd, scores.data(), want.data());
                     for (int next_n : {1, 5, 64, 400}) {
-                        kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), got.data(),
-                                   next_f32.data(), next_n);
+                        attend1(kt, q.data(), n_q, k.data(), v.data(), n, hd, scores.data(), got.data(),
+                                next_f32.data(), next_n);
                         CHECK(got == want);
                     }
-                    kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), want.data(),
-                                   nullptr, 0);
+                    attend1(kt, q.data(), n_q, k16.data(), v16.data(), n, hd, scores.data(), want.data());
                     for (int next_n : {1, 5, 64, 400}) {
-                        kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(), got.data(),
-                                       next_f16.data(), next_n);
+                        attend1(kt, q.data(), n_q, k16.data(), v16.data(), n, hd, scores.data(), got.data(),
+                                next_f16.data(), next_n);
                         CHECK(got == want);
                     }
                 }
@@ -96,20 +105,63 @@ TEST_CASE("attention kernels give each query head the bits it gets alone, whatev
                     std::vector<float> scores(size_t(n_q) * n), all(size_t(n_q) * hd), alone(all.size());
                     for (bool f16 : {false, true}) {
                         CAPTURE(f16);
-                        if (f16)
-                            kt->attend_f16(q.data(), n_q, k16.data(), v16.data(), n, hd, 0.3f, scores.data(),
-                                           all.data(), nullptr, 0);
-                        else
-                            kt->attend(q.data(), n_q, k.data(), v.data(), n, hd, 0.3f, scores.data(), all.data(),
-                                       nullptr, 0);
+                        if (f16) attend1(kt, q.data(), n_q, k16.data(), v16.data(), n, hd, scores.data(), all.data());
+                        else attend1(kt, q.data(), n_q, k.data(), v.data(), n, hd, scores.data(), all.data());
                         for (int h = 0; h < n_q; ++h) {
                             const size_t at = size_t(h) * size_t(hd);
                             if (f16)
-                                kt->attend_f16(q.data() + at, 1, k16.data(), v16.data(), n, hd, 0.3f, scores.data(),
-                                               alone.data() + at, nullptr, 0);
+                                attend1(kt, q.data() + at, 1, k16.data(), v16.data(), n, hd, scores.data(),
+                                        alone.data() + at);
                             else
-                                kt->attend(q.data() + at, 1, k.data(), v.data(), n, hd, 0.3f, scores.data(),
-                                           alone.data() + at, nullptr, 0);
+                                attend1(kt, q.data() + at, 1, k.data(), v.data(), n, hd, scores.data(),
+                                        alone.data() + at);
+                        }
+                        CHECK(all == alone);
+                    }
+                }
+}
+
+TEST_CASE("attention kernels give each token the bits it gets alone, whatever tokens share its call") {
+    // a verifying step's or a prefill batch's tokens, a position apart or more, across the
+    // kernels' splits of the keys into streams (multiples of 16)
+    const std::vector<std::vector<int>> key_counts = {{1, 2},
+                                                      {5, 6, 7, 8},
+                                                      {14, 15, 16, 17},
+                                                      {62, 63, 64, 65},
+                                                      {63, 64},
+                                                      {127, 128, 129},
+                                                      {300, 301, 302, 303, 304, 305},
+                                                      {40, 70, 70}};
+    for (const kernel_table* kt : all_tables())
+        for (int hd : {8, 64, 128, 136})
+            for (int n_q : {1, 2, 3, 4})
+                for (const auto& n : key_counts) {
+                    const std::string table = kt->name;
+                    CAPTURE(table);
+                    CAPTURE(hd);
+                    CAPTURE(n_q);
+                    CAPTURE(n.front());
+                    const int n_tok = static_cast<int>(n.size()), n_last = n.back();
+                    const attend_inputs in(n_q * n_tok, n_last, hd, 46);
+                    const auto& [q, k, v, k16, v16] = in;
+                    const int64_t stride = int64_t(n_q) * hd;
+                    std::vector<float> scores(size_t(n_q * n_tok) * n_last), all(q.size()), alone(q.size());
+                    for (bool f16 : {false, true}) {
+                        CAPTURE(f16);
+                        if (f16)
+                            kt->attend_f16(q.data(), stride, n_q, n_tok, k16.data(), v16.data(), n.data(), hd, 0.3f,
+                                           scores.data(), all.data(), stride, nullptr, 0);
+                        else
+                            kt->attend(q.data(), stride, n_q, n_tok, k.data(), v.data(), n.data(), hd, 0.3f,
+                                       scores.data(), all.data(), stride, nullptr, 0);
+                        for (int t = 0; t < n_tok; ++t) {
+                            const size_t at = size_t(t * stride);
+                            if (f16)
+                                attend1(kt, q.data() + at, n_q, k16.data(), v16.data(), n[size_t(t)], hd, scores.data(),
+                                        alone.data() + at);
+                            else
+                                attend1(kt, q.data() + at, n_q, k.data(), v.data(), n[size_t(t)], hd, scores.data(),
+                                        alone.data() + at);
                         }
                         CHECK(all == alone);
                     }
@@ -136,7 +188,8 @@ TEST_CASE("backend attention stores the batch and matches a direct computation w
                         auto be = make_cpu_backend(o, 256);
                         auto kn = random_vec(n * n_head_kv * hd, 31), vn = random_vec(n * n_head_kv * hd, 32);
                         auto q = random_vec(n * n_head * hd, 33);
-                        std::vector<float> out(n * n_head * hd), scratch(2 * (n_head / n_head_kv) * n_ctx);
+                        std::vector<float> out(n * n_head * hd),
+                            scratch(2 * attention_scratch_rows(n_head / n_head_kv) * n_ctx);
                         std::vector<float> kc(n_head_kv * n_ctx * hd), vc(n_head_kv * n_ctx * hd); // f16 uses half
                         std::vector<int32_t> pos(n);
                         for (int t = 0; t < n; ++t) pos[t] = t;
