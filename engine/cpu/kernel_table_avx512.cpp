@@ -379,7 +379,7 @@ inline void score_step(const attend_rows512<R>& rows, const T* const key[U], con
     }
 }
 
-// Every row's scores against keys 0 .. n[R - 1]: the two streams of `half` rows a step of U
+// Every row's scores against the first n[R - 1] keys: the two streams of `half` rows a step of U
 // keys (P of each), then the rest U at a time. The last steps of the streams ask for the
 // values' first rows (v; null: not).
 template <int R, int NV, class T>
