@@ -1026,32 +1026,22 @@ void pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, s
 }
 
 // The interleaved tiles but q4_0x8's and q8_0x8's (tile_q4_kx8 ... tile_iq4_nlx8): groups
-// two by two (the last of an odd count with itself, half of it kept). Eight tokens (prefill's
-// runs) go at once, other counts in the fewest runs of up to four, of about equal length
-// (five as three and two: a run of one unpacks the weights for a single token).
+// two by two (the last of an odd count with itself, half of it kept), all the tokens (1..8)
+// in one walk, which unpacks the weights once for them all.
 template <class Block, bool Vnni>
 void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
                     int64_t n, float* out) {
+    using walk_fn = void (*)(const Block*, const Block*, bool, const block_q8_x*, size_t, int64_t, float*, size_t);
+    static constexpr walk_fn walks[8] = {
+        pair_walk<Block, 1, Vnni>, pair_walk<Block, 2, Vnni>, pair_walk<Block, 3, Vnni>, pair_walk<Block, 4, Vnni>,
+        pair_walk<Block, 5, Vnni>, pair_walk<Block, 6, Vnni>, pair_walk<Block, 7, Vnni>, pair_walk<Block, 8, Vnni>};
+    const walk_fn walk = walks[clamp_int(n_tok, 1, 8) - 1];
     const auto group = [&](int g) {
         return reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride);
     };
     for (int g = 0; g < n_groups; g += 2) {
         const bool both = g + 1 < n_groups;
-        const Block *a = group(g), *b = both ? group(g + 1) : a;
-        for (int t0 = 0, runs = n_tok == 8 ? 1 : (n_tok + 3) / 4; t0 < n_tok; --runs) {
-            const int nt = (n_tok - t0 + runs - 1) / runs;
-            const block_q8_x* xt = x + size_t(t0) * x_stride;
-            float* o = out + (size_t(t0) * size_t(n_groups) + size_t(g)) * 8;
-            const size_t os = size_t(n_groups) * 8;
-            switch (nt) {
-            case 1: pair_walk<Block, 1, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
-            case 2: pair_walk<Block, 2, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
-            case 3: pair_walk<Block, 3, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
-            case 8: pair_walk<Block, 8, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
-            default: pair_walk<Block, 4, Vnni>(a, b, both, xt, x_stride, n, o, os); break;
-            }
-            t0 += nt;
-        }
+        walk(group(g), both ? group(g + 1) : group(g), both, x, x_stride, n, out + size_t(g) * 8, size_t(n_groups) * 8);
     }
 }
 
