@@ -74,8 +74,9 @@ void draft_policy::timed(int n, double ms) {
 void draft_policy::judged(int drafted, int accepted) {
     if (drafted <= 0) return;
     // the tokens kept, then the first one refused (if any); the older passes fade
-    kept_ = 0.8 * kept_ + accepted;
-    missed_ = 0.8 * missed_ + (accepted < drafted ? 1 : 0);
+    kept_[copying_] = 0.8 * kept_[copying_] + accepted;
+    missed_[copying_] = 0.8 * missed_[copying_] + (accepted < drafted ? 1 : 0);
+    copying_ = accepted == drafted;
 }
 
 int draft_policy::length(int room) const {

@@ -45,7 +45,7 @@ private:
 /// bandwidth-bound (a small dense model), much where the rows' experts differ (an MoE).
 class draft_policy {
 public:
-    static constexpr int max_k = 3;         ///< most drafted tokens a pass verifies
+    static constexpr int max_k = 5;         ///< most drafted tokens a pass verifies
     static constexpr int forget_after = 16; ///< passes after which an untried size's time halves back
 
     draft_policy() = default;
@@ -66,14 +66,19 @@ public:
     /// one token longer than the longest timed one at most (while most drafts are kept),
     /// taken to cost what that one did.
     int length(int room) const;
-    /// The chance that the next drafted token is kept, as the recent passes say.
-    double acceptance() const { return kept_ / (kept_ + missed_); }
+    /// The chance that the next drafted token is kept, as the recent passes in the same state
+    /// say: drafts that follow a pass whose drafts were all kept (inside a copy) come true far
+    /// more often than those that follow a refusal.
+    double acceptance() const { return kept_[copying_] / (kept_[copying_] + missed_[copying_]); }
 
 private:
     int fixed_ = -1;                     // >= 0: fixed()
     std::array<double, max_k + 2> ms_{}; // by pass size; 0: not timed
     std::array<int, max_k + 2> since_{}; // passes since each size was timed
-    double kept_ = 0.8, missed_ = 0.2;   // recent drafted tokens kept, and first misses (a prior of 0.8)
+    // by state (after a refusal, after a pass that kept all): recent drafted tokens kept, and
+    // first misses (a prior of 0.8)
+    std::array<double, 2> kept_{0.8, 0.8}, missed_{0.2, 0.2};
+    bool copying_ = false; // the last judged pass kept all its drafts
 };
 
 } // namespace colibri

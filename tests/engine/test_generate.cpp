@@ -595,6 +595,26 @@ TEST_CASE("the draft length is the one with the most expected tokens per unit of
     CHECK(spiky.length(1) == 1);
 }
 
+TEST_CASE("drafts after a pass that kept all its drafts are judged apart from those after a refusal") {
+    // a text whose copies run long and then end: after a wholly kept pass the next drafts are
+    // mostly kept too; after a refusal, mostly refused
+    draft_policy p;
+    for (int i = 0; i < 12; ++i) {
+        for (int j = 0; j < 8; ++j) p.judged(3, 3);
+        for (int j = 0; j < 6; ++j) p.judged(3, 0);
+    }
+    CHECK(p.acceptance() < 0.3); // after a refusal: 0.23
+    p.judged(3, 0);
+    p.judged(1, 1); // a plain step whose guess came true: inside a copy again
+    CHECK(p.acceptance() > 0.85); // 0.90
+    // the times of a small dense model's passes on two cores (docs/performance.md)
+    const double ms[] = {4.0, 4.0, 4.3, 4.7, 5.4, 6.2};
+    for (int n = 1; n <= 6; ++n) p.timed(n, ms[n - 1]);
+    CHECK(p.length(8) == 4); // 4.4 tokens in 5.4 ms
+    p.judged(3, 1);
+    CHECK(p.length(8) == 1); // after a refusal (0.33): 1.3 tokens in 4.0 ms
+}
+
 namespace {
 
 struct run_result {
