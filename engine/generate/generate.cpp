@@ -229,7 +229,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     // otherwise ends the run and comes first in the next batch; the rejected drafts' cache
     // rows are dropped. The same samples in the same order: the same tokens as without drafts.
     // At most five drafted tokens (draft_policy::max_k): on two cores a pass turns
-    // compute-bound past four tokens, and longer drafts gained nothing on the measured
+    // compute-bound past four tokens, and seven gained nothing over five on the measured
     // workloads (docs/performance-log.md).
     // How many, the policy says from the passes' times and the drafts kept (or, when it
     // drafts none, from whether the drafter's guess came true).
