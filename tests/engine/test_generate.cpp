@@ -605,7 +605,7 @@ TEST_CASE("drafts after a pass that kept all its drafts are judged apart from th
     }
     CHECK(p.acceptance() < 0.3); // after a refusal: 0.23
     p.judged(3, 0);
-    p.judged(1, 1); // a plain step whose guess came true: inside a copy again
+    p.judged(1, 1);               // a plain step whose guess came true: inside a copy again
     CHECK(p.acceptance() > 0.85); // 0.90
     // the times of a small dense model's passes on two cores (docs/performance.md)
     const double ms[] = {4.0, 4.0, 4.3, 4.7, 5.4, 6.2};
