@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <sys/mman.h>
+#include <system_error>
 #include <unistd.h>
 
 namespace colibri::fuzz {
@@ -32,12 +33,29 @@ private:
     int fd_;
 };
 
-/// A path for this process's output files, in a directory of its own under the temporary
-/// directory (a fuzzer's parallel jobs are separate processes).
+/// This process's directory for output files under the temporary directory (a fuzzer's
+/// parallel jobs are separate processes), removed with its files at exit.
+class scratch_dir {
+public:
+    scratch_dir() : dir_(std::filesystem::temp_directory_path() / ("colibri-fuzz-" + std::to_string(::getpid()))) {
+        std::filesystem::create_directories(dir_);
+    }
+    ~scratch_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+    }
+    scratch_dir(const scratch_dir&) = delete;
+    scratch_dir& operator=(const scratch_dir&) = delete;
+    std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+private:
+    std::filesystem::path dir_;
+};
+
+/// A path for one of this process's output files, in its scratch_dir.
 inline std::string scratch_path(const std::string& name) {
-    const auto dir = std::filesystem::temp_directory_path() / ("colibri-fuzz-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    return (dir / name).string();
+    static const scratch_dir dir;
+    return dir.path(name);
 }
 
 } // namespace colibri::fuzz
