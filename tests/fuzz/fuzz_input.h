@@ -2,12 +2,12 @@
 // A fuzz input as a file the loaders can open: an anonymous memory file (memfd), named by
 // its /proc/self/fd path, closed with the object.
 
+#include "../engine/test_util.h"
+
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <string>
 #include <sys/mman.h>
-#include <system_error>
 #include <unistd.h>
 
 namespace colibri::fuzz {
@@ -33,29 +33,11 @@ private:
     int fd_;
 };
 
-/// This process's directory for output files under the temporary directory (a fuzzer's
-/// parallel jobs are separate processes), removed with its files at exit.
-class scratch_dir {
-public:
-    scratch_dir() : dir_(std::filesystem::temp_directory_path() / ("colibri-fuzz-" + std::to_string(::getpid()))) {
-        std::filesystem::create_directories(dir_);
-    }
-    ~scratch_dir() {
-        std::error_code ec;
-        std::filesystem::remove_all(dir_, ec);
-    }
-    scratch_dir(const scratch_dir&) = delete;
-    scratch_dir& operator=(const scratch_dir&) = delete;
-    std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-private:
-    std::filesystem::path dir_;
-};
-
-/// A path for one of this process's output files, in its scratch_dir.
+/// A path for this process's output files, in a directory of its own under the temporary
+/// directory (a fuzzer's parallel jobs are separate processes), removed with them at exit.
 inline std::string scratch_path(const std::string& name) {
-    static const scratch_dir dir;
-    return dir.path(name);
+    static const test::temp_dir dir;
+    return dir.file(name);
 }
 
 } // namespace colibri::fuzz
