@@ -168,86 +168,142 @@ TEST_CASE("attention kernels give each token the bits it gets alone, whatever to
                 }
 }
 
+TEST_CASE("attention kernels match a direct computation") {
+    // a query's scores by each table's order of sums: the same softmax and values, to f32 rounding
+    for (const kernel_table* kt : all_tables())
+        for (int hd : {8, 64, 128, 136})
+            for (int n : {1, 15, 16, 17, 70, 300}) {
+                const std::string table = kt->name;
+                CAPTURE(table);
+                CAPTURE(hd);
+                CAPTURE(n);
+                const int n_q = 3;
+                const attend_inputs in(n_q, n, hd, 47);
+                std::vector<float> scores(size_t(n_q) * n), out(size_t(n_q) * hd);
+                for (bool f16 : {false, true}) {
+                    CAPTURE(f16);
+                    if (f16)
+                        attend1(kt, in.q.data(), n_q, in.k16.data(), in.v16.data(), n, hd, scores.data(), out.data());
+                    else attend1(kt, in.q.data(), n_q, in.k.data(), in.v.data(), n, hd, scores.data(), out.data());
+                    const auto key = [&](int j, int d) {
+                        const size_t i = size_t(j) * hd + size_t(d);
+                        return f16 ? double(f16_to_f32(in.k16[i])) : double(in.k[i]);
+                    };
+                    const auto value = [&](int j, int d) {
+                        const size_t i = size_t(j) * hd + size_t(d);
+                        return f16 ? double(f16_to_f32(in.v16[i])) : double(in.v[i]);
+                    };
+                    for (int g = 0; g < n_q; ++g) {
+                        std::vector<double> s(static_cast<size_t>(n));
+                        double mx = -1e300, sum = 0;
+                        for (int j = 0; j < n; ++j) {
+                            double d = 0;
+                            for (int i = 0; i < hd; ++i) d += double(in.q[size_t(g * hd + i)]) * key(j, i);
+                            s[size_t(j)] = 0.3 * d;
+                            mx = std::max(mx, s[size_t(j)]);
+                        }
+                        for (double& x : s) sum += (x = std::exp(x - mx));
+                        for (int i = 0; i < hd; ++i) {
+                            double ref = 0;
+                            for (int j = 0; j < n; ++j) ref += s[size_t(j)] / sum * value(j, i);
+                            CHECK(out[size_t(g * hd + i)] == doctest::Approx(ref).epsilon(1e-5));
+                        }
+                    }
+                }
+            }
+}
+
 TEST_CASE("backend attention stores the batch and matches a direct computation with grouped heads") {
+    struct variant {
+        int window;
+        float softcap;
+    };
     for (const kernel_table* kt : all_tables())
         for (bool f16 : {false, true})
             for (int hd : {8, 12, 64, 128, 136})
                 for (auto [n_head, n_head_kv] : {std::pair{4, 2}, std::pair{6, 3}, std::pair{3, 1}})
-                    for (float scale : {0.35f, 40.0f}) { // 40: score differences past e^-87, where weights vanish
-                        const std::string table = kt->name;
-                        CAPTURE(table);
-                        CAPTURE(f16);
-                        CAPTURE(hd);
-                        CAPTURE(n_head_kv);
-                        CAPTURE(scale);
-                        // a batch of every position of the context: token t attends to 0..t
-                        const int n_ctx = 70, n = n_ctx;
-                        cpu_options o;
-                        o.n_threads = 2;
-                        o.kernels = kt;
-                        auto be = make_cpu_backend(o, 256);
-                        auto kn = random_vec(n * n_head_kv * hd, 31), vn = random_vec(n * n_head_kv * hd, 32);
-                        auto q = random_vec(n * n_head * hd, 33);
-                        std::vector<float> out(n * n_head * hd),
-                            scratch(2 * attention_scratch_rows(n_head / n_head_kv) * n_ctx);
-                        std::vector<float> kc(n_head_kv * n_ctx * hd), vc(n_head_kv * n_ctx * hd); // f16 uses half
-                        std::vector<int32_t> pos(n);
-                        for (int t = 0; t < n; ++t) pos[t] = t;
-                        attention_args a{q.data(),   kn.data(),  vn.data(),      kc.data(), vc.data(), f16,
-                                         pos.data(), out.data(), scratch.data(), n,         n_ctx,     n_head,
-                                         n_head_kv,  hd,         scale};
-                        be->attention(a);
-                        // tokens again on their own (decode), their cache rows wiped first: each
-                        // stores them again, and gets the same bits
-                        const std::vector<float> kc_batch = kc, vc_batch = vc;
-                        const size_t row_floats = f16 ? size_t(hd) / 2 : size_t(hd);
-                        for (int t : {0, 3, 30, 31, 32, 35, 68, n - 1}) {
-                            CAPTURE(t);
-                            for (int h = 0; h < n_head_kv; ++h) {
-                                const size_t at = (size_t(h) * n_ctx + size_t(t)) * row_floats;
-                                std::fill_n(kc.begin() + at, row_floats, 0.0f);
-                                std::fill_n(vc.begin() + at, row_floats, 0.0f);
-                            }
-                            std::vector<float> out1(n_head * hd);
-                            attention_args a1 = a;
-                            a1.q += t * n_head * hd;
-                            a1.k_new += t * n_head_kv * hd;
-                            a1.v_new += t * n_head_kv * hd;
-                            a1.pos = pos.data() + t;
-                            a1.out = out1.data();
-                            a1.n = 1;
-                            be->attention(a1);
-                            REQUIRE(std::memcmp(kc.data(), kc_batch.data(), kc.size() * sizeof(float)) == 0);
-                            REQUIRE(std::memcmp(vc.data(), vc_batch.data(), vc.size() * sizeof(float)) == 0);
-                            for (int i = 0; i < n_head * hd; ++i) REQUIRE(out1[i] == out[t * n_head * hd + i]);
-                        }
-                        const auto stored = [&](const std::vector<float>& x, size_t i) {
-                            return f16 ? f16_to_f32(f32_to_f16(x[i])) : x[i];
-                        };
-                        for (int t : {0, 4, 31, 32, 40, 69}) { // across the kernels' chunks of keys
-                            for (int h = 0; h < n_head; ++h) {
-                                const int kvh = h / (n_head / n_head_kv);
-                                std::vector<double> s(t + 1);
-                                double mx = -1e300, sum = 0;
-                                for (int j = 0; j <= t; ++j) {
-                                    double d = 0;
-                                    for (int i = 0; i < hd; ++i)
-                                        d += double(q[(t * n_head + h) * hd + i]) *
-                                             stored(kn, size_t((j * n_head_kv + kvh) * hd + i));
-                                    s[j] = d * double(scale);
-                                    mx = std::max(mx, s[j]);
+                    for (float scale : {0.35f, 40.0f}) // 40: score differences past e^-87, where weights vanish
+                        for (const variant var : {variant{0, 0.0f}, variant{21, 0.0f}, variant{0, 2.5f}}) {
+                            const std::string table = kt->name;
+                            CAPTURE(table);
+                            CAPTURE(f16);
+                            CAPTURE(hd);
+                            CAPTURE(n_head_kv);
+                            CAPTURE(scale);
+                            CAPTURE(var.window);
+                            CAPTURE(var.softcap);
+                            // a batch of every position of the context: token t attends to 0..t
+                            const int n_ctx = 70, n = n_ctx;
+                            cpu_options o;
+                            o.n_threads = 2;
+                            o.kernels = kt;
+                            auto be = make_cpu_backend(o, 256);
+                            auto kn = random_vec(n * n_head_kv * hd, 31), vn = random_vec(n * n_head_kv * hd, 32);
+                            auto q = random_vec(n * n_head * hd, 33);
+                            std::vector<float> out(n * n_head * hd),
+                                scratch(2 * attention_scratch_rows(n_head / n_head_kv) * n_ctx);
+                            std::vector<float> kc(n_head_kv * n_ctx * hd), vc(n_head_kv * n_ctx * hd); // f16 uses half
+                            std::vector<int32_t> pos(n);
+                            for (int t = 0; t < n; ++t) pos[t] = t;
+                            attention_args a{q.data(),   kn.data(),  vn.data(),      kc.data(), vc.data(), f16,
+                                             pos.data(), out.data(), scratch.data(), n,         n_ctx,     n_head,
+                                             n_head_kv,  hd,         scale};
+                            a.window = var.window;
+                            a.softcap = var.softcap;
+                            be->attention(a);
+                            // tokens again on their own (decode), their cache rows wiped first: each
+                            // stores them again, and gets the same bits
+                            const std::vector<float> kc_batch = kc, vc_batch = vc;
+                            const size_t row_floats = f16 ? size_t(hd) / 2 : size_t(hd);
+                            for (int t : {0, 3, 30, 31, 32, 35, 68, n - 1}) {
+                                CAPTURE(t);
+                                for (int h = 0; h < n_head_kv; ++h) {
+                                    const size_t at = (size_t(h) * n_ctx + size_t(t)) * row_floats;
+                                    std::fill_n(kc.begin() + at, row_floats, 0.0f);
+                                    std::fill_n(vc.begin() + at, row_floats, 0.0f);
                                 }
-                                for (double& v : s) sum += (v = std::exp(v - mx));
-                                for (int i = 0; i < hd; ++i) {
-                                    double ref = 0;
-                                    for (int j = 0; j <= t; ++j)
-                                        ref += s[j] / sum * stored(vn, size_t((j * n_head_kv + kvh) * hd + i));
-                                    // f32 rounding only: an exponential off by 1e-5 fails at the small scale;
-                                    // at 40 the scores' own rounding is amplified forty times
-                                    CHECK(out[(t * n_head + h) * hd + i] ==
-                                          doctest::Approx(ref).epsilon(scale < 1 ? 1e-6 : 1e-4));
+                                std::vector<float> out1(n_head * hd);
+                                attention_args a1 = a;
+                                a1.q += t * n_head * hd;
+                                a1.k_new += t * n_head_kv * hd;
+                                a1.v_new += t * n_head_kv * hd;
+                                a1.pos = pos.data() + t;
+                                a1.out = out1.data();
+                                a1.n = 1;
+                                be->attention(a1);
+                                REQUIRE(std::memcmp(kc.data(), kc_batch.data(), kc.size() * sizeof(float)) == 0);
+                                REQUIRE(std::memcmp(vc.data(), vc_batch.data(), vc.size() * sizeof(float)) == 0);
+                                for (int i = 0; i < n_head * hd; ++i) REQUIRE(out1[i] == out[t * n_head * hd + i]);
+                            }
+                            const auto stored = [&](const std::vector<float>& x, size_t i) {
+                                return f16 ? f16_to_f32(f32_to_f16(x[i])) : x[i];
+                            };
+                            for (int t : {0, 4, 31, 32, 40, 69}) { // across the kernels' chunks of keys
+                                const int j0 = var.window > 0 ? std::max(0, t - var.window + 1) : 0;
+                                for (int h = 0; h < n_head; ++h) {
+                                    const int kvh = h / (n_head / n_head_kv);
+                                    std::vector<double> s(t + 1);
+                                    double mx = -1e300, sum = 0;
+                                    for (int j = j0; j <= t; ++j) {
+                                        double d = 0;
+                                        for (int i = 0; i < hd; ++i)
+                                            d += double(q[(t * n_head + h) * hd + i]) *
+                                                 stored(kn, size_t((j * n_head_kv + kvh) * hd + i));
+                                        s[j] = d * double(scale);
+                                        if (var.softcap > 0) s[j] = var.softcap * std::tanh(s[j] / var.softcap);
+                                        mx = std::max(mx, s[j]);
+                                    }
+                                    for (int j = j0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+                                    for (int i = 0; i < hd; ++i) {
+                                        double ref = 0;
+                                        for (int j = j0; j <= t; ++j)
+                                            ref += s[j] / sum * stored(vn, size_t((j * n_head_kv + kvh) * hd + i));
+                                        // f32 rounding only: an exponential off by 1e-5 fails at the small
+                                        // scale; at 40 the scores' own rounding is amplified forty times
+                                        CHECK(out[(t * n_head + h) * hd + i] ==
+                                              doctest::Approx(ref).epsilon(scale < 1 ? 1e-6 : 1e-4));
+                                    }
                                 }
                             }
                         }
-                    }
 }
