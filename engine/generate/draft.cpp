@@ -15,6 +15,7 @@ void ngram_drafter::reset() {
     indexed_ = 0;
     copy_ = len_ = 0;
     misses_ = 0;
+    steps_.clear();
 }
 
 std::vector<int32_t> ngram_drafter::draft(std::span<const int32_t> tokens, int k) {
@@ -27,8 +28,13 @@ std::vector<int32_t> ngram_drafter::draft(std::span<const int32_t> tokens, int k
             ends_[size_t(n - min_n)][key(tokens.subspan(indexed_ - size_t(n), size_t(n)))] = uint32_t(indexed_);
         }
     }
-    // the copy read on: each new token against the one at its place in the source
-    for (; copy_ != 0 && len_ < len; ++len_, ++copy_) misses_ = tokens[copy_] == tokens[len_] ? 0 : misses_ + 1;
+    // the copy read on: each new token against the one drafted from its place in the source
+    // (a number stepped from the source's: the step, for copies of it)
+    for (; copy_ != 0 && len_ < len; ++len_, ++copy_) {
+        misses_ = drafted(tokens, copy_) == tokens[len_] ? 0 : misses_ + 1;
+        if (numbers_ == nullptr || tokens[copy_] == tokens[len_]) continue;
+        if (const auto step = numbers_->step(tokens[copy_], tokens[len_])) steps_[len_] = *step;
+    }
     if (misses_ >= max_misses) copy_ = 0;
     len_ = len;
     // the longest suffix seen before: what followed it (only positions indexed before this
@@ -49,8 +55,15 @@ std::vector<int32_t> ngram_drafter::draft(std::span<const int32_t> tokens, int k
     // a copy that reaches the end of the text goes on from its own start: a loop of a few
     // tokens drafts as far as a longer one
     std::vector<int32_t> out(static_cast<size_t>(k));
-    for (size_t i = 0; i < out.size(); ++i) out[i] = from + i < len ? tokens[from + i] : out[from + i - len];
+    for (size_t i = 0; i < out.size(); ++i) out[i] = from + i < len ? drafted(tokens, from + i) : out[from + i - len];
     return out;
+}
+
+int32_t ngram_drafter::drafted(std::span<const int32_t> tokens, size_t p) const {
+    const auto it = steps_.find(p);
+    if (it == steps_.end()) return tokens[p];
+    const int32_t id = numbers_->stepped(tokens[p], it->second);
+    return id >= 0 ? id : tokens[p];
 }
 
 void draft_policy::timed(int n, double ms) {

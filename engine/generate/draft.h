@@ -3,7 +3,10 @@
 // that followed the latest earlier occurrence of the text's last few tokens. Completion
 // repeats its context (a renamed copy, a second branch like the first, the suffix after
 // the cursor), and a draft that turns out right saves a step. Where a copy differs by a
-// token (a renamed variable, v2 for v1), the copy goes on past it.
+// token (a renamed variable, v2 for v1), the copy goes on past it; where it changed a
+// number, a copy of the copy changes it by as much again (v3 after v2).
+
+#include "tokenizer/number_tokens.h"
 
 #include <array>
 #include <cstdint>
@@ -15,6 +18,11 @@ namespace colibri {
 
 class ngram_drafter {
 public:
+    ngram_drafter() = default;
+    /// With numbers: a copy's token whose own source spelt another number of its width is
+    /// drafted stepped as far again. Null: copies are drafted as they are.
+    explicit ngram_drafter(const number_tokens* numbers) : numbers_(numbers) {}
+
     static constexpr int max_n = 6;      ///< longest suffix looked up
     static constexpr int min_n = 2;      ///< shortest (one token repeats too often to predict)
     static constexpr int max_misses = 2; ///< tokens in a row unlike the copy's that end it
@@ -30,6 +38,8 @@ public:
 
 private:
     static uint64_t key(std::span<const int32_t> gram);
+    // the token at p as a copy drafts it: stepped where the text stepped a number there
+    int32_t drafted(std::span<const int32_t> tokens, size_t p) const;
     // per length n - min_n: an n-gram's hash -> where its latest occurrence ended
     std::array<std::unordered_map<uint64_t, uint32_t>, max_n - min_n + 1> ends_;
     size_t indexed_ = 0; // n-grams ending before this position are in ends_
@@ -37,6 +47,8 @@ private:
     // for a text of len_ tokens; misses_: the newest tokens in a row unlike their source's
     size_t copy_ = 0, len_ = 0;
     int misses_ = 0;
+    const number_tokens* numbers_ = nullptr;
+    std::unordered_map<size_t, int> steps_; // a text position -> its number's step from its source's
 };
 
 /// How many tokens to draft: the length with the most expected tokens per unit of time, from

@@ -233,7 +233,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     // workloads (docs/performance-log.md).
     // How many, the policy says from the passes' times and the drafts kept (or, when it
     // drafts none, from whether the drafter's guess came true).
-    ngram_drafter drafter;
+    ngram_drafter drafter(&tok.numbers());
     draft_policy own_policy;
     draft_policy& policy = req.drafts != nullptr ? *req.drafts : own_policy;
     size_t in_context = 0; // tokens appended to the drafts' context so far

@@ -2,9 +2,11 @@
 // Text <-> token ids. The model file's tokenizer section is all a tokenizer needs.
 
 #include "format/model_file.h"
+#include "tokenizer/number_tokens.h"
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -52,6 +54,12 @@ public:
     /// subsequence (Hugging Face byte-level decoders); false, one per bad byte
     /// (sentencepiece). text_stream does the same.
     bool replaces_maximal_subparts() const { return replaces_maximal_subparts_; }
+    /// The tokens that spell numbers (looked up on first use).
+    const number_tokens& numbers() const {
+        std::call_once(numbers_once_,
+                       [this] { numbers_ = number_tokens([this](std::string_view p) { return piece_to_id(p); }); });
+        return numbers_;
+    }
 
 protected:
     int32_t bos_ = -1, eos_ = -1;
@@ -59,6 +67,10 @@ protected:
     bool fim_suffix_first_ = false;
     bool strips_leading_space_ = true;
     bool replaces_maximal_subparts_ = false;
+
+private:
+    mutable std::once_flag numbers_once_;
+    mutable number_tokens numbers_;
 };
 
 /// Builds the tokenizer stored in a model file. Throws colibri::error (format) when the

@@ -279,6 +279,23 @@ TEST_CASE("special token ids come from tokenizer_config.json") {
     CHECK(bytes == " hello");
 }
 
+TEST_CASE("the tokens that spell numbers are those the tokenizer encodes digits to") {
+    const auto tok = load(import_tokenizer_json(tokenizer_dir("qwen3") + "/tokenizer.json"));
+    const number_tokens& numbers = tok->numbers();
+    const auto id = [&](const std::string& text) {
+        std::vector<int32_t> ids;
+        tok->encode(text, ids);
+        REQUIRE(ids.size() == 1);
+        return ids[0];
+    };
+    for (int v = 0; v < 9; ++v) CHECK(numbers.stepped(id(std::to_string(v)), 1) == id(std::to_string(v + 1)));
+    CHECK(numbers.step(id("3"), id("8")) == 5);
+    CHECK(numbers.step(id("8"), id("3")) == -5);
+    CHECK(numbers.stepped(id("9"), 1) == -1); // "10" is two tokens: no number of one digit
+    CHECK_FALSE(numbers.step(id("3"), id("x")).has_value());
+    CHECK(&tok->numbers() == &numbers); // looked up once
+}
+
 TEST_CASE("a model file carries the BPE tokenizer") {
     test::temp_dir dir;
     random_model_options o;

@@ -543,6 +543,55 @@ TEST_CASE("drafts are what followed the latest earlier occurrence of the longest
     CHECK(d.draft(u, 3) == std::vector<int32_t>{5, 6, 5}); // [5 6] ended at 2: 5 6, then on as it went
 }
 
+TEST_CASE("numbers of each width: steps between them, and a number stepped") {
+    // a vocabulary with "0".."9" (ids 100 + v), "00".."99" but "42" (200 + v) and "100" (300)
+    const number_tokens n([](std::string_view p) -> int32_t {
+        if (p.size() == 3) return p == "100" ? 300 : -1;
+        const int v = std::stoi(std::string(p));
+        return p.size() == 1 ? 100 + v : v == 42 ? -1 : 200 + v;
+    });
+    CHECK(n.step(103, 107) == 4);
+    CHECK(n.step(207, 203) == -4);
+    CHECK_FALSE(n.step(107, 207).has_value()); // "7" and "07": other widths
+    CHECK_FALSE(n.step(107, 5).has_value());
+    CHECK(n.stepped(108, 1) == 109);
+    CHECK(n.stepped(109, 1) == -1); // past "9" in one digit
+    CHECK(n.stepped(100, -1) == -1);
+    CHECK(n.stepped(241, 1) == -1); // "42" is not a token
+    CHECK(n.stepped(299, 1) == -1); // "100" has three digits
+    CHECK(n.stepped(300, 0) == 300);
+    CHECK(n.stepped(7, 1) == -1); // not a number
+}
+
+TEST_CASE("a copy of a copy that stepped a number steps it as far again") {
+    const number_tokens n([](std::string_view p) -> int32_t { return p.size() == 1 ? 100 + (p[0] - '0') : -1; });
+    ngram_drafter d(&n);
+    // "f 1 ( x ) ;" then "f" again: the copy drafts "1 ( x ) ;"
+    std::vector<int32_t> t = {5, 6, 101, 7, 8, 9, 5, 6};
+    CHECK(d.draft(t, 4) == std::vector<int32_t>{101, 7, 8, 9});
+    t.push_back(102); // the text wrote 2 where the copy had 1: a step of one
+    CHECK(d.draft(t, 3) == std::vector<int32_t>{7, 8, 9});
+    for (const int32_t id : {7, 8, 9, 5, 6}) t.push_back(id);
+    // the latest "f" is followed by the 2 that stepped its source's 1: drafted as 3
+    CHECK(d.draft(t, 4) == std::vector<int32_t>{103, 7, 8, 9});
+    t.push_back(103);
+    t.push_back(7);
+    CHECK(d.draft(t, 2) == std::vector<int32_t>{8, 9}); // the stepped 3 was no miss
+    // a step past the width drafts the number as it was
+    std::vector<int32_t> u = {5, 6, 108, 7, 5, 6};
+    ngram_drafter e(&n);
+    CHECK(e.draft(u, 1) == std::vector<int32_t>{108});
+    u.push_back(109);
+    u.push_back(7);
+    u.push_back(5);
+    u.push_back(6);
+    CHECK(e.draft(u, 2) == std::vector<int32_t>{109, 7});
+    // without numbers, copies are drafted as they are
+    ngram_drafter plain;
+    const std::vector<int32_t> v = {5, 6, 101, 7, 8, 9, 5, 6, 102, 7, 8, 9, 5, 6};
+    CHECK(plain.draft(v, 1) == std::vector<int32_t>{102});
+}
+
 TEST_CASE("the draft length is the one with the most expected tokens per unit of time") {
     draft_policy p;
     CHECK(p.length(5) == 0); // nothing timed: a plain step first
