@@ -40,16 +40,25 @@ std::vector<int32_t> ngram_drafter::draft(std::span<const int32_t> tokens, int k
     // the longest suffix seen before: what followed it (only positions indexed before this
     // call's last token, so never the suffix's own end); else the copy, if it holds
     size_t from = 0;
+    int matched = 0;
     for (int n = max_n; n >= min_n && from == 0; --n) {
         if (size_t(n) > len) continue;
         const auto& m = ends_[size_t(n - min_n)];
         const auto it = m.find(key(tokens.subspan(len - size_t(n), size_t(n))));
         if (it != m.end() && it->second < len) {
             from = it->second;
-            misses_ = 0;
+            matched = n;
         }
     }
-    if (from == 0) from = copy_;
+    // a copy whose source ends in the same suffix (short of max_n tokens) stays: as long a
+    // match as the latest one, and one that has come true
+    int run = 0;
+    if (copy_ != 0 && from != 0 && matched < max_n) {
+        while (run < matched && size_t(run) < copy_ && tokens[len - 1 - size_t(run)] == tokens[copy_ - 1 - size_t(run)])
+            ++run;
+    }
+    if (from == 0 || (matched < max_n && run == matched)) from = copy_;
+    else misses_ = 0; // a new copy
     copy_ = from;
     if (from == 0 || k <= 0) return {};
     // a copy that reaches the end of the text goes on from its own start: a loop of a few

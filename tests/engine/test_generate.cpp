@@ -543,6 +543,21 @@ TEST_CASE("drafts are what followed the latest earlier occurrence of the longest
     CHECK(d.draft(u, 3) == std::vector<int32_t>{5, 6, 5}); // [5 6] ended at 2: 5 6, then on as it went
 }
 
+TEST_CASE("a copy that holds stays before a later occurrence of a suffix no longer than its own") {
+    ngram_drafter d;
+    std::vector<int32_t> t = {0, 1, 4, 5, 6, 7, 8, 9, 5, 6, 3, 0, 1};
+    CHECK(d.draft(t, 4) == std::vector<int32_t>{4, 5, 6, 7});
+    for (const int32_t id : {2, 5, 6}) t.push_back(id); // 2 for 4, then the copy again
+    // [5 6] last seen before 3, [2 5 6] never: the copy, right on [5 6] too, goes on
+    CHECK(d.draft(t, 2) == std::vector<int32_t>{7, 8});
+    // a longer suffix seen elsewhere wins: [9 5 6] was followed by 3
+    std::vector<int32_t> u = {0, 1, 4, 5, 6, 7, 8, 9, 5, 6, 3, 0, 1};
+    ngram_drafter e;
+    CHECK(e.draft(u, 1) == std::vector<int32_t>{4});
+    for (const int32_t id : {9, 5, 6}) u.push_back(id);
+    CHECK(e.draft(u, 2) == std::vector<int32_t>{3, 0});
+}
+
 TEST_CASE("numbers of each width: steps between them, and a number stepped") {
     // a vocabulary with "0".."9" (ids 100 + v), "00".."99" but "42" (200 + v) and "100" (300)
     const number_tokens n([](std::string_view p) -> int32_t {
