@@ -38,11 +38,12 @@ std::vector<int32_t> ngram_drafter::draft(std::span<const int32_t> tokens, int k
     if (misses_ >= max_misses) copy_ = 0;
     len_ = len;
     // the longest suffix seen before: what followed it (only positions indexed before this
-    // call's last token, so never the suffix's own end); else the copy, if it holds
+    // call's last token, so never the suffix's own end); else the copy, if it holds (one
+    // token repeats too often to outrank it)
     size_t from = 0;
     int matched = 0;
     for (int n = max_n; n >= min_n && from == 0; --n) {
-        if (size_t(n) > len) continue;
+        if (size_t(n) > len || (n == 1 && copy_ != 0)) continue;
         const auto& m = ends_[size_t(n - min_n)];
         const auto it = m.find(key(tokens.subspan(len - size_t(n), size_t(n))));
         if (it != m.end() && it->second < len) {

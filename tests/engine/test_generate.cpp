@@ -532,8 +532,10 @@ TEST_CASE("drafts are what followed the latest earlier occurrence of the longest
     t.push_back(6); // [7 6] never seen: the copy goes on past 6 where it had 8 (one token differs)
     CHECK(d.draft(t, 4) == std::vector<int32_t>{2, 3, 4, 7});
     t.push_back(5);
-    t.push_back(5); // two tokens in a row unlike the copy's (2 3), and [5 5] never seen: none
+    t.push_back(0); // two tokens in a row unlike the copy's (2 3), and [5 0], [0] never seen: none
     CHECK(d.draft(t, 4).empty());
+    t.push_back(9); // no copy holds: a single token, [9] followed by 2 3 4 7
+    CHECK(d.draft(t, 4) == std::vector<int32_t>{2, 3, 4, 7});
     t.push_back(1);
     t.push_back(2); // [1 2]: at the start, followed by 3 4 5 9
     CHECK(d.draft(t, 4) == std::vector<int32_t>{3, 4, 5, 9});
