@@ -58,7 +58,7 @@ private:
 /// bandwidth-bound (a small dense model), much where the rows' experts differ (an MoE).
 class draft_policy {
 public:
-    static constexpr int max_k = 5;         ///< most drafted tokens a pass verifies
+    static constexpr int max_k = 7;         ///< most drafted tokens a pass verifies
     static constexpr int forget_after = 16; ///< passes after which an untried size's time halves back
 
     draft_policy() = default;

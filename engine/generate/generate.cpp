@@ -228,11 +228,11 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
     // them, and the drafts are kept while they are what was sampled. The first token sampled
     // otherwise ends the run and comes first in the next batch; the rejected drafts' cache
     // rows are dropped. The same samples in the same order: the same tokens as without drafts.
-    // At most five drafted tokens (draft_policy::max_k): on two cores a pass turns
-    // compute-bound past four tokens, and seven gained nothing over five on the measured
-    // workloads (docs/performance-log.md).
-    // How many, the policy says from the passes' times and the drafts kept (or, when it
-    // drafts none, from whether the drafter's guess came true).
+    // At most seven drafted tokens (draft_policy::max_k): eight tokens take one walk of the
+    // weights, nine two. How many, the policy says from the passes' times and the drafts kept
+    // (or, when it drafts none, from whether the drafter's guess came true): a small dense
+    // model's passes turn compute-bound past four tokens, an MoE's long ones read little
+    // more than its shorter ones (docs/performance-log.md).
     ngram_drafter drafter(&tok.numbers());
     draft_policy own_policy;
     draft_policy& policy = req.drafts != nullptr ? *req.drafts : own_policy;

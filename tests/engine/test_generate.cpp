@@ -673,9 +673,9 @@ TEST_CASE("drafts after a pass that kept all its drafts are judged apart from th
     p.judged(3, 0);
     p.judged(1, 1);               // a plain step whose guess came true: inside a copy again
     CHECK(p.acceptance() > 0.85); // 0.90
-    // the times of a small dense model's passes on two cores (docs/performance.md)
-    const double ms[] = {4.0, 4.0, 4.3, 4.7, 5.4, 6.2};
-    for (int n = 1; n <= 6; ++n) p.timed(n, ms[n - 1]);
+    // passes that turn compute-bound past four tokens (a small dense model on two cores)
+    const double ms[] = {4.0, 4.0, 4.3, 4.7, 5.4, 6.2, 7.6, 8.8};
+    for (int n = 1; n <= 8; ++n) p.timed(n, ms[n - 1]);
     CHECK(p.length(8) == 4); // 4.4 tokens in 5.4 ms
     p.judged(3, 1);
     CHECK(p.length(8) == 1); // after a refusal (0.33): 1.3 tokens in 4.0 ms
