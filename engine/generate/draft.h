@@ -27,13 +27,13 @@ public:
     static constexpr int min_n = 1;      ///< shortest (one token: only where no copy holds)
     static constexpr int max_misses = 2; ///< tokens in a row unlike the copy's that end it
 
-    /// Up to k tokens that followed the latest earlier occurrence of the longest suffix of
-    /// `tokens` of min_n..max_n tokens, unless the text the previous draft came from, read
-    /// on as far as the text has grown since, ends in that suffix too (short of max_n
-    /// tokens). That text also when no suffix of two tokens or more occurred, as long as
-    /// fewer than max_misses of the newest tokens in a row differ from it (a substitution);
-    /// a single token is looked up only when no such copy holds. Else empty. `tokens` must extend the text of the previous call (or start anew after
-    /// reset): each token is indexed once.
+    /// Up to k tokens from a source in the text: what followed the latest earlier occurrence
+    /// of the longest suffix of `tokens` of 2..max_n tokens, or the copy the previous draft
+    /// came from, read on as far as the text has grown since, while fewer than max_misses of
+    /// the newest tokens in a row differ from it (a substitution). The copy stays ahead of
+    /// that occurrence when it ends in the same suffix, short of max_n tokens; the last token
+    /// alone is looked up only when no copy holds. Else empty. `tokens` must extend the text
+    /// of the previous call (or start anew after reset): each token is indexed once.
     std::vector<int32_t> draft(std::span<const int32_t> tokens, int k);
     void reset();
 
