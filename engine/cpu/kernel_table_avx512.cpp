@@ -324,9 +324,10 @@ void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const bl
 // Attention on 512-bit vectors for head dimensions 64 and 128: a pass's query rows (a
 // token's heads, and the next tokens') share each key's and value's load and conversion.
 // The positions are read as two streams, their halves side by side, then the rest in order;
-// the halves split at a multiple of 8 positions, so that tokens a few positions apart share
-// the split. Each score is its own key's sum and each row adds its values in the same order
-// whatever rows share its pass: a token gets the bits it gets alone.
+// the halves split at a multiple of 8 positions that moves every 16, so a pass's tokens split
+// at most two ways (attention_values512_split). Each score is its own key's sum and each row
+// adds its values in the same order whatever rows share its pass: a token gets the bits it
+// gets alone.
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const uint16_t* p) {
 #if defined(COLIBRI_AVX512_EMULATED) // SIMDe 0.7.4 has no 512-bit f16 conversion
@@ -462,6 +463,57 @@ void attention_values512(const attend_rows512<R>& rows, const T* v, int half, co
     }
 }
 
+// attention_values512 for a pass whose tokens straddle a multiple of 16 positions: rows
+// [0, ka) split their positions at h0, the rest at h1 = h0 + 8. Each row adds its values
+// in the order it adds them alone, and the pass reads the keys and values once.
+template <int R, int NV, class T>
+void attention_values512_split(const attend_rows512<R>& rows, const T* v, int ka, const T* next_k, int next_n) {
+    constexpr int hd = 16 * NV;
+    const int n = rows.n[R - 1], ahead = attention_ahead<T>(hd), next_half = stream_half(next_n);
+    const int h0 = stream_half(rows.n[0]), h1 = stream_half(n);
+    __m512 acc[R][NV];
+    for (int r = 0; r < R; ++r) {
+        for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_setzero_ps();
+    }
+    // row j of the values to rows [r0, r1) (those with j < n[r] unless every_row)
+    const auto add = [&](int j, int r0, int r1, bool every_row) {
+        __m512 x[NV];
+        for (int i = 0; i < NV; ++i) x[i] = load16(v + j * hd + 16 * i);
+        for (int r = 0; r < R; ++r) {
+            if (r < r0 || r >= r1 || (!every_row && j >= rows.n[r])) continue;
+            const __m512 p = _mm512_set1_ps(rows.s[r][j]);
+            for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_fmadd_ps(p, x[i], acc[r][i]);
+        }
+    };
+    for (int j = 0; j < h1; ++j) {
+        if (j + ahead < h1) {
+            prefetch_rows(v + (j + ahead) * hd, 1, hd);
+            prefetch_rows(v + (h0 + j + ahead) * hd, 1, hd);
+            prefetch_rows(v + (h1 + j + ahead) * hd, 1, hd);
+        } else if (next_k != nullptr) {
+            const int r = next_pass_row(j, h1, ahead, next_half);
+            if (r >= 0) {
+                prefetch_rows(next_k + r * hd, 1, hd);
+                prefetch_rows(next_k + (next_half + r) * hd, 1, hd);
+            }
+        }
+        if (j < h0) {
+            add(j, 0, R, true);
+            add(h0 + j, 0, ka, true);
+        } else {
+            add(j, ka, R, true);
+        }
+        add(h1 + j, ka, R, true);
+    }
+    for (int j = 2 * h0; j < n; ++j) {
+        if (j + ahead < n) prefetch_rows(v + (j + ahead) * hd, 1, hd);
+        add(j, 0, j < 2 * h1 ? ka : R, false);
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(rows.out[r] + 16 * i, acc[r][i]);
+    }
+}
+
 // Sixteen float lanes holding whole numbers as int32 (SIMDe 0.7.4 has no 512-bit
 // conversion: two 256-bit ones there).
 inline __m512i to_epi32(__m512 v) {
@@ -534,13 +586,16 @@ void attend_pass512(const float* q, int64_t q_stride, int n_q, const T* k, const
         rows.out[i] = out + t * out_stride + h * hd;
         rows.n[i] = n[t];
     }
-    const int half = stream_half(rows.n[0]);
+    const int half = stream_half(rows.n[0]); // the scores' streams: a score is its own key's sum either way
     attention_scores512<R, NV>(rows, k, half, scale, v);
     for (int i = 0; i < R; ++i) softmax512(rows.s[i], rows.n[i]);
-    attention_values512<R, NV>(rows, v, half, next_k, next_n);
+    int ka = 0; // the rows that split their positions where the first row does
+    while (ka < R && stream_half(rows.n[ka]) == half) ++ka;
+    if (ka == R) attention_values512<R, NV>(rows, v, half, next_k, next_n);
+    else attention_values512_split<R, NV>(rows, v, ka, next_k, next_n);
 }
 
-// The call's rows in passes of at most `most` rows that share the streams' split.
+// The call's rows in passes of at most `most` rows whose streams split within 8 positions.
 template <int NV, class T>
 void attend512_t(const float* q, int64_t q_stride, int n_q, int n_tok, const T* k, const T* v, const int* n,
                  float scale, float* scores, float* out, int64_t out_stride, const T* next_k, int next_n) {
@@ -553,7 +608,7 @@ void attend512_t(const float* q, int64_t q_stride, int n_q, int n_tok, const T* 
     for (int r0 = 0; r0 < rows;) {
         const int half = stream_half(n[r0 / n_q]);
         int r1 = r0 + 1;
-        while (r1 < rows && r1 - r0 < most && stream_half(n[r1 / n_q]) == half) ++r1;
+        while (r1 < rows && r1 - r0 < most && stream_half(n[r1 / n_q]) <= half + 8) ++r1;
         const bool last = r1 == rows;
         passes[r1 - r0 - 1](q, q_stride, n_q, k, v, n, r0, n_last, scale, scores, out, out_stride,
                             last ? next_k : nullptr, last ? next_n : 0);

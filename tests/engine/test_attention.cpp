@@ -123,7 +123,7 @@ TEST_CASE("attention kernels give each query head the bits it gets alone, whatev
 
 TEST_CASE("attention kernels give each token the bits it gets alone, whatever tokens share its call") {
     // a verifying step's or a prefill batch's tokens, a position apart or more, across the
-    // kernels' splits of the keys into streams (multiples of 16)
+    // kernels' splits of the keys into streams (multiples of 16), in one pass or several
     const std::vector<std::vector<int>> key_counts = {{1, 2},
                                                       {5, 6, 7, 8},
                                                       {14, 15, 16, 17},
@@ -131,6 +131,7 @@ TEST_CASE("attention kernels give each token the bits it gets alone, whatever to
                                                       {63, 64},
                                                       {127, 128, 129},
                                                       {300, 301, 302, 303, 304, 305},
+                                                      {1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012},
                                                       {40, 70, 70}};
     for (const kernel_table* kt : all_tables())
         for (int hd : {8, 64, 128, 136})
