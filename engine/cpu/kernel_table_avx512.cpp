@@ -325,7 +325,7 @@ void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const bl
 // token's heads, and the next tokens') share each key's and value's load and conversion.
 // The positions are read as two streams, their halves side by side, then the rest in order;
 // the halves split at a multiple of 8 positions that moves every 16, so a pass's tokens split
-// at most two ways (attention_values512_split). Each score is its own key's sum and each row
+// at most two ways (attention_values512). Each score is its own key's sum and each row
 // adds its values in the same order whatever rows share its pass: a token gets the bits it
 // gets alone.
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
@@ -422,55 +422,14 @@ void attention_scores512(const attend_rows512<R>& rows, const T* k, int half, fl
 
 // out_r = sum_j s_r[j] v_j for every row: a row of each stream at a time, then the rest
 // in order (row r's while j < n[r]); next_k (null: none): the keys whose first rows to ask
-// for in the streams' last steps.
-template <int R, int NV, class T>
-void attention_values512(const attend_rows512<R>& rows, const T* v, int half, const T* next_k, int next_n) {
+// for in the streams' last steps. Split: the pass's tokens straddle a multiple of 16
+// positions, rows [0, ka) splitting their positions at h0 and the rest at h1 = h0 + 8; each
+// row adds its values in the order it adds them alone, and the pass reads them once.
+template <int R, int NV, bool Split, class T>
+void attention_values512(const attend_rows512<R>& rows, const T* v, int ka, const T* next_k, int next_n) {
     constexpr int hd = 16 * NV;
     const int n = rows.n[R - 1], ahead = attention_ahead<T>(hd), next_half = stream_half(next_n);
-    __m512 acc[R][NV];
-    for (int r = 0; r < R; ++r) {
-        for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_setzero_ps();
-    }
-    const auto add = [&](int j, bool every_row) {
-        __m512 x[NV];
-        for (int i = 0; i < NV; ++i) x[i] = load16(v + j * hd + 16 * i);
-        for (int r = 0; r < R; ++r) {
-            if (!every_row && j >= rows.n[r]) continue;
-            const __m512 p = _mm512_set1_ps(rows.s[r][j]);
-            for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_fmadd_ps(p, x[i], acc[r][i]);
-        }
-    };
-    for (int j = 0; j < half; ++j) {
-        if (j + ahead < half) {
-            prefetch_rows(v + (j + ahead) * hd, 1, hd);
-            prefetch_rows(v + (half + j + ahead) * hd, 1, hd);
-        } else if (next_k != nullptr) {
-            const int r = next_pass_row(j, half, ahead, next_half);
-            if (r >= 0) {
-                prefetch_rows(next_k + r * hd, 1, hd);
-                prefetch_rows(next_k + (next_half + r) * hd, 1, hd);
-            }
-        }
-        add(j, true);
-        add(half + j, true);
-    }
-    for (int j = 2 * half; j < n; ++j) {
-        if (j + ahead < n) prefetch_rows(v + (j + ahead) * hd, 1, hd);
-        add(j, false);
-    }
-    for (int r = 0; r < R; ++r) {
-        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(rows.out[r] + 16 * i, acc[r][i]);
-    }
-}
-
-// attention_values512 for a pass whose tokens straddle a multiple of 16 positions: rows
-// [0, ka) split their positions at h0, the rest at h1 = h0 + 8. Each row adds its values
-// in the order it adds them alone, and the pass reads the keys and values once.
-template <int R, int NV, class T>
-void attention_values512_split(const attend_rows512<R>& rows, const T* v, int ka, const T* next_k, int next_n) {
-    constexpr int hd = 16 * NV;
-    const int n = rows.n[R - 1], ahead = attention_ahead<T>(hd), next_half = stream_half(next_n);
-    const int h0 = stream_half(rows.n[0]), h1 = stream_half(n);
+    const int h0 = stream_half(rows.n[0]), h1 = Split ? stream_half(n) : h0, a = Split ? ka : R;
     __m512 acc[R][NV];
     for (int r = 0; r < R; ++r) {
         for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_setzero_ps();
@@ -489,7 +448,7 @@ void attention_values512_split(const attend_rows512<R>& rows, const T* v, int ka
         if (j + ahead < h1) {
             prefetch_rows(v + (j + ahead) * hd, 1, hd);
             prefetch_rows(v + (h0 + j + ahead) * hd, 1, hd);
-            prefetch_rows(v + (h1 + j + ahead) * hd, 1, hd);
+            if (Split) prefetch_rows(v + (h1 + j + ahead) * hd, 1, hd);
         } else if (next_k != nullptr) {
             const int r = next_pass_row(j, h1, ahead, next_half);
             if (r >= 0) {
@@ -497,17 +456,17 @@ void attention_values512_split(const attend_rows512<R>& rows, const T* v, int ka
                 prefetch_rows(next_k + (next_half + r) * hd, 1, hd);
             }
         }
-        if (j < h0) {
+        if (!Split || j < h0) {
             add(j, 0, R, true);
-            add(h0 + j, 0, ka, true);
+            add(h0 + j, 0, a, true);
         } else {
-            add(j, ka, R, true);
+            add(j, a, R, true);
         }
-        add(h1 + j, ka, R, true);
+        if (Split) add(h1 + j, a, R, true);
     }
     for (int j = 2 * h0; j < n; ++j) {
         if (j + ahead < n) prefetch_rows(v + (j + ahead) * hd, 1, hd);
-        add(j, 0, j < 2 * h1 ? ka : R, false);
+        add(j, 0, j < 2 * h1 ? a : R, false);
     }
     for (int r = 0; r < R; ++r) {
         for (int i = 0; i < NV; ++i) _mm512_storeu_ps(rows.out[r] + 16 * i, acc[r][i]);
@@ -591,8 +550,8 @@ void attend_pass512(const float* q, int64_t q_stride, int n_q, const T* k, const
     for (int i = 0; i < R; ++i) softmax512(rows.s[i], rows.n[i]);
     int ka = 0; // the rows that split their positions where the first row does
     while (ka < R && stream_half(rows.n[ka]) == half) ++ka;
-    if (ka == R) attention_values512<R, NV>(rows, v, half, next_k, next_n);
-    else attention_values512_split<R, NV>(rows, v, ka, next_k, next_n);
+    if (ka == R) attention_values512<R, NV, false>(rows, v, ka, next_k, next_n);
+    else attention_values512<R, NV, true>(rows, v, ka, next_k, next_n);
 }
 
 // The call's rows in passes of at most `most` rows whose streams split within 8 positions.
