@@ -243,13 +243,14 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
     const auto tile = int8_x8_kernels(kt_, w.type).tile;
     float out[8 * 4 * 8]; // the most a tile call returns: 8 tokens by 4 groups
     if (n <= short_batch) {
-        // short batches (decode walks its groups in matmul_streamed()): 4 / n groups a share of
-        // the range apart, which keeps several hardware prefetch streams busy; at least two,
-        // as the kernels take groups in pairs (a single group is a pair with itself, done twice)
+        // short batches (decode walks its groups in matmul_streamed()), each weight read once: 4 /
+        // n groups a share of the range apart, which keeps several hardware prefetch streams busy;
+        // at least two, as the kernels take groups in pairs (a single group is a pair with itself,
+        // done twice)
         const int streams = std::max(2, 4 / n);
         const int64_t q = (g1 - g0) / streams;
         for (int64_t i = 0; i < q; ++i) {
-            tile(w.data + uint64_t(g0 + i) * gb, size_t(q) * gb, streams, xq, nb, n, cols, out);
+            tile(w.data + uint64_t(g0 + i) * gb, size_t(q) * gb, streams, xq, nb, n, cols, true, out);
             for (int t = 0; t < n; ++t) {
                 for (int s = 0; s < streams; ++s)
                     std::memcpy(y_at(t, (g0 + i + s * q) * 8), out + (t * streams + s) * 8, 8 * sizeof(float));
@@ -259,13 +260,14 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
         const int64_t g = g0 + streams * q;
         const int rest = static_cast<int>(g1 - g);
         if (rest > 0) {
-            tile(w.data + uint64_t(g) * gb, gb, rest, xq, nb, n, cols, out);
+            tile(w.data + uint64_t(g) * gb, gb, rest, xq, nb, n, cols, true, out);
             for (int t = 0; t < n; ++t)
                 std::memcpy(y_at(t, g * 8), out + t * rest * 8, size_t(rest) * 8 * sizeof(float));
         }
         return;
     }
-    // prefill: blocks of groups that stay in L2 while every chunk of tokens passes
+    // prefill: blocks of groups that stay in L2 while every chunk of tokens passes (the first
+    // tile on a group pair reads it from memory: once)
     constexpr int chunk = 64;
     const int64_t block = std::max<int64_t>(1, int64_t(l2_block_bytes / gb));
     for (int64_t b0 = g0; b0 < g1; b0 += block) {
@@ -276,7 +278,7 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
                 const int ng = static_cast<int>(std::min<int64_t>(x8_prefill_groups, b1 - g));
                 for (int t = t0; t < t1; t += x8_prefill_tokens) {
                     const int nt = std::min(x8_prefill_tokens, t1 - t);
-                    tile(w.data + uint64_t(g) * gb, gb, ng, xq + size_t(t) * nb, nb, nt, cols, out);
+                    tile(w.data + uint64_t(g) * gb, gb, ng, xq + size_t(t) * nb, nb, nt, cols, t == 0, out);
                     for (int k = 0; k < nt; ++k) {
                         // a row group at a time: a copy of constant size is a few vector moves
                         for (int i = 0; i < ng; ++i)

@@ -114,7 +114,7 @@ void cpu_backend::run_steps(const std::vector<segment>& segs, int64_t pb, int64_
         for (int s = 0; s < 4; ++s) {
             if (k >= c[s].count) continue;
             const segment& sg = *c[s].seg;
-            if (!alike) sg.tile(c[s].w, 0, 1, sg.x, 0, 1, sg.cols, out + 8 * s);
+            if (!alike) sg.tile(c[s].w, 0, 1, sg.x, 0, 1, sg.cols, true, out + 8 * s);
             std::memcpy(c[s].y, out + 8 * s, 8 * sizeof(float));
             c[s].w += sg.group_bytes;
             c[s].y += 8;

@@ -38,6 +38,17 @@ inline void set_sum_pairs(block_q8_x* blocks) {
     }
 }
 
+/// An interleaved type's tile: n_groups (1..4) groups of eight rows (`stride` bytes apart)
+/// by n_tok (1..8) quantised activation vectors (`x_stride` blocks apart), n columns:
+/// out[(t * n_groups + g) * 8 + r] = row r of group g . x_t. once: no other call reads these
+/// weights (decode, short batches): they come from memory, asked for into L2 further ahead;
+/// else (prefill's blocks, read again for each chunk of tokens) from L2 into L1.
+using x8_tile_fn = void (*)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
+                            int n_tok, int64_t n, bool once, float* out);
+/// Decode's four streams of an interleaved type: group s at groups[s] with its own
+/// activations x[s]: out[s * 8 + r] = row r of group s . x[s].
+using x8_streams_fn = void (*)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+
 struct kernel_table {
     const char* name;
     /// x [n] (n a multiple of 32) -> n/32 blocks
@@ -86,60 +97,45 @@ struct kernel_table {
                       float* out);
     void (*tile_q3_k)(const void* rows, size_t stride, const block_q8_x* x, size_t x_stride, int n_tok, int64_t n,
                       float* out);
-    /// Integer dot products of q4_0x8 row groups: n_groups (1..4) groups of eight rows
-    /// (`stride` bytes apart) with n_tok (1..8) quantised activation vectors (`x_stride`
-    /// blocks apart): out[(t * n_groups + g) * 8 + r] = row r of group g . x_t.
-    /// Each block's integer sum is exact; each row's blocks are scaled and added in f32 one
-    /// after another, in one sum, the same in every table.
-    void (*tile_q4_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
+    /// Integer dot products of q4_0x8 row groups (x8_tile_fn). Each block's integer sum is
+    /// exact; each row's blocks are scaled and added in f32 one after another, in one sum,
+    /// the same in every table.
+    x8_tile_fn tile_q4_0x8;
     /// The same for q8_0x8 groups.
-    void (*tile_q8_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
-    /// Decode's four streams: group s of eight q4_0x8 rows at groups[s], each with its own
-    /// activation vector x[s], all of n columns: out[s * 8 + r] = row r of group s . x[s],
-    /// each bit-identical to tile_q4_0x8 on that group alone. The streams may lie anywhere
+    x8_tile_fn tile_q8_0x8;
+    /// Decode's four streams of q4_0x8 groups (x8_streams_fn), each group's result
+    /// bit-identical to tile_q4_0x8 on that group alone. The streams may lie anywhere
     /// (in different matrices): a thread walks four far-apart parts of its rows side by side.
-    void (*streams_q4_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    x8_streams_fn streams_q4_0x8;
     /// The same for q8_0x8 groups.
-    void (*streams_q8_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    x8_streams_fn streams_q8_0x8;
     /// tile_q4_0x8 and streams_q4_0x8 for the interleaved K-quants (n a multiple of 256),
     /// each row's result bit-identical to tile_q4_k's (tile_q5_k's, tile_q6_k's) on it.
-    void (*tile_q4_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
-    void (*tile_q5_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
-    void (*tile_q6_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
-    void (*streams_q4_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
-    void (*streams_q5_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
-    void (*streams_q6_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    x8_tile_fn tile_q4_kx8;
+    x8_tile_fn tile_q5_kx8;
+    x8_tile_fn tile_q6_kx8;
+    x8_streams_fn streams_q4_kx8;
+    x8_streams_fn streams_q5_kx8;
+    x8_streams_fn streams_q6_kx8;
     /// The same for iq4_xsx8, each row's result bit-identical to tile_iq4_xs's on it.
-    void (*tile_iq4_xsx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                          int n_tok, int64_t n, float* out);
-    void (*streams_iq4_xsx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    x8_tile_fn tile_iq4_xsx8;
+    x8_streams_fn streams_iq4_xsx8;
     /// The same for q4_1x8, q5_0x8, q5_1x8 and iq4_nlx8 (n a multiple of 32), each row's
     /// result bit-identical to its plain type's tile on it.
-    void (*tile_q4_1x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
-    void (*tile_q5_0x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
-    void (*tile_q5_1x8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
-    void (*tile_iq4_nlx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                          int n_tok, int64_t n, float* out);
-    void (*streams_q4_1x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
-    void (*streams_q5_0x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
-    void (*streams_q5_1x8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
-    void (*streams_iq4_nlx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    x8_tile_fn tile_q4_1x8;
+    x8_tile_fn tile_q5_0x8;
+    x8_tile_fn tile_q5_1x8;
+    x8_tile_fn tile_iq4_nlx8;
+    x8_streams_fn streams_q4_1x8;
+    x8_streams_fn streams_q5_0x8;
+    x8_streams_fn streams_q5_1x8;
+    x8_streams_fn streams_iq4_nlx8;
     /// The same for q2_kx8 and q3_kx8 (n a multiple of 256), each row's result bit-identical
     /// to tile_q2_k's (tile_q3_k's) on it.
-    void (*tile_q2_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
-    void (*tile_q3_kx8)(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride,
-                        int n_tok, int64_t n, float* out);
-    void (*streams_q2_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
-    void (*streams_q3_kx8)(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out);
+    x8_tile_fn tile_q2_kx8;
+    x8_tile_fn tile_q3_kx8;
+    x8_streams_fn streams_q2_kx8;
+    x8_streams_fn streams_q3_kx8;
     /// Dot of one weight row with f32 activations.
     float (*dot_q8_0_f32)(const void* row, const float* x, int64_t n);
     float (*dot_q4_0_f32)(const void* row, const float* x, int64_t n);
@@ -221,8 +217,8 @@ constexpr bool superblock_activations(format::dtype t) {
 decltype(kernel_table::tile_q8_0) int8_tile(const kernel_table& kt, format::dtype t);
 /// kt's kernels for the interleaved type t.
 struct x8_kernels {
-    decltype(kernel_table::tile_q4_0x8) tile;
-    decltype(kernel_table::streams_q4_0x8) streams;
+    x8_tile_fn tile;
+    x8_streams_fn streams;
 };
 x8_kernels int8_x8_kernels(const kernel_table& kt, format::dtype t);
 

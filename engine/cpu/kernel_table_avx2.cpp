@@ -215,8 +215,9 @@ struct q8_0x8_ops {
 // horizontal reduction. Ops supplies the two steps of its type: the block's weights
 // prepared once for every token, and the eight rows' exact integer sums with one
 // activation block; scaling and adding, block after block, is the same for every type.
-template <int G, int T, class Ops, bool OwnX, bool Once = false>
-void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G], size_t x_stride, int64_t n,
+// once: x8_tile_fn's.
+template <int G, int T, class Ops, bool OwnX>
+void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G], size_t x_stride, int64_t n, bool once,
              float* out) {
     static_assert(G * T <= 4);
     using block = typename Ops::block;
@@ -225,7 +226,7 @@ void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G]
     for (int64_t ib = 0; ib < n / qk; ++ib) {
         for (int g = 0; g < G; ++g) {
             const block& b = w[g][ib];
-            prefetch_x8_block<Once>(b);
+            prefetch_x8_block(b, once);
             const typename Ops::weights v = Ops::load(b);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
             for (int t = 0; t < T; ++t) {
@@ -241,11 +242,12 @@ void x8_walk(const typename Ops::block* const w[G], const block_q8_x* const x[G]
 
 // G groups `stride` bytes apart, every one with the same T activation vectors.
 template <int G, int T, class Ops>
-void x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, float* out) {
+void x8_tile(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, bool once,
+             float* out) {
     using block = typename Ops::block;
     const block* w[G];
     for (int g = 0; g < G; ++g) w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
-    x8_walk<G, T, Ops, false>(w, &x, x_stride, n, out);
+    x8_walk<G, T, Ops, false>(w, &x, x_stride, n, once, out);
 }
 
 // streams_q4_0x8 / streams_q8_0x8: four groups anywhere, each with its own activations;
@@ -255,7 +257,7 @@ void x8_streams(const void* const groups[4], const block_q8_x* const x[4], int64
     using block = typename Ops::block;
     const block* w[4];
     for (int g = 0; g < 4; ++g) w[g] = static_cast<const block*>(groups[g]);
-    x8_walk<4, 1, Ops, true, true>(w, x, 0, n, out);
+    x8_walk<4, 1, Ops, true>(w, x, 0, n, true, out);
 }
 
 // The interleaved tiles for every (groups, tokens) with groups * tokens <= 4, and their
@@ -263,9 +265,10 @@ void x8_streams(const void* const groups[4], const block_q8_x* const x[4], int64
 // four tokens (each group's weights prepared once for them).
 template <class Ops>
 void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                 int64_t n, float* out) {
+                 int64_t n, bool once, float* out) {
+    using group_tile_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, bool, float*);
     // [tokens - 1][groups - 1]
-    static constexpr tile_fn tiles[4][4] = {
+    static constexpr group_tile_fn tiles[4][4] = {
         {x8_tile<1, 1, Ops>, x8_tile<2, 1, Ops>, x8_tile<3, 1, Ops>, x8_tile<4, 1, Ops>},
         {x8_tile<1, 2, Ops>, x8_tile<2, 2, Ops>, nullptr, nullptr},
         {x8_tile<1, 3, Ops>, nullptr, nullptr, nullptr},
@@ -273,7 +276,7 @@ void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8
     };
     const int t = clamp_int(n_tok, 1, 8), g = clamp_int(n_groups, 1, 4);
     if (g * t <= 4) {
-        tiles[t - 1][g - 1](groups, stride, x, x_stride, n, out);
+        tiles[t - 1][g - 1](groups, stride, x, x_stride, n, once, out);
         return;
     }
     float part[32];
@@ -281,7 +284,7 @@ void dispatch_x8(const void* groups, size_t stride, int n_groups, const block_q8
         for (int t0 = 0; t0 < t; t0 += 4) {
             const int nt = clamp_int(t - t0, 1, 4);
             tiles[nt - 1][0](static_cast<const uint8_t*>(groups) + size_t(i) * stride, 0, x + size_t(t0) * x_stride,
-                             x_stride, n, part);
+                             x_stride, n, once, part);
             for (int k = 0; k < nt; ++k) std::memcpy(out + ((t0 + k) * g + i) * 8, part + k * 8, 8 * sizeof(float));
         }
     }

@@ -211,10 +211,10 @@ inline __m512i x4_halves(const int8_t* a, const int8_t* b) {
 // x[OwnX ? g : 0] + t * x_stride (each group its own activations, or all the same ones).
 // Each row's arithmetic is the 256-bit tile's (exact integer sums, then scaled and added
 // block after block), so results are bit-identical. The outputs of token t and group g go
-// to out[(t * out_groups + g) * 8].
-template <class Ops, int P, int T, bool OwnX, bool Once = false>
+// to out[(t * out_groups + g) * 8]. once: x8_tile_fn's.
+template <class Ops, int P, int T, bool OwnX>
 void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* const x[2 * P], size_t x_stride,
-                   int64_t n, int out_groups, float* out) {
+                   int64_t n, bool once, int out_groups, float* out) {
     static_assert(P * T <= 8);
     using block = typename Ops::block;
     __m512 acc[P * T];
@@ -225,8 +225,8 @@ void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* 
         for (int p = 0; p < P; ++p) {
             const block& a = w[2 * p][ib];
             const block& b = w[2 * p + 1][ib];
-            prefetch_x8_block<Once>(a);
-            prefetch_x8_block<Once>(b);
+            prefetch_x8_block(a, once);
+            prefetch_x8_block(b, once);
             Ops::load(a, b, v[p]);
             dw[p] = scales16(a.d, b.d);
         }
@@ -272,13 +272,13 @@ void x8_pairs_walk(const typename Ops::block* const w[2 * P], const block_q8_x* 
 
 // 2P groups `stride` bytes apart, every one with the same T activation vectors.
 template <class Ops, int P, int T>
-void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, int out_groups,
-              float* out) {
+void x8_pairs(const void* groups, size_t stride, const block_q8_x* x, size_t x_stride, int64_t n, bool once,
+              int out_groups, float* out) {
     using block = typename Ops::block;
     const block* w[2 * P];
     for (int g = 0; g < 2 * P; ++g)
         w[g] = reinterpret_cast<const block*>(static_cast<const uint8_t*>(groups) + g * stride);
-    x8_pairs_walk<Ops, P, T, false>(w, &x, x_stride, n, out_groups, out);
+    x8_pairs_walk<Ops, P, T, false>(w, &x, x_stride, n, once, out_groups, out);
 }
 
 // streams_q4_0x8 / streams_q8_0x8 with VNNI: four groups anywhere, each with its own
@@ -289,8 +289,8 @@ void x8_pair_streams(const void* const groups[4], const block_q8_x* const x[4], 
     const block* w[4];
     for (int g = 0; g < 4; ++g) w[g] = static_cast<const block*>(groups[g]);
     if (x[0] == x[1] && x[0] == x[2] && x[0] == x[3])
-        x8_pairs_walk<Ops, 2, 1, false, true>(w, x, 0, n, 4, out); // one broadcast for all
-    else x8_pairs_walk<Ops, 2, 1, true, true>(w, x, 0, n, 4, out);
+        x8_pairs_walk<Ops, 2, 1, false>(w, x, 0, n, true, 4, out); // one broadcast for all
+    else x8_pairs_walk<Ops, 2, 1, true>(w, x, 0, n, true, 4, out);
 }
 
 // tile_q4_0x8 / tile_q8_0x8 with VNNI: groups two by two (one pair by up to eight tokens,
@@ -298,8 +298,8 @@ void x8_pair_streams(const void* const groups[4], const block_q8_x* const x[4], 
 // with itself, half of it kept.
 template <class Ops>
 void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                       int64_t n, float* out) {
-    using pairs_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, int, float*);
+                       int64_t n, bool once, float* out) {
+    using pairs_fn = void (*)(const void*, size_t, const block_q8_x*, size_t, int64_t, bool, int, float*);
     // [pairs - 1][tokens - 1]
     static constexpr pairs_fn pairs[2][8] = {
         {x8_pairs<Ops, 1, 1>, x8_pairs<Ops, 1, 2>, x8_pairs<Ops, 1, 3>, x8_pairs<Ops, 1, 4>, x8_pairs<Ops, 1, 5>,
@@ -310,13 +310,13 @@ void dispatch_x8_pairs(const void* groups, size_t stride, int n_groups, const bl
     if (g >= 2) {
         const int step = g / 2 == 1 ? 8 : 4;
         for (int t0 = 0; t0 < t; t0 += step) {
-            pairs[g / 2 - 1][clamp_int(t - t0, 1, step) - 1](groups, stride, x + size_t(t0) * x_stride, x_stride, n, g,
-                                                             out + t0 * g * 8);
+            pairs[g / 2 - 1][clamp_int(t - t0, 1, step) - 1](groups, stride, x + size_t(t0) * x_stride, x_stride, n,
+                                                             once, g, out + t0 * g * 8);
         }
     }
     if (g % 2 == 1) {
         float last[8 * 16];
-        pairs[0][t - 1](static_cast<const uint8_t*>(groups) + size_t(g - 1) * stride, 0, x, x_stride, n, 2, last);
+        pairs[0][t - 1](static_cast<const uint8_t*>(groups) + size_t(g - 1) * stride, 0, x, x_stride, n, once, 2, last);
         for (int k = 0; k < t; ++k) std::memcpy(out + (k * g + g - 1) * 8, last + k * 16, 8 * sizeof(float));
     }
 }
@@ -967,7 +967,7 @@ inline void b32x8_pair_column(const Block& a, const Block& b, const block_q8_x* 
 // short last eight padded with zeros), as b32x8_walk: out as kx8_pair_walk's.
 template <class Block, int T>
 void b32x8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n,
-                     float* out, size_t out_stride) {
+                     bool once, float* out, size_t out_stride) {
     __m512 acc[T];
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -978,8 +978,8 @@ void b32x8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x
         for (int j = 0; j < 8; ++j) {
             __m512 p[T];
             if (g + j < nb) {
-                prefetch_x8_block<false>(a[g + j]);
-                if (both) prefetch_x8_block<false>(b[g + j]);
+                prefetch_x8_block(a[g + j], once);
+                if (both) prefetch_x8_block(b[g + j], once);
                 const block_q8_x* xb[T];
                 COLIBRI_UNROLL
                 for (int t = 0; t < T; ++t) xb[t] = x + size_t(t) * x_stride + size_t(g + j);
@@ -1005,16 +1005,16 @@ void b32x8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x
 }
 
 // Groups a and b (b may be a) by T tokens: out[t * out_stride + 8 g + r], g 0 for a and 1
-// for b (only a's when `both` is false).
+// for b (only a's when `both` is false); once: x8_tile_fn's.
 template <class Block, int T, bool Vnni>
 void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n,
-                   float* out, size_t out_stride) {
+                   bool once, float* out, size_t out_stride) {
     __m512 acc[T];
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
-        prefetch_x8_block<false>(a[s]);
-        if (both) prefetch_x8_block<false>(b[s]);
+        prefetch_x8_block(a[s], once);
+        if (both) prefetch_x8_block(b[s], once);
         const block_q8_x* xs[T];
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
@@ -1033,23 +1033,24 @@ void kx8_pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* 
 
 // Groups a and b by T tokens, walked by their type's pair walk.
 template <class Block, int T, bool Vnni>
-void pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n, float* out,
-               size_t out_stride) {
-    if constexpr (b32x8_block<Block>) b32x8_pair_walk<Block, T>(a, b, both, x, x_stride, n, out, out_stride);
-    else kx8_pair_walk<Block, T, Vnni>(a, b, both, x, x_stride, n, out, out_stride);
+void pair_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n, bool once,
+               float* out, size_t out_stride) {
+    if constexpr (b32x8_block<Block>) b32x8_pair_walk<Block, T>(a, b, both, x, x_stride, n, once, out, out_stride);
+    else kx8_pair_walk<Block, T, Vnni>(a, b, both, x, x_stride, n, once, out, out_stride);
 }
 
 #if defined(COLIBRI_AVX512_EMULATED)
 // On SIMDe each walk takes minutes to compile: the tests' build takes five to seven tokens
 // as a walk of four and one of the rest (each token's sums are the same either way).
 template <class Block, int T, bool Vnni>
-void token_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n, float* out,
-                size_t out_stride) {
+void token_walk(const Block* a, const Block* b, bool both, const block_q8_x* x, size_t x_stride, int64_t n, bool once,
+                float* out, size_t out_stride) {
     if constexpr (T > 4 && T < 8) {
-        pair_walk<Block, 4, Vnni>(a, b, both, x, x_stride, n, out, out_stride);
-        pair_walk<Block, T - 4, Vnni>(a, b, both, x + 4 * x_stride, x_stride, n, out + 4 * out_stride, out_stride);
+        pair_walk<Block, 4, Vnni>(a, b, both, x, x_stride, n, once, out, out_stride);
+        pair_walk<Block, T - 4, Vnni>(a, b, both, x + 4 * x_stride, x_stride, n, once, out + 4 * out_stride,
+                                      out_stride);
     } else {
-        pair_walk<Block, T, Vnni>(a, b, both, x, x_stride, n, out, out_stride);
+        pair_walk<Block, T, Vnni>(a, b, both, x, x_stride, n, once, out, out_stride);
     }
 }
 #else
@@ -1062,8 +1063,9 @@ constexpr auto token_walk = pair_walk<Block, T, Vnni>;
 // in one walk, which unpacks the weights once for them all.
 template <class Block, bool Vnni>
 void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-                    int64_t n, float* out) {
-    using walk_fn = void (*)(const Block*, const Block*, bool, const block_q8_x*, size_t, int64_t, float*, size_t);
+                    int64_t n, bool once, float* out) {
+    using walk_fn =
+        void (*)(const Block*, const Block*, bool, const block_q8_x*, size_t, int64_t, bool, float*, size_t);
     static constexpr walk_fn walks[8] = {
         token_walk<Block, 1, Vnni>, token_walk<Block, 2, Vnni>, token_walk<Block, 3, Vnni>, token_walk<Block, 4, Vnni>,
         token_walk<Block, 5, Vnni>, token_walk<Block, 6, Vnni>, token_walk<Block, 7, Vnni>, token_walk<Block, 8, Vnni>};
@@ -1073,7 +1075,8 @@ void tile_kx8_pairs(const void* groups, size_t stride, int n_groups, const block
     };
     for (int g = 0; g < n_groups; g += 2) {
         const bool both = g + 1 < n_groups;
-        walk(group(g), both ? group(g + 1) : group(g), both, x, x_stride, n, out + size_t(g) * 8, size_t(n_groups) * 8);
+        walk(group(g), both ? group(g + 1) : group(g), both, x, x_stride, n, once, out + size_t(g) * 8,
+             size_t(n_groups) * 8);
     }
 }
 
@@ -1085,8 +1088,8 @@ void kx8_pair_streams_walk(const Block* const w[4], const block_q8_x* const x[4]
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
         COLIBRI_UNROLL
         for (int p = 0; p < 2; ++p) {
-            prefetch_x8_block<true>(w[2 * p][s]);
-            prefetch_x8_block<true>(w[2 * p + 1][s]);
+            prefetch_x8_block(w[2 * p][s], true);
+            prefetch_x8_block(w[2 * p + 1][s], true);
             const block_q8_x* xa[1] = {x[2 * p] + size_t(8 * s)};
             const block_q8_x* xb[1] = {x[2 * p + 1] + size_t(8 * s)};
             q45_kx8_pair<Block, 1, Vnni, OwnX>(w[2 * p][s], w[2 * p + 1][s], xa, &acc[p], xb);

@@ -226,7 +226,7 @@ void tile_k(const void* rows, size_t stride, const block_q8_x* x, size_t x_strid
 // or dot_k.
 template <format::dtype T>
 void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-              int64_t n, float* out) {
+              int64_t n, bool /*once*/, float* out) {
     std::vector<uint8_t> row(format::row_bytes(T, uint64_t(n)));
     for (int g = 0; g < n_groups; ++g) {
         for (int r = 0; r < 8; ++r) {
@@ -247,7 +247,7 @@ void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x*
 
 template <format::dtype T>
 void streams_kx8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
-    for (int g = 0; g < 4; ++g) tile_kx8<T>(groups[g], 0, 1, x[g], 0, 1, n, out + 8 * g);
+    for (int g = 0; g < 4; ++g) tile_kx8<T>(groups[g], 0, 1, x[g], 0, 1, n, true, out + 8 * g);
 }
 
 float dot_q4_0x8(const format::block_q4_0x8* g, int r, const block_q8_x* x, int64_t n) {
@@ -280,7 +280,7 @@ float dot_q8_0x8(const format::block_q8_0x8* g, int r, const block_q8_x* x, int6
 
 template <class Block, float (*dot)(const Block*, int, const block_q8_x*, int64_t)>
 void tile_x8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-             int64_t n, float* out) {
+             int64_t n, bool /*once*/, float* out) {
     for (int t = 0; t < n_tok; ++t) {
         for (int g = 0; g < n_groups; ++g) {
             const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + g * stride);

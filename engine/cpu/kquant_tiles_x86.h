@@ -742,14 +742,15 @@ inline void kx8_block(const Block& b, const block_q8_x* const xs[T], __m256 acc[
     else q45_kx8_block<Block, T, Vnni>(b, xs, acc);
 }
 
-// One group by T tokens (x_stride blocks apart): out[t * out_stride + r].
+// One group by T tokens (x_stride blocks apart): out[t * out_stride + r]; once: x8_tile_fn's.
 template <class Block, int T, bool Vnni>
-void kx8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, float* out, size_t out_stride) {
+void kx8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, bool once, float* out,
+              size_t out_stride) {
     __m256 acc[T];
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t s = 0; s < n / format::qk_k; ++s) {
-        prefetch_x8_block<false>(w[s]);
+        prefetch_x8_block(w[s], once);
         const block_q8_x* xs[T];
         COLIBRI_UNROLL
         for (int t = 0; t < T; ++t) xs[t] = x + size_t(t) * x_stride + size_t(8 * s);
@@ -770,7 +771,7 @@ void streams_kx8(const void* const groups[4], const block_q8_x* const x[4], int6
         COLIBRI_UNROLL
         for (int g = 0; g < 4; ++g) {
             const Block& b = static_cast<const Block*>(groups[g])[s];
-            prefetch_x8_block<true>(b);
+            prefetch_x8_block(b, true);
             const block_q8_x* xs[1] = {x[g] + size_t(8 * s)};
             kx8_block<Block, 1, Vnni>(b, xs, &acc[g]);
         }
@@ -853,8 +854,9 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
 
 // One group's n / 32 block columns by T tokens (x_stride blocks apart), eight columns at a
 // time (a short last eight padded with zeros): out[t * out_stride + r].
-template <class Block, int T, bool Vnni, bool Once>
-void b32x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, float* out, size_t out_stride) {
+template <class Block, int T, bool Vnni>
+void b32x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, bool once, float* out,
+                size_t out_stride) {
     __m256 acc[T];
     COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -868,7 +870,7 @@ void b32x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n,
                 for (int t = 0; t < T; ++t) p[j][t] = _mm256_setzero_ps();
                 continue;
             }
-            prefetch_x8_block<Once>(w[g + j]);
+            prefetch_x8_block(w[g + j], once);
             const block_q8_x* xb[T];
             COLIBRI_UNROLL
             for (int t = 0; t < T; ++t) xb[t] = x + size_t(t) * x_stride + size_t(g + j);
@@ -887,16 +889,17 @@ void b32x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n,
 
 // One group by T tokens, walked by its type's walk.
 template <class Block, int T, bool Vnni>
-void x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, float* out, size_t out_stride) {
-    if constexpr (b32x8_block<Block>) b32x8_walk<Block, T, Vnni, false>(w, x, x_stride, n, out, out_stride);
-    else kx8_walk<Block, T, Vnni>(w, x, x_stride, n, out, out_stride);
+void x8_walk(const Block* w, const block_q8_x* x, size_t x_stride, int64_t n, bool once, float* out,
+             size_t out_stride) {
+    if constexpr (b32x8_block<Block>) b32x8_walk<Block, T, Vnni>(w, x, x_stride, n, once, out, out_stride);
+    else kx8_walk<Block, T, Vnni>(w, x, x_stride, n, once, out, out_stride);
 }
 
 // The tiles of the interleaved K, iq4_xs and 32-element types: each group by up to four
 // tokens at a time.
 template <class Block, bool Vnni>
 void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x* x, size_t x_stride, int n_tok,
-              int64_t n, float* out) {
+              int64_t n, bool once, float* out) {
     for (int g = 0; g < n_groups; ++g) {
         const auto* w = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(groups) + size_t(g) * stride);
         for (int t0 = 0; t0 < n_tok; t0 += 4) {
@@ -904,10 +907,10 @@ void tile_kx8(const void* groups, size_t stride, int n_groups, const block_q8_x*
             float* o = out + (size_t(t0) * size_t(n_groups) + size_t(g)) * 8;
             const size_t os = size_t(n_groups) * 8;
             switch (std::min(4, n_tok - t0)) {
-            case 1: x8_walk<Block, 1, Vnni>(w, xt, x_stride, n, o, os); break;
-            case 2: x8_walk<Block, 2, Vnni>(w, xt, x_stride, n, o, os); break;
-            case 3: x8_walk<Block, 3, Vnni>(w, xt, x_stride, n, o, os); break;
-            default: x8_walk<Block, 4, Vnni>(w, xt, x_stride, n, o, os); break;
+            case 1: x8_walk<Block, 1, Vnni>(w, xt, x_stride, n, once, o, os); break;
+            case 2: x8_walk<Block, 2, Vnni>(w, xt, x_stride, n, once, o, os); break;
+            case 3: x8_walk<Block, 3, Vnni>(w, xt, x_stride, n, once, o, os); break;
+            default: x8_walk<Block, 4, Vnni>(w, xt, x_stride, n, once, o, os); break;
             }
         }
     }
@@ -918,7 +921,7 @@ template <class Block, bool Vnni>
 void streams_b32x8(const void* const groups[4], const block_q8_x* const x[4], int64_t n, float* out) {
     COLIBRI_UNROLL
     for (int g = 0; g < 4; ++g)
-        b32x8_walk<Block, 1, Vnni, true>(static_cast<const Block*>(groups[g]), x[g], 0, n, out + 8 * g, 0);
+        b32x8_walk<Block, 1, Vnni>(static_cast<const Block*>(groups[g]), x[g], 0, n, true, out + 8 * g, 0);
 }
 
 } // namespace

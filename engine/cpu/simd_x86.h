@@ -140,17 +140,17 @@ void dispatch_tile(const void* rows, size_t stride, const block_q8_x* x, size_t 
     Tiles[clamp_int(n_tok, 1, 4) - 1](rows, stride, x, x_stride, n, out);
 }
 
-// Every 64-byte line of an interleaved block gets its prefetch. Decode's streams (Once) read
-// each weight once per token and ask for it into L2 (T1), 2,560 bytes ahead: on a Zen 4
-// core, non-temporal prefetches into L1 left its decode at 40-68% of the read bandwidth,
-// and these reach 83-90% (docs/performance-log.md, "Decode's prefetches into L2").
-// Prefill's tiles read their blocks again from L2 for every chunk of tokens and ask for
-// them into L1, 2,048 bytes ahead (1.016-1.10x over 1,024 on all four bench models).
-template <bool Once, class Block>
-[[gnu::always_inline]] inline void prefetch_x8_block(const Block& b) { // always inlined: see prefetch_rows
-    const char* ahead = reinterpret_cast<const char*>(&b) + (Once ? 2560 : 2048);
+// Every 64-byte line of an interleaved block gets its prefetch. Weights read once (decode's
+// streams, short batches' tiles: x8_tile_fn's once) are asked for into L2 (T1), 2,560 bytes
+// ahead: on a Zen 4 core prefetches into L1 left decode at 40-68% of the read bandwidth, and
+// these reach 83-90% (docs/performance-log.md, "Decode's prefetches into L2"). Prefill's
+// tiles read their blocks again from L2 for every chunk of tokens and ask for them into L1,
+// 2,048 bytes ahead (1.016-1.10x over 1,024 on all four bench models).
+template <class Block>
+[[gnu::always_inline]] inline void prefetch_x8_block(const Block& b, bool once) { // always inlined: see prefetch_rows
+    const char* ahead = reinterpret_cast<const char*>(&b) + (once ? 2560 : 2048);
     for (size_t line = 0; line * 64 < sizeof(Block); ++line) {
-        if constexpr (Once) _mm_prefetch(ahead + 64 * line, _MM_HINT_T1);
+        if (once) _mm_prefetch(ahead + 64 * line, _MM_HINT_T1);
         else _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
     }
 }

@@ -196,7 +196,7 @@ dot_peak measure_dot_peak(int n_threads, const kernel_table& kt, format::dtype w
             for (int64_t it = 0; it < iters; ++it) {
                 if (x8) { // the one group again, as many times as prefill passes groups
                     tile_x8(groups.data(), 0, x8_prefill_groups, xq.data(), size_t(n / format::qk), x8_prefill_tokens,
-                            n, out);
+                            n, false, out);
                     s += out[0] + out[std::size(out) - 1];
                     continue;
                 }
