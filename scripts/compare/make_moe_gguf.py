@@ -4,6 +4,7 @@ Qwen3-Coder-30B-A3B's shape (qwen3-coder-30b: 48 layers, dim 2048, 32/4 heads of
 experts top-8 of width 768, vocabulary 151,936; about 18 GB at q4_k_m).
 
     make_moe_gguf.py mixtral-like|fine-grained|qwen3-coder-30b q8_0|q4_0|q4_k_m|f16 OUT.gguf [--layers N]
+                     [--vocab VOCAB.gguf]
 
 The bench shapes are laid out as llama.cpp's converter writes Mixtral: architecture "llama",
 experts stacked in blk.N.ffn_{gate,up,down}_exps, router blk.N.ffn_gate_inp in F32 (random
@@ -13,9 +14,12 @@ about uniform in +-1/sqrt(columns), norms ones in F32. Quantised blocks are draw
 a scale per block (that of 32 uniform values) and uniform integer levels, as ggml's
 quantiser gives for them; K-quant super-blocks of random bits with scales of that size.
 q4_k_m gives each matrix the type llama-quantize's Q4_K_M gives it: Q6_K for output, and for
-attn_v and ffn_down on the layers it favours, Q4_K for the rest. Vocabulary: synthetic
-sentencepiece tokens (<unk>, <s>, </s>, 256 byte tokens, the rest "▁w<i>"): the benchmarks
-feed token ids, never text. f16 (float matrices) is for checking that both engines compute
+attn_v and ffn_down on the layers it favours, Q4_K for the rest. Vocabulary: --vocab copies a
+real sentencepiece vocabulary of the shape's size (the bench shapes': 32,000 tokens, as
+Mixtral's) from a vocabulary-only GGUF, such as llama.cpp's models/ggml-vocab-llama-spm.gguf,
+so that text (the speculative workloads' prompts) takes as many tokens as a real model's
+would; without it, synthetic tokens (<unk>, <s>, </s>, 256 byte tokens, the rest "▁w<i>")
+that spell any text byte by byte. f16 (float matrices) is for checking that both engines compute
 the same function without int8 rounding in the way."""
 import argparse
 
@@ -37,6 +41,7 @@ ap.add_argument("quant", choices=["q8_0", "q4_0", "q4_k_m", "f16"])
 ap.add_argument("out")
 ap.add_argument("--layers", type=int, help="fewer layers than the shape's (for quick checks)")
 ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--vocab", help="a vocabulary-only sentencepiece GGUF whose tokens, scores and types to copy")
 args = ap.parse_args()
 s = SHAPES[args.shape]
 n_layer = args.layers or s["n_layer"]
@@ -121,14 +126,30 @@ w.add_layer_norm_rms_eps(1e-6 if qwen3 else 1e-5)
 w.add_expert_count(X)
 w.add_expert_used_count(s["n_expert_used"])
 w.add_vocab_size(N_VOCAB)
-tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
-types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
-tokens += [f"\u2581w{i}" for i in range(N_VOCAB - len(tokens))]
-types += [gguf.TokenType.NORMAL] * (N_VOCAB - len(types))
+if args.vocab:
+    fields = gguf.GGUFReader(args.vocab).fields
+    if bytes(fields["tokenizer.ggml.model"].parts[-1]).decode() != "llama":
+        raise SystemExit(f"{args.vocab}: not a sentencepiece (llama) vocabulary")
+
+    def values(key):
+        f = fields[key]
+        return [f.parts[i] for i in f.data]
+
+    tokens = [bytes(t).decode() for t in values("tokenizer.ggml.tokens")]
+    scores = [float(v[0]) for v in values("tokenizer.ggml.scores")]
+    types = [int(v[0]) for v in values("tokenizer.ggml.token_type")]
+    if len(tokens) != N_VOCAB:
+        raise SystemExit(f"{args.vocab}: {len(tokens)} tokens, the shape has {N_VOCAB}")
+else:
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+    tokens += [f"\u2581w{i}" for i in range(N_VOCAB - len(tokens))]
+    types += [gguf.TokenType.NORMAL] * (N_VOCAB - len(types))
+    scores = [0.0] * 259 + [-float(i) for i in range(N_VOCAB - 259)]
 w.add_tokenizer_model("llama")
 w.add_tokenizer_pre("default")
 w.add_token_list(tokens)
-w.add_token_scores([0.0] * 259 + [-float(i) for i in range(N_VOCAB - 259)])
+w.add_token_scores(scores)
 w.add_token_types(types)
 w.add_unk_token_id(0)
 w.add_bos_token_id(1)
