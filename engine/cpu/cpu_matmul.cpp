@@ -267,7 +267,7 @@ void cpu_backend::matmul_groups(const matmul_job& jb, const block_q8_x* xq, int6
         return;
     }
     // prefill: blocks of groups that stay in L2 while every chunk of tokens passes (the first
-    // tile on a group pair reads it from memory: once)
+    // tile on a pair of groups reads them from memory: once)
     constexpr int chunk = 64;
     const int64_t block = std::max<int64_t>(1, int64_t(l2_block_bytes / gb));
     for (int64_t b0 = g0; b0 < g1; b0 += block) {
