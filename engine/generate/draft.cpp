@@ -88,17 +88,20 @@ void draft_policy::timed(int n, double ms) {
         for (int below = m - 1; below >= 1 && ref == 0; --below) ref = ms_[size_t(below)];
         // no lower than 5% over the smaller size: drafts that are never kept are never tried
         if (ref > 0) ms_[size_t(m)] = std::max(std::min(ms_[size_t(m)], (ms_[size_t(m)] + ref) / 2), ref * 1.05);
+        guessed_[size_t(m)] = true;
     }
     since_[size_t(n)] = 0;
+    // a lowered time was a guess: the next pass of that size says what it costs now
     double& t = ms_[size_t(n)];
-    t = t == 0 ? ms : 0.7 * t + 0.3 * ms;
+    t = t == 0 || guessed_[size_t(n)] ? ms : 0.7 * t + 0.3 * ms;
+    guessed_[size_t(n)] = false;
 }
 
 void draft_policy::judged(int drafted, int accepted) {
     if (drafted <= 0) return;
     // the tokens kept, then the first one refused (if any); the older passes fade
-    kept_[copying_] = 0.8 * kept_[copying_] + accepted;
-    missed_[copying_] = 0.8 * missed_[copying_] + (accepted < drafted ? 1 : 0);
+    kept_[copying_] = fade * kept_[copying_] + accepted;
+    missed_[copying_] = fade * missed_[copying_] + (accepted < drafted ? 1 : 0);
     copying_ = accepted == drafted;
 }
 

@@ -85,11 +85,13 @@ public:
     double acceptance() const { return kept_[copying_] / (kept_[copying_] + missed_[copying_]); }
 
 private:
-    int fixed_ = -1;                     // >= 0: fixed()
-    std::array<double, max_k + 2> ms_{}; // by pass size; 0: not timed
-    std::array<int, max_k + 2> since_{}; // passes since each size was timed
+    int fixed_ = -1;                        // >= 0: fixed()
+    std::array<double, max_k + 2> ms_{};    // by pass size; 0: not timed
+    std::array<int, max_k + 2> since_{};    // passes since each size was timed
+    std::array<bool, max_k + 2> guessed_{}; // a size's time lowered since it was last timed
     // by state (after a refusal, after a pass that kept all): recent drafted tokens kept, and
-    // first misses (a prior of 0.8)
+    // first misses (a prior of 0.8), the older passes fading by `fade` a pass
+    static constexpr double fade = 0.9;
     std::array<double, 2> kept_{0.8, 0.8}, missed_{0.2, 0.2};
     bool copying_ = false; // the last judged pass kept all its drafts
 };
