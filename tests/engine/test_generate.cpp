@@ -661,7 +661,7 @@ TEST_CASE("the draft length is the one with the most expected tokens per unit of
     CHECK(spiky.length(1) == 1);
     // the lowered time was a guess: the pass's own time replaces it
     spiky.timed(2, 2.2);
-    CHECK(spiky.length(1) == 0); // 1.99 tokens in 2.2 ms against 1 in 1.0
+    CHECK(spiky.length(1) == 0); // 1.98 tokens in 2.2 ms against 1 in 1.0
 }
 
 TEST_CASE("drafts after a pass that kept all its drafts are judged apart from those after a refusal") {
