@@ -16,7 +16,8 @@ namespace colibri {
 /// int8 values in [-127, 127] with an f32 scale, x = d * q, and the sum of the qs.
 /// quantize_x gives each block its own scale and the sum of its first 16 qs (q6_k's
 /// sub-blocks are 16 wide); quantize_x_k one scale to each 256 values (eight blocks), which
-/// q4_k, q5_k and iq4_xs weights take (superblock_activations), and pairs of sums.
+/// q4_k, q5_k and iq4_xs weights take (superblock_activations), and pairs of sums. dsum, d
+/// times the sum in f32, is what a q4_1 or q5_1 block's min multiplies.
 struct block_q8_x {
     float d;
     int32_t sum;
@@ -25,8 +26,9 @@ struct block_q8_x {
         int32_t sum_lo;   // quantize_x's
         int32_t sum_pair; // quantize_x_k's, in even blocks (set_sum_pairs)
     };
+    float dsum;
 };
-static_assert(sizeof(block_q8_x) == 44);
+static_assert(sizeof(block_q8_x) == 48);
 
 /// quantize_x_k's last step on a super-block's eight blocks: blocks 2c's and 2c + 1's sums
 /// as the int16 halves of block 2c's sum_pair (|sum| <= 32 * 127), which the q4_k and q5_k

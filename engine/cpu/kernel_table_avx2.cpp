@@ -66,6 +66,7 @@ void quantize_block(const float* xb, float amax, block_q8_x& out) {
     };
     out.sum_lo = hsum(_mm256_add_epi32(i[0], i[1]));
     out.sum = out.sum_lo + hsum(_mm256_add_epi32(i[2], i[3]));
+    out.dsum = d * static_cast<float>(out.sum);
     __m256i p01 = _mm256_packs_epi32(i[0], i[1]);
     __m256i p23 = _mm256_packs_epi32(i[2], i[3]);
     __m256i p = _mm256_packs_epi16(p01, p23);

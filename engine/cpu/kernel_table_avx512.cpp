@@ -958,8 +958,7 @@ inline void b32x8_pair_column(const Block& a, const Block& b, const block_q8_x* 
             sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(16 * xb[t]->sum)); // q - 16
         const __m512 xd = _mm512_set1_ps(xb[t]->d);
         p[t] = _mm512_mul_ps(_mm512_mul_ps(d, xd), to_ps(sum));
-        if constexpr (min)
-            p[t] = _mm512_fmadd_ps(_mm512_mul_ps(m, xd), _mm512_set1_ps(static_cast<float>(xb[t]->sum)), p[t]);
+        if constexpr (min) p[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(xb[t]->dsum), p[t]);
     }
 }
 

@@ -39,6 +39,7 @@ void quantize_block(const float* xb, float amax, block_q8_x& out) {
         out.sum += out.qs[i];
         if (i < qk / 2) out.sum_lo += out.qs[i];
     }
+    out.dsum = d * static_cast<float>(out.sum);
 }
 
 void quantize_x(const float* x, block_q8_x* out, int64_t n) {
@@ -199,7 +200,7 @@ float dot_b32(const void* row, const block_q8_x* x, int64_t n) {
             int32_t isum = -b.offset * xb.sum;
             for (int i = 0; i < qk; ++i) isum += b.q[i] * int32_t(xb.qs[i]);
             p[j] = (b.d * xb.d) * static_cast<float>(isum);
-            if (b.has_min) p[j] = std::fma(b.m * xb.d, static_cast<float>(xb.sum), p[j]);
+            if (b.has_min) p[j] = std::fma(b.m, xb.dsum, p[j]);
         }
         acc += sum8(p);
     }

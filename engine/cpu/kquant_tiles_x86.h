@@ -234,8 +234,8 @@ inline void b32_group(const Block* w, const block_q8_x* const xs[T], const __m25
         if constexpr (std::is_same_v<Block, format::block_q5_0>)
             a = _mm256_sub_epi32(a, _mm256_slli_epi32(xsum[t], 4)); // q - 16
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd[t]), _mm256_cvtepi32_ps(a));
-        if constexpr (block32_has_min<Block>)
-            p[t] = _mm256_fmadd_ps(_mm256_mul_ps(m, xd[t]), _mm256_cvtepi32_ps(xsum[t]), p[t]);
+        if constexpr (block32_has_min<Block>) // xd * sum: each block's dsum
+            p[t] = _mm256_fmadd_ps(m, _mm256_mul_ps(xd[t], _mm256_cvtepi32_ps(xsum[t])), p[t]);
     }
 }
 
@@ -847,8 +847,7 @@ inline void b32x8_column(const Block& b, const block_q8_x* const xb[T], __m256 p
             a = _mm256_sub_epi32(a, _mm256_set1_epi32(16 * xb[t]->sum)); // q - 16
         const __m256 xd = _mm256_set1_ps(xb[t]->d);
         p[t] = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(a));
-        if constexpr (min)
-            p[t] = _mm256_fmadd_ps(_mm256_mul_ps(m, xd), _mm256_set1_ps(static_cast<float>(xb[t]->sum)), p[t]);
+        if constexpr (min) p[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb[t]->dsum), p[t]);
     }
 }
 

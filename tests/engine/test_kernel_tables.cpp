@@ -26,6 +26,8 @@ TEST_CASE("SIMD row kernels reproduce the scalar reference") {
                 CHECK(xs[b].d == xr[b].d);
                 CHECK(xs[b].sum == xr[b].sum);
                 CHECK(xs[b].sum_lo == xr[b].sum_lo);
+                CHECK(xs[b].dsum == xr[b].dsum);
+                CHECK(xr[b].dsum == xr[b].d * static_cast<float>(xr[b].sum));
                 CHECK(std::memcmp(xs[b].qs, xr[b].qs, 32) == 0);
             }
             if (n % 256 == 0) { // one scale per 256 values: the largest |x| among them is 127
