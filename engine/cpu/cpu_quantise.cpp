@@ -56,8 +56,8 @@ void cpu_backend::quantise_activations(const matmul_job* jobs, int n_jobs, size_
         elements += q.rows * q.cols;
     }
     quant_rows_.push_back(rows);
-    // prefill's batches across the threads (a few operations per element)
-    split(rows, 4 * elements, 16, [&](int64_t r0, int64_t r1) {
+    // across the threads (a few operations per element), a short batch's rows too
+    split(rows, 8 * elements, std::clamp<int64_t>(rows / pool_.size(), 1, 16), [&](int64_t r0, int64_t r1) {
         size_t q = size_t(std::upper_bound(quant_rows_.begin(), quant_rows_.end(), r0) - quant_rows_.begin()) - 1;
         for (int64_t r = r0; r < r1; ++r) {
             while (r >= quant_rows_[q + 1]) ++q;
