@@ -37,10 +37,10 @@ void cpu_backend::add_bias(float* y, const tensor_view& b, int n, int dim) {
 }
 
 void cpu_backend::swiglu(float* gate, const float* up, int64_t n) {
-    // an exponential each, counted as four multiply-adds for the split threshold: worth
-    // the threads for a prefill batch, not for one token's experts (a few thousand
-    // elements take under a microsecond, less than a dispatch)
-    split(n, 4 * n, 1024, [&](int64_t b, int64_t e) { kt_.swiglu(gate + b, up + b, e - b); });
+    // an exponential each, counted as eight multiply-adds for the split threshold: worth
+    // the threads for a batch of several tokens (a verifying step's eight), not for one
+    // token's experts (a few thousand elements take about what a dispatch does)
+    split(n, 8 * n, 1024, [&](int64_t b, int64_t e) { kt_.swiglu(gate + b, up + b, e - b); });
 }
 
 void cpu_backend::add_scaled(float* x, const float* y, int64_t n, float s) {
