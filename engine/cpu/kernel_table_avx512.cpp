@@ -355,6 +355,64 @@ inline __m256 fold(__m512 v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
+// _mm512_shuffle_f32x4 (SIMDe 0.7.4 has it under its integer name only).
+template <int Imm>
+inline __m512 shuffle128(__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_shuffle_i32x4(_mm512_castps_si512(a), _mm512_castps_si512(b), Imm));
+}
+
+// fold on two vectors at once: [a's 0-3 | a's 4-7 | b's 0-3 | b's 4-7], each lane its own
+// sum of lanes l and l + 8.
+inline __m512 fold2(__m512 a, __m512 b) {
+    return _mm512_add_ps(shuffle128<_MM_SHUFFLE(1, 0, 1, 0)>(a, b), shuffle128<_MM_SHUFFLE(3, 2, 3, 2)>(a, b));
+}
+
+// _mm256_hadd_ps's sums in every 128-bit lane: [a0 + a1, a2 + a3, b0 + b1, b2 + b3].
+inline __m512 hadd512(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Four keys (positions at[0], at[0] + 1, at[2], at[2] + 1) against every row, each score
+// summed exactly as fold and hsum4 sum it, with a quarter of their shuffles: a 512-bit tree
+// takes four rows' sixteen sums at once. g[i]: row r0 + i's four keys folded, then paired.
+template <int R, int NV>
+inline void score_step4(const attend_rows512<R>& rows, const __m512 (&kv)[4][NV], const int at[4], __m512 sc) {
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        __m512 g[4];
+        for (int i = 0; i < 4; ++i) {
+            if (r0 + i >= R) { // a short last group repeats its last row
+                g[i] = g[i - 1];
+                continue;
+            }
+            __m512 a[4];
+            for (int u = 0; u < 4; ++u) {
+                a[u] = _mm512_setzero_ps();
+                for (int k = 0; k < NV; ++k)
+                    a[u] = _mm512_fmadd_ps(_mm512_loadu_ps(rows.q[r0 + i] + 16 * k), kv[u][k], a[u]);
+            }
+            g[i] = hadd512(fold2(a[0], a[2]), fold2(a[1], a[3]));
+        }
+        const __m512 h0 = hadd512(g[0], g[1]), h1 = hadd512(g[2], g[3]);
+        // [row r0: k0 k1, row r0 + 1: k0 k1 | the same rows' k2 k3 | rows r0 + 2, r0 + 3 likewise]
+        const __m512 s = _mm512_mul_ps(
+            _mm512_add_ps(shuffle128<_MM_SHUFFLE(2, 0, 2, 0)>(h0, h1), shuffle128<_MM_SHUFFLE(3, 1, 3, 1)>(h0, h1)),
+            sc);
+        for (int i = 0; i < 4 && r0 + i < R; ++i) {
+            const __m128 first = i < 2 ? _mm512_castps512_ps128(s) : _mm512_extractf32x4_ps(s, 2);
+            const __m128 second = i < 2 ? _mm512_extractf32x4_ps(s, 1) : _mm512_extractf32x4_ps(s, 3);
+            float* out = rows.s[r0 + i];
+            if (i % 2 == 0) {
+                _mm_storel_pi(reinterpret_cast<__m64*>(out + at[0]), first);
+                _mm_storel_pi(reinterpret_cast<__m64*>(out + at[2]), second);
+            } else {
+                _mm_storeh_pi(reinterpret_cast<__m64*>(out + at[0]), first);
+                _mm_storeh_pi(reinterpret_cast<__m64*>(out + at[2]), second);
+            }
+        }
+    }
+}
+
 // Keys key[0 .. valid) (at positions at[u]) against every row: each score is its key's
 // products summed as fold and hsum4 sum them, whatever the key's place in the step.
 template <int R, int NV, int U, class T>
@@ -363,6 +421,12 @@ inline void score_step(const attend_rows512<R>& rows, const T* const key[U], con
     for (int u = 0; u < U; ++u) {
         if (u >= valid) break;
         for (int i = 0; i < NV; ++i) kv[u][i] = load16(key[u] + 16 * i);
+    }
+    if constexpr (U == 4) {
+        if (valid == 4 && at[1] == at[0] + 1 && at[3] == at[2] + 1) {
+            score_step4<R, NV>(rows, kv, at, _mm512_broadcast_f32x4(sc));
+            return;
+        }
     }
     for (int r = 0; r < R; ++r) {
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
