@@ -96,13 +96,15 @@ void cpu_backend::attention(const attention_args& a) {
         return;
     }
     // Items: a block of the batch's tokens (consecutive ones that read the same keys, as many
-    // as attention_rows take with a part's heads) by a KV head's query heads in parts of three
-    // where three divide them, else two (the kernels share each key's and value's load among
-    // an item's rows: splitting there costs no extra pass), ordered by KV head, then block, so
-    // that a thread's items mostly reread the keys and values it has just read, and each
-    // thread takes a run of items of about equal work (a token's work grows with its keys).
-    const int per = std::min(group, group % 3 == 0 ? 3 : 2);
-    const int parts = (group + per - 1) / per, block_tokens = std::max(1, attention_rows / per);
+    // as attention_rows take with `per` heads) by a KV head's query heads in parts of `per`,
+    // three where three divide them, else two (the kernels share each key's and value's load
+    // among a call's rows), ordered by KV head, then block, so that a thread's items mostly
+    // reread the keys and values it has just read, and each thread takes a run of items of
+    // about equal work (a token's work grows with its keys). A single token's items are single
+    // heads, a thread's heads of one KV head then going to the kernel together, up to `per`:
+    // so one token over three KV heads splits evenly between two threads.
+    const int per = std::min(group, group % 3 == 0 ? 3 : 2), unit = a.n == 1 ? 1 : per;
+    const int parts = (group + unit - 1) / unit, block_tokens = std::max(1, attention_rows / per);
     blocks_.clear(); // first token of each block, then a.n
     for (int t = 0; t < a.n; ++t) {
         const int b0 = blocks_.empty() ? -1 : blocks_.back();
@@ -121,7 +123,7 @@ void cpu_backend::attention(const attention_args& a) {
         const int64_t b = item / parts % n_blocks;
         const int part = static_cast<int>(item % parts);
         return item_rows{static_cast<int>(item / (n_blocks * parts)), blocks_[size_t(b)], blocks_[size_t(b) + 1],
-                         per * part, std::min(group, per * part + per)};
+                         unit * part, std::min(group, unit * part + unit)};
     };
     const auto item_work = [&](int64_t item) {
         const item_rows r = rows_of(item);
@@ -138,16 +140,23 @@ void cpu_backend::attention(const attention_args& a) {
         for (; item < items && done + item_work(item) / 2 < from; ++item) done += item_work(item);
         float* scores = a.scratch + static_cast<int64_t>(ith) * attention_scratch_rows(group) * a.n_ctx;
         int n_keys[attention_rows];
-        for (; item < items && done + item_work(item) / 2 < to; ++item) {
+        while (item < items && done + item_work(item) / 2 < to) {
             done += item_work(item);
-            const item_rows r = rows_of(item);
+            item_rows r = rows_of(item++);
+            // the run's next heads of the same block, up to `per` (single heads only)
+            for (; item < items && r.h1 - r.h0 < per && done + item_work(item) / 2 < to; ++item) {
+                const item_rows more = rows_of(item);
+                if (more.kvh != r.kvh || more.t0 != r.t0 || more.h0 != r.h1) break;
+                r.h1 = more.h1;
+                done += item_work(item);
+            }
             const int64_t job = int64_t(r.t0) * a.n_head_kv + r.kvh; // the block's first token's
             for (int t = r.t0; t < r.t1; ++t) n_keys[t - r.t0] = keys(int64_t(t) * a.n_head_kv + r.kvh);
             const int64_t head0 = r.t0 * q_stride + (static_cast<int64_t>(r.kvh) * group + r.h0) * a.head_dim;
             // the thread's next item's keys, which the kernel asks for as it ends
             int64_t next = -1;
-            if (item + 1 < items) {
-                const item_rows nr = rows_of(item + 1);
+            if (item < items) {
+                const item_rows nr = rows_of(item);
                 next = int64_t(nr.t0) * a.n_head_kv + nr.kvh;
             }
             if (a.kv_f16) {
