@@ -111,8 +111,11 @@ private:
                 }
                 continue;
             }
+            // read before looking at the others, so that a part published after the look
+            // is not missed
+            const bool all_published = !wait_published || published_.load(std::memory_order_acquire) == nth;
             if (take_half(ith, nth)) continue;
-            if (!wait_published || published_.load(std::memory_order_acquire) == nth) return;
+            if (all_published) return;
             pause(spin++); // a part not yet published: its thread is in its prologue
         }
     }

@@ -86,6 +86,7 @@ TEST_CASE("thread pool parts after prologues run no step before its part's prolo
             std::vector<std::vector<std::thread::id>> by(nt);
             for (int p = 0; p < threads; ++p) by[size_t(p)].resize(size_t(steps(p)));
             std::atomic<int> bad{0}; // calls out of range or before their part's prologue ended
+            std::atomic<bool> taken{false}; // another thread ran a step of the slow part
             pool.parallel_parts_after(
                 [&](int p) {
                     if (p == slow) std::this_thread::sleep_for(std::chrono::milliseconds(40));
@@ -98,8 +99,14 @@ TEST_CASE("thread pool parts after prologues run no step before its part's prolo
                         bad.fetch_add(1);
                         return;
                     }
-                    // the slow part's first call sleeps too: the waiting threads get to run on a loaded machine
-                    if (p == slow && k0 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+                    // the slow part's first call waits (at most 10 s) for another thread to
+                    // take from its part, however long the machine's load keeps that thread off
+                    if (p == slow && k0 > 0) taken.store(true);
+                    if (p == slow && k0 == 0 && threads > 1) {
+                        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                        while (!taken.load() && std::chrono::steady_clock::now() < until)
+                            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                    }
                     for (int64_t k = k0; k < k1; ++k) {
                         seen[size_t(p)][size_t(k)].fetch_add(1);
                         by[size_t(p)][size_t(k)] = std::this_thread::get_id();
