@@ -2,6 +2,24 @@
 
 #include "kernel_test_util.h"
 
+namespace {
+
+// A part whose first call waits (at most 10 s) until another thread has run one of its
+// steps, however long the machine's load keeps that thread off; nobody else to wait for
+// with one thread or one part.
+struct slow_first_call {
+    std::atomic<bool> taken{false};
+    void step(int64_t k0, bool others_can_take) {
+        if (k0 > 0) taken.store(true);
+        if (k0 > 0 || !others_can_take) return;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!taken.load() && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+};
+
+} // namespace
+
 TEST_CASE("thread pool balanced split hands out every item exactly once") {
     for (int threads : {1, 2, 3}) {
         thread_pool pool(threads);
@@ -48,12 +66,13 @@ TEST_CASE("thread pool parts run every step once and idle threads take halves of
                 for (int p = 0; p < parts; ++p) seen.emplace_back(size_t(steps(p)));
                 std::vector<std::thread::id> by(size_t(steps(0))); // the thread of each step of part 0
                 std::atomic<int> bad{0};                           // calls out of range
+                slow_first_call first;
                 pool.parallel_parts(serial, steps, [&](int p, int64_t k0, int64_t k1) {
                     if (p < 0 || p >= parts || k0 < 0 || k0 >= k1 || k1 > steps(p)) {
                         bad.fetch_add(1);
                         return;
                     }
-                    if (p == 0 && k0 == 0 && slow_first) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                    if (p == 0 && slow_first) first.step(k0, parts > 1);
                     for (int64_t k = k0; k < k1; ++k) {
                         seen[size_t(p)][size_t(k)].fetch_add(1);
                         if (p == 0) by[size_t(k)] = std::this_thread::get_id();
@@ -63,7 +82,7 @@ TEST_CASE("thread pool parts run every step once and idle threads take halves of
                 for (int p = 0; p < parts; ++p) {
                     for (int64_t k = 0; k < steps(p); ++k) REQUIRE(seen[size_t(p)][size_t(k)].load() == 1);
                 }
-                // while part 0's first call sleeps, the other threads run out and take from it
+                // while part 0's first call waits, the other threads run out and take from it
                 const auto others = std::count_if(by.begin(), by.end(), [&](std::thread::id t) { return t != by[0]; });
                 if (slow_first && parts > 1) CHECK(others > 0);
                 if (parts == 1) CHECK(others == 0);
@@ -86,7 +105,7 @@ TEST_CASE("thread pool parts after prologues run no step before its part's prolo
             std::vector<std::vector<std::thread::id>> by(nt);
             for (int p = 0; p < threads; ++p) by[size_t(p)].resize(size_t(steps(p)));
             std::atomic<int> bad{0}; // calls out of range or before their part's prologue ended
-            std::atomic<bool> taken{false}; // another thread ran a step of the slow part
+            slow_first_call first;
             pool.parallel_parts_after(
                 [&](int p) {
                     if (p == slow) std::this_thread::sleep_for(std::chrono::milliseconds(40));
@@ -99,14 +118,7 @@ TEST_CASE("thread pool parts after prologues run no step before its part's prolo
                         bad.fetch_add(1);
                         return;
                     }
-                    // the slow part's first call waits (at most 10 s) for another thread to
-                    // take from its part, however long the machine's load keeps that thread off
-                    if (p == slow && k0 > 0) taken.store(true);
-                    if (p == slow && k0 == 0 && threads > 1) {
-                        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-                        while (!taken.load() && std::chrono::steady_clock::now() < until)
-                            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                    }
+                    if (p == slow) first.step(k0, threads > 1);
                     for (int64_t k = k0; k < k1; ++k) {
                         seen[size_t(p)][size_t(k)].fetch_add(1);
                         by[size_t(p)][size_t(k)] = std::this_thread::get_id();
