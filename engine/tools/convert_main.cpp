@@ -50,8 +50,9 @@ int main(int argc, char** argv) {
         ("output,o", po::value(&output), "the .colibri file to write")
         ("quant,q", po::value(&quant), "weight type of the matrices: f32, f16, bf16, q8_0 (int8), q4_0 (int4), q4_k, q5_k, q6_k, "
                                "or llama.cpp's mixes q4_k_m and q5_k_m (q6_k for the output and, in some layers, attn_v and "
-                               "ffn_down); default f16, or for a GGUF file each tensor's own type where ours has its layout "
-                               "(F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and q8_0 for the other quantised types")
+                               "ffn_down); default f16, or for a GGUF file each tensor's own type, kept as stored (F32, F16, BF16, "
+                               "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; other types are "
+                               "refused by name)")
         ("fim-order", po::value(&fim_order_name), "the fill-in-the-middle order the model was trained with, recorded in the file as "
                                               "the order its prompts use: psm (prefix, suffix, middle) or spm (suffix first); default "
                                               "tokenizer_config.json's \"fim_order\" when present, else psm")
