@@ -106,8 +106,8 @@ command_line parse_command_line(int argc, const char* const* argv) {
     po::options_description http("HTTP (llama-server's /infill and /completion, OpenAI's /v1/completions)");
     // clang-format off
     http.add_options()
-        ("http", po::value(&c.http), "also answer HTTP on HOST:PORT (such as 127.0.0.1:8012) or unix:PATH; off unless given. "
-                                     "An address other machines can reach needs --api-key-file")
+        ("http", po::value(&c.http), "also answer HTTP on HOST:PORT (such as 127.0.0.1:8012) or unix:PATH; off unless given (or a "
+                                     "socket systemd passes as 'http'). An address other machines can reach needs --api-key-file")
         ("api-key-file", po::value(&c.api_key_file), "file holding the key HTTP clients must send (Authorization: Bearer KEY)")
         ("http-timeout-ms", po::value(&c.http_timeout_ms)->default_value(c.http_timeout_ms),
          "time a client may take to send a whole request, and that an idle keep-alive connection stays open");
@@ -118,7 +118,7 @@ command_line parse_command_line(int argc, const char* const* argv) {
     // clang-format off
     remote.add_options()
         ("backend", po::value(&c.backend)->default_value(c.backend), "local (the engine on --model) or openai (forward to --upstream)")
-        ("upstream", po::value(&c.upstreams)->composing(), "with --backend openai: a server's URL, http[s]://HOST:PORT[/PATH]; "
+        ("upstream", po::value(&c.upstreams)->composing(), "with --backend openai: a server's URL, http[s]://HOST[:PORT][/PATH]; "
                                                            "repeat for several (load is spread, an unreachable one is skipped and retried later)")
         ("upstream-key-file", po::value(&c.upstream_key_file), "with --backend openai: file holding the Bearer key the servers want")
         ("upstream-ca-file", po::value(&c.upstream_ca_file), "with --backend openai: PEM certificates to trust for https upstreams "
@@ -201,8 +201,6 @@ command_line parse_command_line(int argc, const char* const* argv) {
     require_range("shutdown-grace-ms", c.shutdown_grace_ms, 0, 3600000);
     require_range("http-timeout-ms", c.http_timeout_ms, 100, 3600000);
     if (!c.http.empty()) parse_http_address(c.http);
-    if (!c.api_key_file.empty() && c.http.empty())
-        throw config_error("--api-key-file is for --http, which is not given");
     require_range("ping-interval-ms", w.ping_interval_ms, 1, 3600000);
     require_range("liveness-timeout-ms", w.liveness_timeout_ms, 1, 3600000);
     require_range("progress-timeout-ms", w.progress_timeout_ms, 1, 86400000);

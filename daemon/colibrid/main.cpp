@@ -105,6 +105,11 @@ int main(int argc, char** argv) {
 
         cd::sd_notifier notifier;
         const cd::activated_sockets activated = cd::take_activated_sockets();
+        if (!cfg.api_key_file.empty() && cfg.http.empty() && !activated.http) {
+            std::cerr << "colibrid: --api-key-file is for HTTP, which is off: give --http, or a socket systemd "
+                         "passes as 'http'\nTry 'colibrid --help'.\n";
+            return 2;
+        }
         auto sock = cd::listen_socket::open(cfg.socket, group, activated.protocol);
         cd::peer_policy policy;
         policy.owner = ::geteuid();

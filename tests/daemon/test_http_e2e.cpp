@@ -277,6 +277,12 @@ TEST_CASE("HTTP on an address other machines reach needs an API key: colibrid re
     const auto bad = run_command({COLIBRID_EXE, "--model", model, "--http", "nowhere"}, std::chrono::seconds(10));
     CHECK(WEXITSTATUS(bad.status) == 2);
     CHECK(bad.err.find("--http") != std::string::npos);
+    // a key file with HTTP off is a mistake in the configuration: status 2, which systemd does not retry
+    const auto keyless = run_command({COLIBRID_EXE, "--model", model, "--socket", dir.path() + "/k.sock",
+                                      "--worker-exe", COLIBRI_TEST_WORKER_EXE, "--api-key-file", model},
+                                     std::chrono::seconds(10));
+    CHECK(WEXITSTATUS(keyless.status) == 2);
+    CHECK(keyless.err.find("--api-key-file is for HTTP, which is off") != std::string::npos);
 }
 
 TEST_CASE("HTTP: a client that sends nothing is closed after --http-timeout-ms") {

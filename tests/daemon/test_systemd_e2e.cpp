@@ -245,3 +245,27 @@ TEST_CASE("socket activation of HTTP too: the socket named 'http' is the HTTP fr
     CHECK(WEXITSTATUS(*exit) == 0);
     CHECK(::access(http.c_str(), F_OK) == 0); // systemd's socket: colibrid leaves it in place
 }
+
+TEST_CASE("socket activation of HTTP with an API key and no --http: the key guards the socket systemd passes") {
+    REQUIRE_MESSAGE(std::string(COLIBRI_SOCKET_ACTIVATE_EXE) != "",
+                    "systemd-socket-activate not found: install Debian's systemd package (scripts/deps)");
+    temp_dir dir;
+    const std::string path = dir.path() + "/activated.sock", http = dir.path() + "/http.sock";
+    const std::string key_file = dir.path() + "/key";
+    std::ofstream(key_file) << "s3cret-key\n";
+    daemon_process d({{"--socket", path}, {"--api-key-file", key_file}}, false, "fake model\n", -1,
+                     {{},
+                      {COLIBRI_SOCKET_ACTIVATE_EXE, "--listen=" + path, "--listen=" + http,
+                       "--fdname=colibrid.socket:http", "--setenv=NOTIFY_SOCKET"}});
+    for (int i = 0; i < 200 && ::access(http.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(::access(http.c_str(), F_OK) == 0);
+    const std::string body = R"({"prompt":"def f(x):","n_predict":12,"seed":5})";
+    CHECK(http_call(http, "POST", "/completion", body, {}, 10s).status == 401);
+    const auto r = http_call(http, "POST", "/completion", body, {"Authorization: Bearer s3cret-key"}, 10s);
+    CHECK(r.status == 200);
+    CHECK(r.json_body()["content"] == fake_text("def f(x):", 12, 5));
+    auto exit = d.stop(SIGTERM);
+    REQUIRE(exit.has_value());
+    CHECK(WIFEXITED(*exit));
+    CHECK(WEXITSTATUS(*exit) == 0);
+}
