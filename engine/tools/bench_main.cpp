@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
         ("bandwidth-mib", po::value(&bo.bandwidth_mib), "buffer of the bandwidth probe (default 1024 MiB)")
         ("f32-act", "keep activations in f32 for q8_0/q4_0 weights (default: int8 integer dot products)")
         ("routing", "print per-layer expert selection counts of the decode phase")
-        ("speculative", po::value(&speculative), "instead: a greedy completion of --gen-tokens after the prompt in this "
+        ("speculative", po::value(&speculative), "instead, on the CPU: a greedy completion of --gen-tokens after the prompt in this "
                                                  "file, plainly and with drafts from the context, alternating --reps times "
                                                  "(the first --threads count)")
         ("temperature", po::value(&temperature), "--speculative: sample at this temperature instead, with seeds 1, 2 ... "
@@ -156,6 +156,10 @@ int main(int argc, char** argv) {
     bo.by_op = vm.count("ops") > 0;
     bo.routing = vm.count("routing") > 0;
     const bool json = vm.count("json") > 0;
+    if (!speculative.empty() && parse_device(device).type != device_spec::kind::cpu) {
+        std::cerr << "colibri-bench: --speculative runs on the CPU\n";
+        return 2;
+    }
     if (bo.by_op && parse_device(device).type != device_spec::kind::cpu) {
         std::cerr << "colibri-bench: --ops times the CPU's operations; on a GPU, COLIBRI_CUDA_PROFILE=1 reports each "
                      "operation's device time\n";
@@ -186,7 +190,8 @@ int main(int argc, char** argv) {
         const std::vector<int> threads =
             threads_list.empty() ? std::vector<int>{usable_cpu_count()} : parse_list(threads_list);
         if (!speculative.empty())
-            return run_speculative(model_path, speculative, threads.front(), bo.gen_tokens, bo.reps, temperature, json);
+            return run_speculative(model_path, speculative, threads.front(), bo.gen_tokens, bo.reps, temperature, json,
+                                   json_file);
         const cpu_bench b = run_on_cpu(model_path, threads, kt, bo, process_start);
         emit_json(json_line(b), json_file, json);
         if (!json) print_text(b);

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "generate/generate.h"
 #include "model/session.h"
+#include "tools/bench_report.h"
 #include "sampling/sampler.h"
 
 #include <algorithm>
@@ -34,7 +35,7 @@ double median(std::vector<double> v) {
 } // namespace
 
 int run_speculative(const std::string& model_path, const std::string& prompt_file, int threads, int gen_tokens,
-                    int reps, float temperature, bool json) {
+                    int reps, float temperature, bool json, const std::string& json_file) {
     std::ifstream in(prompt_file, std::ios::binary);
     if (!in) throw error(errc::io, prompt_file + ": cannot open");
     std::stringstream buf;
@@ -104,23 +105,22 @@ int run_speculative(const std::string& model_path, const std::string& prompt_fil
     const int passes = generated - accepted;
     const double per_pass = passes > 0 ? double(generated) / passes : 0.0;
     const double kept = double(accepted) / reps, tried = double(drafted) / reps; // a repetition's
-    if (json) {
-        const nlohmann::json j = {{"model", model_path},
-                                  {"prompt_file", prompt_file},
-                                  {"threads", threads},
-                                  {"prompt_tokens", spec.r.n_prompt_tokens},
-                                  {"generated_tokens", spec.r.n_generated_tokens},
-                                  {"temperature", temperature},
-                                  {"plain_tok_s", p},
-                                  {"speculative_tok_s", sp},
-                                  {"speedup", p > 0 ? sp / p : 0.0},
-                                  {"drafted_tokens", tried},
-                                  {"accepted_tokens", kept},
-                                  {"tokens_per_pass", per_pass},
-                                  {"same_text", same},
-                                  {"pass_ms", pass_ms}};
-        std::printf("%s\n", j.dump().c_str());
-    } else {
+    const nlohmann::json j = {{"model", model_path},
+                              {"prompt_file", prompt_file},
+                              {"threads", threads},
+                              {"prompt_tokens", spec.r.n_prompt_tokens},
+                              {"generated_tokens", spec.r.n_generated_tokens},
+                              {"temperature", temperature},
+                              {"plain_tok_s", p},
+                              {"speculative_tok_s", sp},
+                              {"speedup", p > 0 ? sp / p : 0.0},
+                              {"drafted_tokens", tried},
+                              {"accepted_tokens", kept},
+                              {"tokens_per_pass", per_pass},
+                              {"same_text", same},
+                              {"pass_ms", pass_ms}};
+    emit_json(j.dump(), json_file, json);
+    if (!json) {
         std::printf("speculative decoding, %s: prompt %d tokens, %d generated (%s), %d threads, %d repetitions\n",
                     prompt_file.c_str(), spec.r.n_prompt_tokens, spec.r.n_generated_tokens,
                     temperature > 0 ? ("temperature " + std::to_string(temperature) + ", seeds 1...").c_str()

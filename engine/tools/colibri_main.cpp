@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
         ("dump-logits", po::value(&dump_path), "write f32 logits [n_tokens][n_vocab] of --tokens to FILE")
         ("tokens", po::value(&tokens), "comma-separated token ids for --dump-logits")
         ("perplexity", po::value(&ppl_path), "print the perplexity of the model over a text FILE (sliding windows of "
-                                              "--ctx_size tokens, each half a window after the last; see docs/engine.md)")
+                                              "--ctx_size tokens, default the model's context, at most 512, each half a "
+                                              "window after the last; see docs/engine.md)")
         ("route-debug", "print each token's chosen experts and weights per layer to standard error")
         ("no-speculative", "decode one token per step, without drafts from the context (the same tokens, "
                            "more steps where the completion repeats its context)")

@@ -147,9 +147,14 @@ check "colibri-bench: the refusal names --batch" grep -q -- "--batch" "$tmp/err"
 # to time steps of up to nine tokens reported as such (it used to read before the text)
 printf 'def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(' >"$tmp/copy.txt"
 "$bin/colibri-bench" --model "$model" --speculative "$tmp/copy.txt" --gen-tokens 16 --reps 2 --threads 2 \
-  >"$tmp/out" 2>"$tmp/err"; rc=$?
+  --json-file "$tmp/spec.jsonl" >"$tmp/out" 2>"$tmp/err"; rc=$?
 check "colibri-bench --speculative exits 0" test $rc -eq 0
 check "colibri-bench --speculative: the same text" grep -q "text         identical" "$tmp/out"
+check "colibri-bench --speculative --json-file: one line with the same text" \
+  test "$(grep -c '"same_text":true' "$tmp/spec.jsonl")" -eq 1 -a "$(wc -l <"$tmp/spec.jsonl")" -eq 1
+"$bin/colibri-bench" --model "$model" --speculative "$tmp/copy.txt" --device cuda:0 >/dev/null 2>"$tmp/err"; rc=$?
+check "colibri-bench: --speculative on a GPU refused" test $rc -eq 2
+check "colibri-bench: the refusal says it runs on the CPU" grep -q "runs on the CPU" "$tmp/err"
 check "colibri-bench --speculative: steps of 2..9 tokens timed" grep -qE "^  a pass of n tokens, against one: 2: [0-9.]+x .* 9: [0-9.]+x" "$tmp/out"
 printf 'x' >"$tmp/tiny.txt"
 "$bin/colibri-bench" --model "$model" --speculative "$tmp/tiny.txt" --gen-tokens 1 --reps 1 --threads 1 --json \
