@@ -4,6 +4,10 @@
  * generate text with a per-token callback. Every function that can fail returns a
  * colibri_status; colibri_last_error() gives the message of the last failure on the
  * calling thread. No function throws or aborts on bad input.
+ *
+ * A model and its sessions may be freed in any order: the weights stay until the last of
+ * them is freed. Calls on a model and its sessions may come from several threads; they run
+ * one at a time (the model's buffers serve one call at a time).
  */
 #ifndef COLIBRI_H
 #define COLIBRI_H
@@ -23,8 +27,10 @@ typedef enum colibri_status {
     COLIBRI_ERR_FORMAT = 3,           /**< the model file is corrupt, truncated or inconsistent */
     COLIBRI_ERR_UNSUPPORTED = 4,      /**< valid but unsupported: newer version, device, dtype */
     COLIBRI_ERR_OUT_OF_MEMORY = 5,
-    COLIBRI_ERR_CONTEXT_FULL = 6, /**< prompt + generation does not fit the context */
-    COLIBRI_ERR_CANCELLED = 7,    /**< the callback asked to stop (not an error for callers) */
+    COLIBRI_ERR_CONTEXT_FULL = 6, /**< the prompt does not fit the context (a completion that fills it
+                                       ends with COLIBRI_FINISH_CONTEXT) */
+    COLIBRI_ERR_CANCELLED = 7,    /**< not returned: a stop or a cancel gives COLIBRI_OK with finish reason
+                                       COLIBRI_FINISH_CANCELLED (the number is kept) */
     COLIBRI_ERR_INTERNAL = 8,
     COLIBRI_ERR_DEVICE = 9 /**< the device failed (a GPU error): the model and its sessions cannot be used again;
                               free them (a long-running process should restart) */
@@ -33,7 +39,8 @@ typedef enum colibri_status {
 typedef struct colibri_model colibri_model;
 typedef struct colibri_session colibri_session;
 
-/** Message of the last failed call on this thread ("" when none). Valid until the next call. */
+/** Message of the last failed call on this thread ("" when none; a function returning a
+ *  colibri_status clears it when it succeeds). Valid until the next call. */
 const char* colibri_last_error(void);
 
 /** Name of a status code ("ok", "invalid_argument", ...). */
@@ -233,7 +240,8 @@ colibri_status colibri_fim_text_of(const char* family, colibri_fim_text* text);
  *  *family gets a static string. */
 colibri_status colibri_fim_family_of_tokenizer(const char* path, const char** family);
 
-/** Forgets the session's cached tokens and gives their memory back. */
+/** Forgets the session's cached tokens and, on the CPU, gives their memory back (a GPU's
+ *  cache keeps its memory for the session's life). */
 colibri_status colibri_session_reset(colibri_session* session);
 
 /** Tokens the session's KV cache holds (0 for NULL). */
@@ -241,8 +249,8 @@ int colibri_session_n_cached(const colibri_session* session);
 /** Most prompt tokens the session evaluates at once (its n_batch); 0 for NULL. */
 int colibri_session_n_batch(const colibri_session* session);
 
-/** Bytes of KV cache one cached token takes: the cache's memory grows with the tokens it
- *  holds, and shrinks when they are forgotten (0 for NULL). */
+/** Bytes of KV cache one cached token takes: on the CPU the cache's memory grows with the
+ *  tokens it holds, and shrinks when they are forgotten (0 for NULL). */
 size_t colibri_session_token_bytes(const colibri_session* session);
 
 /** Bytes of memory the session's buffers and KV cache take at most (0 for NULL). */

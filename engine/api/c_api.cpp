@@ -7,16 +7,30 @@
 #include "core/error.h"
 #include "generate/generate.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 
-struct colibri_model {
+namespace {
+
+// What a model's sessions share with it: it lives until the model and all its sessions are
+// freed, in any order. One call at a time runs on it (the backend's buffers are per call).
+struct model_core {
     std::unique_ptr<colibri::runtime> rt;
+    std::mutex busy;
+};
+
+} // namespace
+
+struct colibri_model {
+    std::shared_ptr<model_core> core;
     std::string quant;
 };
 
 struct colibri_session {
-    colibri_model* model;
+    std::shared_ptr<model_core> core; // first: destroyed after the session that uses it
     std::unique_ptr<colibri::session> s;
     std::unique_ptr<colibri::sampler> smp;
     colibri::draft_policy drafts; // across the session's requests
@@ -26,14 +40,18 @@ namespace {
 
 thread_local std::string last_error;
 
-colibri_status fail(colibri_status st, const std::string& msg) {
-    last_error = msg;
+colibri_status fail(colibri_status st, const char* msg) noexcept {
+    try {
+        last_error = msg;
+    } catch (...) { // no memory for the message
+        last_error.clear();
+    }
     return st;
 }
 
 // Runs f, turning every exception into a status.
 template <class F>
-colibri_status guarded(F&& f) {
+colibri_status guarded(F&& f) noexcept {
     try {
         last_error.clear();
         return f();
@@ -43,6 +61,8 @@ colibri_status guarded(F&& f) {
         return fail(COLIBRI_ERR_OUT_OF_MEMORY, "out of memory");
     } catch (const std::exception& e) {
         return fail(COLIBRI_ERR_INTERNAL, e.what());
+    } catch (...) {
+        return fail(COLIBRI_ERR_INTERNAL, "an unknown exception");
     }
 }
 
@@ -85,54 +105,68 @@ colibri_status colibri_model_load(const char* path, const colibri_model_params* 
         if (params != nullptr) p = *params;
         auto m = std::make_unique<colibri_model>();
         if (p.gpu_memory_mib < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "gpu_memory_mib must not be negative");
-        m->rt = colibri::load_runtime(path, p.device != nullptr ? p.device : "cpu", p.n_threads, false,
-                                      size_t(p.gpu_memory_mib) << 20);
-        if (p.page_in != 0) colibri::start_page_in(*m->rt);
-        m->quant =
-            std::string(colibri::format::dtype_name(static_cast<colibri::format::dtype>(m->rt->mdl->hp().weight_type)));
+        m->core = std::make_shared<model_core>();
+        auto& rt = m->core->rt;
+        rt = colibri::load_runtime(path, p.device != nullptr ? p.device : "cpu", p.n_threads, false,
+                                   size_t(p.gpu_memory_mib) << 20);
+        if (p.page_in != 0) colibri::start_page_in(*rt);
+        m->quant = std::string(colibri::format::dtype_name(static_cast<colibri::format::dtype>(rt->mdl->hp().weight_type)));
         *out = m.release();
         return COLIBRI_OK;
     });
 }
 
-void colibri_model_free(colibri_model* model) { delete model; }
+void colibri_model_free(colibri_model* model) {
+    if (model == nullptr) return;
+    {
+        const std::lock_guard<std::mutex> lock(model->core->busy);
+        model->core->rt->paging.reset(); // stops mapping pages in, though sessions keep the weights
+    }
+    delete model;
+}
 
 colibri_status colibri_model_get_info(const colibri_model* model, colibri_model_info* info) {
     if (model == nullptr || info == nullptr)
         return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and info must not be NULL");
-    const auto& hp = model->rt->mdl->hp();
-    info->architecture = colibri::format::arch_name(static_cast<colibri::format::arch>(hp.arch)).data();
-    info->quant = model->quant.c_str();
-    info->backend = model->rt->device.c_str();
-    info->n_threads = model->rt->be->n_threads();
-    info->n_layer = static_cast<int>(hp.n_layer);
-    info->n_embd = static_cast<int>(hp.n_embd);
-    info->n_head = static_cast<int>(hp.n_head);
-    info->n_head_kv = static_cast<int>(hp.n_head_kv);
-    info->head_dim = static_cast<int>(hp.head_dim);
-    info->n_expert = static_cast<int>(hp.n_expert);
-    info->n_expert_used = static_cast<int>(hp.n_expert_used);
-    info->n_vocab = static_cast<int>(hp.n_vocab);
-    info->n_ctx = static_cast<int>(hp.n_ctx);
-    info->bos_id = model->rt->tok->bos_id();
-    info->eos_id = model->rt->tok->eos_id();
-    info->n_params = model->rt->mdl->n_params();
-    info->n_params_active = model->rt->mdl->n_params_active();
-    info->file_size = model->rt->mdl->file().file_size();
-    info->fim = colibri::fim_kind_name(colibri::detect_fim(*model->rt->tok).kind).data();
-    info->fim_spm = model->rt->tok->fim_suffix_first() ? 1 : 0;
-    return COLIBRI_OK;
+    return guarded([&] {
+        const colibri::runtime& rt = *model->core->rt;
+        const auto& hp = rt.mdl->hp();
+        info->architecture = colibri::format::arch_name(static_cast<colibri::format::arch>(hp.arch)).data();
+        info->quant = model->quant.c_str();
+        info->backend = rt.device.c_str();
+        info->n_threads = rt.be->n_threads();
+        info->n_layer = static_cast<int>(hp.n_layer);
+        info->n_embd = static_cast<int>(hp.n_embd);
+        info->n_head = static_cast<int>(hp.n_head);
+        info->n_head_kv = static_cast<int>(hp.n_head_kv);
+        info->head_dim = static_cast<int>(hp.head_dim);
+        info->n_expert = static_cast<int>(hp.n_expert);
+        info->n_expert_used = static_cast<int>(hp.n_expert_used);
+        info->n_vocab = static_cast<int>(hp.n_vocab);
+        info->n_ctx = static_cast<int>(hp.n_ctx);
+        info->bos_id = rt.tok->bos_id();
+        info->eos_id = rt.tok->eos_id();
+        info->n_params = rt.mdl->n_params();
+        info->n_params_active = rt.mdl->n_params_active();
+        info->file_size = rt.mdl->file().file_size();
+        info->fim = colibri::fim_kind_name(colibri::detect_fim(*rt.tok).kind).data();
+        info->fim_spm = rt.tok->fim_suffix_first() ? 1 : 0;
+        return COLIBRI_OK;
+    });
 }
 
 colibri_status colibri_model_expert_cache(const colibri_model* model, colibri_expert_cache_stats* stats) {
     if (model == nullptr || stats == nullptr)
         return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model and stats must not be NULL");
-    const colibri::expert_cache_stats s = model->rt->be->expert_cache_usage();
-    stats->slots_per_layer = s.slots_per_layer;
-    stats->hits = s.hits;
-    stats->misses = s.misses;
-    stats->bytes_copied = s.bytes_copied;
-    return COLIBRI_OK;
+    return guarded([&] {
+        const std::lock_guard<std::mutex> lock(model->core->busy);
+        const colibri::expert_cache_stats s = model->core->rt->be->expert_cache_usage();
+        stats->slots_per_layer = s.slots_per_layer;
+        stats->hits = s.hits;
+        stats->misses = s.misses;
+        stats->bytes_copied = s.bytes_copied;
+        return COLIBRI_OK;
+    });
 }
 
 void colibri_session_params_init(colibri_session_params* params) {
@@ -153,15 +187,22 @@ colibri_status colibri_session_create(colibri_model* model, const colibri_sessio
         if (n_ctx < 0) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "n_ctx must be >= 0");
         if (n_batch < 0 || n_batch > 4096) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "n_batch must be 0..4096");
         auto s = std::make_unique<colibri_session>();
-        s->model = model;
-        s->s = std::make_unique<colibri::session>(*model->rt->mdl, *model->rt->be, n_ctx, n_batch);
-        s->smp = std::make_unique<colibri::sampler>(static_cast<int>(model->rt->mdl->hp().n_vocab));
+        s->core = model->core;
+        const colibri::runtime& rt = *model->core->rt;
+        const std::lock_guard<std::mutex> lock(model->core->busy);
+        s->s = std::make_unique<colibri::session>(*rt.mdl, *rt.be, n_ctx, n_batch);
+        s->smp = std::make_unique<colibri::sampler>(static_cast<int>(rt.mdl->hp().n_vocab));
         *out = s.release();
         return COLIBRI_OK;
     });
 }
 
-void colibri_session_free(colibri_session* session) { delete session; }
+void colibri_session_free(colibri_session* session) {
+    if (session == nullptr) return;
+    const std::shared_ptr<model_core> core = session->core; // outlives the lock
+    const std::lock_guard<std::mutex> lock(core->busy);
+    delete session;
+}
 
 void colibri_generate_params_init(colibri_generate_params* p) {
     if (p == nullptr) return;
@@ -222,9 +263,9 @@ colibri_status to_request(const colibri_generate_params* params, const char* pro
     if (p.fim != nullptr && std::string_view(p.fim) != "auto") {
         colibri::fim_kind k;
         if (!colibri::parse_fim_kind(p.fim, k)) {
-            return fail(COLIBRI_ERR_INVALID_ARGUMENT,
-                        std::string("unknown fim template '") + p.fim +
-                            "' (auto, starcoder, qwen, deepseek, codellama, codestral, none)");
+            const std::string msg = std::string("unknown fim template '") + p.fim +
+                                    "' (auto, starcoder, qwen, deepseek, codellama, codestral, none)";
+            return fail(COLIBRI_ERR_INVALID_ARGUMENT, msg.c_str());
         }
         req.fim = k;
     }
@@ -263,7 +304,8 @@ colibri_status colibri_generate(colibri_session* session, const char* prompt, si
         colibri::generate_request req;
         std::vector<colibri::context_file> context;
         if (colibri_status st = to_request(params, prompt, prompt_len, req, context); st != COLIBRI_OK) return st;
-        const auto& rt = *session->model->rt;
+        const colibri::runtime& rt = *session->core->rt;
+        const std::lock_guard<std::mutex> lock(session->core->busy);
         req.drafts = &session->drafts;
         const colibri::generate_result r =
             colibri::generate(*session->s, *rt.tok, *session->smp, req, [&](std::string_view piece) {
@@ -292,7 +334,7 @@ colibri_status colibri_prompt_match(const colibri_model* model, colibri_session*
         return fail(COLIBRI_ERR_INVALID_ARGUMENT, "model, prompt, sessions and n_reusable must not be NULL");
     }
     for (size_t i = 0; i < n_sessions; ++i) {
-        if (sessions[i] == nullptr || sessions[i]->model != model) {
+        if (sessions[i] == nullptr || sessions[i]->core != model->core) {
             return fail(COLIBRI_ERR_INVALID_ARGUMENT, "every session must be a session of this model");
         }
     }
@@ -300,29 +342,43 @@ colibri_status colibri_prompt_match(const colibri_model* model, colibri_session*
         colibri::generate_request req;
         std::vector<colibri::context_file> context;
         if (colibri_status st = to_request(params, prompt, prompt_len, req, context); st != COLIBRI_OK) return st;
-        // The worker's sessions share one context size; without sessions, the model's.
-        const int n_ctx = n_sessions > 0 ? sessions[0]->s->n_ctx() : static_cast<int>(model->rt->mdl->hp().n_ctx);
-        const auto tokens = colibri::prompt_tokens(*model->rt->tok, req, n_ctx);
+        const colibri::runtime& rt = *model->core->rt;
+        const std::lock_guard<std::mutex> lock(model->core->busy);
+        // as generate tokenizes for each session's context size (context files are cut to
+        // fit it); without sessions, a new session's
+        std::map<int, std::vector<int32_t>> tokens;
+        const auto tokens_for = [&](int n_ctx) -> const std::vector<int32_t>& {
+            auto it = tokens.find(n_ctx);
+            if (it == tokens.end()) it = tokens.emplace(n_ctx, colibri::prompt_tokens(*rt.tok, req, n_ctx)).first;
+            return it->second;
+        };
         for (size_t i = 0; i < n_sessions; ++i)
-            n_reusable[i] = colibri::reusable_prefix(sessions[i]->s->history(), tokens);
-        if (n_prompt_tokens != nullptr) *n_prompt_tokens = tokens.size();
+            n_reusable[i] = colibri::reusable_prefix(sessions[i]->s->history(), tokens_for(sessions[i]->s->n_ctx()));
+        if (n_prompt_tokens != nullptr) {
+            const int n_ctx = n_sessions > 0 ? sessions[0]->s->n_ctx()
+                                             : static_cast<int>(std::min<uint32_t>(
+                                                   rt.mdl->hp().n_ctx, colibri::session::default_ctx));
+            *n_prompt_tokens = tokens_for(n_ctx).size();
+        }
         return COLIBRI_OK;
     });
 }
 
 colibri_status colibri_fim_text_of(const char* family, colibri_fim_text* text) {
-    colibri::fim_kind kind;
-    colibri::fim_spellings s;
-    if (family == nullptr || text == nullptr || !colibri::parse_fim_kind(family, kind) ||
-        !colibri::fim_spellings_of(kind, s)) {
-        return fail(COLIBRI_ERR_INVALID_ARGUMENT, std::string("unknown fill-in-the-middle family '") +
-                                                      (family ? family : "") +
-                                                      "' (starcoder, qwen, deepseek, codellama, codestral)");
-    }
-    // string literals, so null-terminated
-    auto c_str = [](std::string_view v) { return v.empty() ? "" : v.data(); };
-    *text = {c_str(s.prefix), c_str(s.suffix), c_str(s.middle), c_str(s.repo_name), c_str(s.file_sep)};
-    return COLIBRI_OK;
+    return guarded([&] {
+        colibri::fim_kind kind;
+        colibri::fim_spellings s;
+        if (family == nullptr || text == nullptr || !colibri::parse_fim_kind(family, kind) ||
+            !colibri::fim_spellings_of(kind, s)) {
+            const std::string msg = std::string("unknown fill-in-the-middle family '") + (family ? family : "") +
+                                    "' (starcoder, qwen, deepseek, codellama, codestral)";
+            return fail(COLIBRI_ERR_INVALID_ARGUMENT, msg.c_str());
+        }
+        // string literals, so null-terminated
+        auto c_str = [](std::string_view v) { return v.empty() ? "" : v.data(); };
+        *text = {c_str(s.prefix), c_str(s.suffix), c_str(s.middle), c_str(s.repo_name), c_str(s.file_sep)};
+        return COLIBRI_OK;
+    });
 }
 
 colibri_status colibri_fim_family_of_tokenizer(const char* path, const char** family) {
@@ -336,8 +392,11 @@ colibri_status colibri_fim_family_of_tokenizer(const char* path, const char** fa
 
 colibri_status colibri_session_reset(colibri_session* session) {
     if (session == nullptr) return fail(COLIBRI_ERR_INVALID_ARGUMENT, "session must not be NULL");
-    session->s->truncate(0);
-    return COLIBRI_OK;
+    return guarded([&] {
+        const std::lock_guard<std::mutex> lock(session->core->busy);
+        session->s->truncate(0);
+        return COLIBRI_OK;
+    });
 }
 
 int colibri_session_n_cached(const colibri_session* session) { return session == nullptr ? 0 : session->s->n_past(); }
@@ -359,7 +418,7 @@ colibri_status colibri_tokenize(const colibri_model* model, const char* text, si
     }
     return guarded([&] {
         std::vector<int32_t> v;
-        model->rt->tok->encode(std::string_view(text != nullptr ? text : "", len), v);
+        model->core->rt->tok->encode(std::string_view(text != nullptr ? text : "", len), v);
         std::copy_n(v.begin(), std::min(v.size(), capacity), ids);
         if (n_ids != nullptr) *n_ids = v.size();
         return COLIBRI_OK;

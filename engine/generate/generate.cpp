@@ -296,7 +296,7 @@ generate_result generate(session& s, const tokenizer& tok, sampler& smp, const g
         tail += lines.push(stops.flush());
         if (stops.matched() || lines.matched()) res.reason = finish_reason::stop;
         tail += lines.flush();
-        emit(tail);
+        if (!emit(tail)) res.reason = finish_reason::cancelled; // the caller stopped on the last piece
     }
     res.generate_ms = std::chrono::duration<double, std::milli>(clock::now() - t1).count();
     return res;

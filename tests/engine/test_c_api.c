@@ -2,6 +2,7 @@
 
 #include "colibri.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,36 @@ static int stop_after_two(void* user, const char* piece, size_t len) {
     return ++*(int*)user >= 2;
 }
 
+/* Stops on the piece numbered *user (counting from 1). */
+struct stop_at {
+    int at, calls;
+};
+static int stop_at_piece(void* user, const char* piece, size_t len) {
+    (void)piece;
+    (void)len;
+    struct stop_at* s = (struct stop_at*)user;
+    return ++s->calls >= s->at;
+}
+
+/* A thread's greedy completions on its own session of a shared model. */
+struct worker {
+    colibri_session* session;
+    struct collected text[3];
+    colibri_status status[3];
+};
+static void* run_worker(void* arg) {
+    struct worker* w = (struct worker*)arg;
+    colibri_generate_params gp;
+    colibri_generate_params_init(&gp);
+    gp.max_tokens = 12;
+    gp.temperature = 0.0f;
+    for (int i = 0; i < 3; ++i) {
+        colibri_session_reset(w->session);
+        w->status[i] = colibri_generate(w->session, "def f(x):", 9, &gp, on_piece, &w->text[i], NULL);
+    }
+    return NULL;
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_c_api MODEL\n");
@@ -73,6 +104,9 @@ int main(int argc, char** argv) {
     EXPECT(colibri_fim_family_of_tokenizer(NULL, &family) == COLIBRI_ERR_INVALID_ARGUMENT);
     EXPECT(colibri_fim_family_of_tokenizer(__FILE__, &family) == COLIBRI_ERR_FORMAT);
     EXPECT(strstr(colibri_last_error(), "neither a GGUF file") != NULL);
+    EXPECT(colibri_fim_family_of_tokenizer("/", &family) == COLIBRI_ERR_IO);
+    EXPECT(strstr(colibri_last_error(), "is a directory") != NULL);
+    EXPECT(colibri_fim_text_of("qwen", &fim) == COLIBRI_OK && colibri_last_error()[0] == '\0'); /* cleared */
 
     /* an unknown device */
     colibri_model_params mp;
@@ -159,6 +193,30 @@ int main(int argc, char** argv) {
     EXPECT(res.finish_reason == COLIBRI_FINISH_CANCELLED);
     EXPECT(calls == 2);
 
+    /* stopping on the last piece cancels too, when that piece is the text held back until the
+       end: a stop string that starts with the completion's last character holds it back */
+    {
+        struct collected full = {{0}, 0, 0};
+        gp.max_tokens = 12;
+        EXPECT(colibri_generate(session, "def f(x):", 9, &gp, on_piece, &full, &res) == COLIBRI_OK);
+        EXPECT(full.len > 0 && res.finish_reason == COLIBRI_FINISH_LENGTH);
+        char stop[3] = {full.len > 0 ? full.text[full.len - 1] : 'x', '\x01', '\0'};
+        const char* stops[1] = {stop};
+        gp.stop = stops;
+        gp.n_stop = 1;
+        struct collected held = {{0}, 0, 0};
+        EXPECT(colibri_generate(session, "def f(x):", 9, &gp, on_piece, &held, &res) == COLIBRI_OK);
+        EXPECT(held.len == full.len && memcmp(held.text, full.text, full.len) == 0);
+        EXPECT(res.finish_reason == COLIBRI_FINISH_LENGTH);
+        struct stop_at last = {held.calls, 0};
+        EXPECT(colibri_generate(session, "def f(x):", 9, &gp, stop_at_piece, &last, &res) == COLIBRI_OK);
+        EXPECT(last.calls == held.calls);
+        EXPECT(res.finish_reason == COLIBRI_FINISH_CANCELLED);
+        gp.stop = NULL;
+        gp.n_stop = 0;
+        gp.max_tokens = 50;
+    }
+
     /* cancelled before the prompt is processed: no text, finish reason CANCELLED */
     int polls = 0;
     struct collected none = {{0}, 0, 0};
@@ -209,9 +267,38 @@ int main(int argc, char** argv) {
     EXPECT(a.len > 0 && a.len == c.len && memcmp(a.text, c.text, a.len) == 0);
     colibri_session_free(single);
 
+    /* two threads, a session each on the one model: each gets the text of a single thread */
+    {
+        struct worker w[2];
+        memset(w, 0, sizeof w);
+        EXPECT(colibri_session_create(model, NULL, &w[0].session) == COLIBRI_OK);
+        EXPECT(colibri_session_create(model, NULL, &w[1].session) == COLIBRI_OK);
+        pthread_t th[2];
+        for (int i = 0; i < 2; ++i) EXPECT(pthread_create(&th[i], NULL, run_worker, &w[i]) == 0);
+        for (int i = 0; i < 2; ++i) pthread_join(th[i], NULL);
+        for (int i = 0; i < 2; ++i) {
+            for (int k = 0; k < 3; ++k) {
+                EXPECT(w[i].status[k] == COLIBRI_OK);
+                EXPECT(w[i].text[k].len == a.len && memcmp(w[i].text[k].text, a.text, a.len) == 0);
+            }
+            colibri_session_free(w[i].session);
+        }
+    }
+
     colibri_session_free(small);
     colibri_session_free(session);
+
+    /* the model freed before its session: the session still works, then frees the weights */
+    colibri_session* last = NULL;
+    EXPECT(colibri_session_create(model, NULL, &last) == COLIBRI_OK);
     colibri_model_free(model);
+    struct collected after = {{0}, 0, 0};
+    gp.max_tokens = 12;
+    EXPECT(colibri_generate(last, "def f(x):", 9, &gp, on_piece, &after, &res) == COLIBRI_OK);
+    EXPECT(after.len == a.len && memcmp(after.text, a.text, a.len) == 0);
+    colibri_session_free(last);
+    colibri_model_free(NULL);
+    colibri_session_free(NULL);
     if (failures == 0) printf("c api: all expectations met\n");
     return failures == 0 ? 0 : 1;
 }
