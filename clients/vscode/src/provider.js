@@ -66,8 +66,8 @@ function extractContext(document, position, cfg) {
   before.push(cur.slice(0, position.character));
   const after = [cur.slice(position.character)];
   for (let i = position.line + 1; i <= last; i++) after.push(document.lineAt(i).text);
-  let suffix = after.join('\n');
-  if (last === document.lineCount - 1) suffix += '\n';
+  // a final newline is already there: the empty last line VS Code shows after it
+  const suffix = after.join('\n');
   return {
     prompt: capText(before.join('\n'), cfg.maxContextChars, true),
     suffix: capText(suffix, cfg.maxContextChars, false),

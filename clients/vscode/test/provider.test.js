@@ -53,7 +53,9 @@ describe('context and text helpers', () => {
     assert.strictEqual(suffix, 'cursor here\nl3');
     const all = extractContext(doc, new vscode.Position(2, 3), DEFAULTS);
     assert.strictEqual(all.prompt, 'l0\nl1\nl2 ');
-    assert.strictEqual(all.suffix, 'cursor here\nl3\nl4\n'); // the file ends with a newline
+    assert.strictEqual(all.suffix, 'cursor here\nl3\nl4'); // the file ends without a newline
+    const eol = extractContext(textDocument('l0\nl1 cursor\n'), new vscode.Position(1, 3), DEFAULTS);
+    assert.strictEqual(eol.suffix, 'cursor\n'); // its final newline, once
   });
 
   it('caps the context at line boundaries and never splits a surrogate pair', () => {
@@ -96,7 +98,7 @@ describe('provider with a scripted client', () => {
     const pending = provider.provideInlineCompletionItems(doc, pos, AUTOMATIC, src.token);
     const req = await nextRequest(client);
     assert.strictEqual(req.fields.prompt, 'def f(x):\n    ret');
-    assert.strictEqual(req.fields.suffix, '\n\n');
+    assert.strictEqual(req.fields.suffix, '\n'); // the file's final newline, once
     assert.match(req.fields.session, /^vscode-\d+-1$/);
     req.finish('urn x + 1\n\n');
     const items = await pending;
@@ -250,7 +252,7 @@ describe('provider against colibrid', { skip: missing() || false, timeout: 60000
     // The same request sent directly: the provider shows exactly its text.
     const { prompt, suffix } = extractContext(doc, pos, DEFAULTS);
     assert.strictEqual(prompt, 'import os\n\n\ndef list_files(root):\n    for name in os.');
-    assert.strictEqual(suffix, '\n\n');
+    assert.strictEqual(suffix, '\n');
     const direct = await client.complete({ prompt, suffix, max_tokens: 64, temperature: 0 }).promise;
     assert.strictEqual(provider.stats.errors, 0, provider.stats.lastError);
     const expected = finishText(direct.text, { ...DEFAULTS, maxLines: 0 });
