@@ -250,6 +250,20 @@ local function main()
   api.nvim_input('<Esc>')
   sleep(20)
 
+  -- 5. A byte that is not UTF-8 in the buffer (a Latin-1 "é"): the request still completes.
+  api.nvim_buf_set_lines(0, 0, -1, false, { '# caf\233 au lait', 'def brew(cup):', '' })
+  api.nvim_win_set_cursor(0, { 3, 0 })
+  api.nvim_input('A')
+  sleep(20)
+  local before = colibri.stats()
+  type_keys('    return ')
+  wait_for('a completion of a buffer holding a byte that is not UTF-8', function()
+    return colibri.stats().completed > before.completed
+  end)
+  check(colibri.stats().errors == before.errors, 'an error: ' .. vim.inspect(colibri.stats()))
+  api.nvim_input('<Esc>')
+  sleep(20)
+
   stop_daemon()
   wait_for('colibrid to exit', function() return daemon.exited ~= nil end)
   vim.fn.delete(dir, 'rf')

@@ -200,7 +200,7 @@ class ColibriClient extends EventEmitter {
 
   _write(obj) {
     if (!this._socket) return;
-    this._socket.write(JSON.stringify(obj) + '\n');
+    this._socket.write(JSON.stringify(obj, wellFormed) + '\n');
   }
 
   _onData(chunk) {
@@ -252,6 +252,13 @@ class ColibriClient extends EventEmitter {
     }
     this.emit('disconnect');
   }
+}
+
+// A lone surrogate (possible in a JS string, never in UTF-8) would make the whole line
+// invalid to the daemon, whose error could not name the request: U+FFFD instead.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+function wellFormed(key, value) {
+  return typeof value === 'string' ? value.replace(LONE_SURROGATE, '\uFFFD') : value;
 }
 
 module.exports = { ColibriClient, ColibriError, Completion, defaultSocketPath };

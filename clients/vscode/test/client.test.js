@@ -60,6 +60,13 @@ describe('client against colibrid', { skip: missing() || false, timeout: 60000 }
     assert.strictEqual(again.text, done.text);
   });
 
+  it('a lone surrogate in the text goes out as U+FFFD: the completion finishes', async () => {
+    const done = await client.complete({ prompt: 'def f(x):\n    s = "\uD800"\n', max_tokens: 4, temperature: 0 })
+      .promise;
+    assert.strictEqual(done.event, 'done');
+    assert.strictEqual(done.usage.completion_tokens > 0, true);
+  });
+
   it('runs pipelined completions and matches events by id', async () => {
     const a = client.complete({ prompt: 'import os\n', max_tokens: 8, temperature: 0 });
     const b = client.complete({ prompt: 'class Stack:\n', max_tokens: 8, temperature: 0 });

@@ -6,6 +6,40 @@ local uv = vim.loop
 local Connection = {}
 Connection.__index = Connection
 
+-- The line with every byte that is not part of a UTF-8 character replaced by U+FFFD (a
+-- buffer can hold such bytes): the daemon refuses a line that is not UTF-8, and its error
+-- could not name the request. JSON's own syntax is ASCII, so only text changes.
+local function valid_utf8(s)
+  if not s:find('[\128-\255]') then return s end
+  local out, from, i, n = {}, 1, 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    local len = c < 0x80 and 1 or (c >= 0xC2 and c <= 0xDF) and 2 or (c >= 0xE0 and c <= 0xEF) and 3
+      or (c >= 0xF0 and c <= 0xF4) and 4 or 0
+    local ok = len > 0 and i + len - 1 <= n
+    for k = 1, len - 1 do
+      if not ok then break end
+      local b = s:byte(i + k)
+      local lo, hi = 0x80, 0xBF -- the second byte's range excludes overlong forms and surrogates
+      if k == 1 then
+        if c == 0xE0 then lo = 0xA0 elseif c == 0xED then hi = 0x9F
+        elseif c == 0xF0 then lo = 0x90 elseif c == 0xF4 then hi = 0x8F end
+      end
+      ok = b >= lo and b <= hi
+    end
+    if ok then
+      i = i + len
+    else
+      out[#out + 1] = s:sub(from, i - 1) .. '\239\191\189'
+      i = i + 1
+      from = i
+    end
+  end
+  out[#out + 1] = s:sub(from)
+  return table.concat(out)
+end
+Connection.valid_utf8 = valid_utf8
+
 --- opts: socket, client (name for hello), reconnect_min_ms, reconnect_max_ms,
 --- on_state(state) called with 'connected' / 'disconnected' on the main loop.
 function Connection.new(opts)
@@ -164,7 +198,7 @@ function Connection:request(fields, handler)
   local id = self:_take_id()
   local msg = vim.tbl_extend('force', {}, fields, { id = id })
   self.handlers[id] = handler
-  local line = vim.json.encode(msg)
+  local line = valid_utf8(vim.json.encode(msg))
   if self.state == 'connected' then
     self:_raw_write(line)
   else
