@@ -237,6 +237,17 @@ local function main()
   wait_for('a new suggestion', function()
     return colibri.stats().completed > completed and colibri.suggestion() ~= nil
   end)
+  -- A change the plugin has not seen yet (no turn of the event loop since, as with keys
+  -- still in the typeahead): the suggestion was made for the text before it.
+  local n_lines = api.nvim_buf_line_count(0)
+  api.nvim_buf_set_lines(0, n_lines, n_lines, false, { '# a line below' })
+  check(colibri.suggestion() == nil, 'a suggestion made before a change it has not seen')
+  check(colibri.accept() == false, 'accepted a suggestion made before a change it has not seen')
+  api.nvim_buf_set_lines(0, n_lines, n_lines + 1, false, {})
+  completed = colibri.stats().completed
+  wait_for('the suggestion again', function()
+    return colibri.stats().completed > completed and colibri.suggestion() ~= nil
+  end)
   text = buffer_text()
   api.nvim_input('<Left>')
   wait_for('a cursor move to dismiss', function() return colibri.suggestion() == nil end)

@@ -234,7 +234,9 @@ end
 --- The suggestion on screen, or nil.
 function M.suggestion()
   local cur = S.cur
-  if not cur or not at_anchor(cur) then return nil end
+  -- at the cursor, and for the text as it is (keys still in the typeahead may have changed
+  -- it before TextChangedI ran)
+  if not cur or not at_anchor(cur) or cur.tick ~= api.nvim_buf_get_changedtick(cur.buf) then return nil end
   local text = display_text(cur.text)
   if text == '' then return nil end
   return text
@@ -380,9 +382,9 @@ function M.setup(opts)
     reconnect_min_ms = S.cfg.reconnect_min_ms,
     reconnect_max_ms = S.cfg.reconnect_max_ms,
     on_state = function(state)
-      if state ~= 'connected' and S.cur and not S.cur.finished then
-        S.cur.finished = true -- its handler got the 'disconnected' error already
-      end
+      -- gone with the connection (its handler gets the 'disconnected' error, or none after
+      -- close()); a request queued while connecting is still cancellable
+      if state == 'disconnected' and S.cur and not S.cur.finished then S.cur.finished = true end
     end,
   })
   if not S.timer then S.timer = uv.new_timer() end
