@@ -83,12 +83,14 @@ class Completion {
 }
 
 class ColibriClient extends EventEmitter {
-  /// options: socketPath, clientName (sent in hello), connectTimeoutMs.
+  /// options: socketPath, clientName (sent in hello), connectTimeoutMs, replyTimeoutMs (how
+  /// long health and status may take: the daemon answers them from its event loop at once).
   constructor(options = {}) {
     super();
     this.socketPath = options.socketPath || defaultSocketPath();
     this.clientName = options.clientName || 'colibri-node';
     this.connectTimeoutMs = options.connectTimeoutMs || 2000;
+    this.replyTimeoutMs = options.replyTimeoutMs || 5000;
     this.server = null; // from the hello reply
     this._socket = null;
     this._connecting = null;
@@ -173,12 +175,21 @@ class ColibriClient extends EventEmitter {
   }
 
   /// A one-reply operation (health, status, hello): resolves with the reply event,
-  /// rejects with a ColibriError on an error event or a lost connection.
+  /// rejects with a ColibriError on an error event, a lost connection, or no reply within
+  /// replyTimeoutMs (code "timeout": a daemon whose event loop is stuck).
   async call(op, fields = {}) {
     await this.connect();
     const id = this._nextId++;
     return new Promise((resolve, reject) => {
-      this._pending.set(id, { resolve, reject });
+      const timer = setTimeout(() => {
+        this._pending.delete(id);
+        reject(new ColibriError('timeout', `colibrid did not answer ${op} within ${this.replyTimeoutMs} ms`));
+      }, this.replyTimeoutMs);
+      const settle = (f) => (v) => {
+        clearTimeout(timer);
+        f(v);
+      };
+      this._pending.set(id, { resolve: settle(resolve), reject: settle(reject) });
       this._write({ ...fields, id, op });
     });
   }

@@ -67,6 +67,18 @@ describe('client against colibrid', { skip: missing() || false, timeout: 60000 }
     assert.strictEqual(done.usage.completion_tokens > 0, true);
   });
 
+  it('health with no answer rejects with "timeout" (a stopped daemon)', async () => {
+    const c = new ColibriClient({ socketPath: daemon.socketPath, clientName: 'node-test', replyTimeoutMs: 300 });
+    assert.strictEqual((await c.health()).status, 'ok');
+    daemon.proc.kill('SIGSTOP');
+    try {
+      await assert.rejects(c.health(), (err) => err instanceof ColibriError && err.code === 'timeout');
+    } finally {
+      daemon.proc.kill('SIGCONT');
+      c.close();
+    }
+  });
+
   it('runs pipelined completions and matches events by id', async () => {
     const a = client.complete({ prompt: 'import os\n', max_tokens: 8, temperature: 0 });
     const b = client.complete({ prompt: 'class Stack:\n', max_tokens: 8, temperature: 0 });
