@@ -73,7 +73,11 @@ function activate(context) {
     }),
     vscode.commands.registerCommand('colibri.toggle', async () => {
       const c = vscode.workspace.getConfiguration('colibri');
-      await c.update('enabled', !c.get('enabled', true), vscode.ConfigurationTarget.Global);
+      // flipped where it is set: a workspace's value would hide a flip of the user's
+      const set = c.inspect('enabled') || {};
+      const target = set.workspaceValue !== undefined ? vscode.ConfigurationTarget.Workspace
+                                                       : vscode.ConfigurationTarget.Global;
+      await c.update('enabled', !c.get('enabled', true), target);
     }),
     vscode.window.onDidChangeActiveTextEditor((editor) => {
       if (editor && editor.document.uri.scheme === 'file') provider.warmUp(editor.document, editor.selection.active);

@@ -8,7 +8,8 @@ const { describe, it } = require('node:test');
 const { vscode: base, textDocument, makeWindow } = require('./vscode_stub');
 const { sleep } = require('./daemon');
 
-function fakeVscode(settings) {
+// settings: the user's; workspace: a workspace's, which win
+function fakeVscode(settings, workspace = {}) {
   const registered = { providers: [], commands: new Map(), channels: [] };
   const window = makeWindow();
   window.onDidChangeActiveTextEditor = () => ({ dispose() {} });
@@ -21,11 +22,12 @@ function fakeVscode(settings) {
     ...base,
     version: '1.90.0-test',
     window,
-    ConfigurationTarget: { Global: 1 },
+    ConfigurationTarget: { Global: 1, Workspace: 2 },
     workspace: {
       getConfiguration: () => ({
-        get: (key, dflt) => (key in settings ? settings[key] : dflt),
-        update: async (key, value) => { settings[key] = value; },
+        get: (key, dflt) => (key in workspace ? workspace[key] : key in settings ? settings[key] : dflt),
+        inspect: (key) => ({ globalValue: settings[key], workspaceValue: workspace[key] }),
+        update: async (key, value, target) => { (target === 2 ? workspace : settings)[key] = value; },
       }),
       onDidChangeConfiguration: () => ({ dispose() {} }),
     },
@@ -45,21 +47,25 @@ function fakeVscode(settings) {
   return { vscode, registered };
 }
 
+// The extension loaded afresh with `vscode` standing in for VS Code's module.
+function loadExtension(vscode) {
+  const load = Module._load;
+  Module._load = function (request, ...rest) {
+    return request === 'vscode' ? vscode : load.call(this, request, ...rest);
+  };
+  try {
+    delete require.cache[require.resolve('../src/extension')];
+    return require('../src/extension');
+  } finally {
+    Module._load = load;
+  }
+}
+
 describe('extension', () => {
   it('registers the provider, the commands and the status bar item', async () => {
     const settings = { socketPath: '/nonexistent/colibri.sock', debounceMs: 0 };
     const { vscode, registered } = fakeVscode(settings);
-    const load = Module._load;
-    Module._load = function (request, ...rest) {
-      return request === 'vscode' ? vscode : load.call(this, request, ...rest);
-    };
-    let ext;
-    try {
-      delete require.cache[require.resolve('../src/extension')];
-      ext = require('../src/extension');
-    } finally {
-      Module._load = load;
-    }
+    const ext = loadExtension(vscode);
     const context = { subscriptions: [] };
     ext.activate(context);
     try {
@@ -78,6 +84,25 @@ describe('extension', () => {
       assert.match(log, /1 requests, 0 cancelled by typing, 0 completed, 1 errors \(last: connect: /);
       await registered.commands.get('colibri.toggle')();
       assert.strictEqual(settings.enabled, false);
+    } finally {
+      for (const d of context.subscriptions) d.dispose();
+      ext.deactivate();
+    }
+  });
+
+  it('toggles where the setting is set: a workspace that turned completions off turns them on', async () => {
+    const settings = { socketPath: '/nonexistent/colibri.sock', debounceMs: 0 };
+    const workspace = { enabled: false };
+    const { vscode, registered } = fakeVscode(settings, workspace);
+    const ext = loadExtension(vscode);
+    const context = { subscriptions: [] };
+    ext.activate(context);
+    try {
+      await registered.commands.get('colibri.toggle')();
+      assert.strictEqual(workspace.enabled, true);
+      assert.strictEqual('enabled' in settings, false);
+      await registered.commands.get('colibri.toggle')();
+      assert.strictEqual(workspace.enabled, false);
     } finally {
       for (const d of context.subscriptions) d.dispose();
       ext.deactivate();
