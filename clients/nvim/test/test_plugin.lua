@@ -213,6 +213,12 @@ local function main()
   stop_daemon()
   wait_for('colibrid to exit', function() return daemon.exited ~= nil end)
   wait_for('the plugin to notice', function() return colibri.connection_state() ~= 'connected' end)
+  -- :ColibriStatus says why: no socket at the path now
+  local down
+  colibri.query(function(h, st) down = colibri.status_lines(h, st) end)
+  wait_for('the status of a stopped daemon', function() return down ~= nil end)
+  check(down[2]:find('not reachable', 1, true) and down[2]:find('ENOENT', 1, true),
+    'status of a stopped daemon: ' .. table.concat(down, '\n'))
   start_daemon()
   wait_for('the plugin to reconnect', function() return colibri.connection_state() == 'connected' end, 20000)
   wait_healthy()

@@ -97,6 +97,7 @@ class ColibriClient extends EventEmitter {
     this._buf = '';
     this._nextId = 1;
     this._pending = new Map(); // id -> Completion | {resolve, reject} for one-reply ops
+    this._daemonError = null; // the connection's last error without an id
     this._closed = false;
   }
 
@@ -234,7 +235,9 @@ class ColibriClient extends EventEmitter {
 
   _dispatch(ev) {
     if (ev.id === null || ev.id === undefined) {
-      // A connection-wide error (the daemon is stopping, forbidden, too many connections).
+      // A connection-wide error (the daemon is stopping, forbidden, too many connections):
+      // the close that follows reports it.
+      this._daemonError = ev;
       this.emit('daemon_error', ev);
       return;
     }
@@ -256,7 +259,10 @@ class ColibriClient extends EventEmitter {
     this._connecting = null;
     const pending = this._pending;
     this._pending = new Map();
-    const err = new ColibriError('disconnected', 'the connection to colibrid closed');
+    const why = this._daemonError;
+    this._daemonError = null;
+    const err = new ColibriError('disconnected', 'the connection to colibrid closed' +
+                                 (why ? ` (${why.code}: ${why.message})` : ''));
     for (const p of pending.values()) {
       if (p instanceof Completion) p._fail(err);
       else p.reject(err);

@@ -170,3 +170,20 @@ describe('client against colibrid', { skip: missing() || false, timeout: 60000 }
     assert.strictEqual(done.event, 'done');
   });
 });
+
+describe('a daemon that closes the connection', { skip: missing() || false, timeout: 60000 }, () => {
+  it('says why: the error it sent before closing', async () => {
+    const daemon = new Daemon({ extraArgs: ['--max-line-bytes', '1024'] });
+    await daemon.start();
+    const c = new ColibriClient({ socketPath: daemon.socketPath });
+    try {
+      assert.strictEqual((await c.health()).status, 'ok');
+      await assert.rejects(c.complete({ prompt: 'x'.repeat(2048), max_tokens: 1 }).promise,
+                           (err) => err instanceof ColibriError && err.code === 'disconnected' &&
+                             /the connection to colibrid closed \(too_large: /.test(err.message));
+    } finally {
+      c.close();
+      await daemon.dispose();
+    }
+  });
+});

@@ -88,6 +88,7 @@ function Connection:connect()
         return
       end
       self.connects = self.connects + 1
+      self.last_error = nil
       self.backoff = self.opts.reconnect_min_ms
       self.buf = ''
       pipe:read_start(function(rerr, chunk)
@@ -95,7 +96,7 @@ function Connection:connect()
         vim.schedule(function()
           if self.pipe ~= pipe then return end
           if rerr or not chunk then
-            self.last_error = rerr or 'closed by colibrid'
+            self.last_error = rerr or self.last_error or 'closed by colibrid' -- a forbidden, say, came first
             self:_drop(pipe)
           else
             self:_on_data(chunk)
@@ -142,8 +143,10 @@ function Connection:_drop(pipe)
   self.handlers = {}
   self.queue = {}
   self:_set_state('disconnected')
+  local message = 'the connection to colibrid closed'
+  if self.last_error then message = message .. ': ' .. tostring(self.last_error) end
   for id, h in pairs(handlers) do
-    h({ id = id, event = 'error', code = 'disconnected', message = 'the connection to colibrid closed' })
+    h({ id = id, event = 'error', code = 'disconnected', message = message })
   end
   self:_schedule_retry()
 end
@@ -182,7 +185,10 @@ end
 
 function Connection:_dispatch(ev)
   local id = ev.id
-  if id == nil or id == vim.NIL then return end -- connection-wide error; the close follows
+  if id == nil or id == vim.NIL then -- connection-wide error (forbidden, ...); the close follows
+    if ev.event == 'error' then self.last_error = tostring(ev.code) .. ': ' .. tostring(ev.message) end
+    return
+  end
   local h = self.handlers[id]
   if not h then return end
   local final = ev.event ~= 'piece'
