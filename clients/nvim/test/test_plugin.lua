@@ -207,6 +207,20 @@ local function main()
   check(colibri.stats().completed == s0.completed, 'a slow request completed: ' .. vim.inspect(colibri.stats()))
   log('cancel: ' .. vim.inspect(colibri.stats()))
 
+  -- 2b. Without streaming (`request = { stream = false }`) the text comes with done.
+  colibri.setup(vim.tbl_extend('force', base, { request = { stream = false } }))
+  wait_healthy()
+  api.nvim_buf_set_lines(0, 0, -1, false, { 'import os', '', '', 'def list_files(root):', '' })
+  api.nvim_win_set_cursor(0, { 5, 0 })
+  api.nvim_input('A')
+  local unstreamed = colibri.stats().completed
+  type_keys('    for name in os.')
+  wait_for('a suggestion without streaming', function()
+    return colibri.stats().completed > unstreamed and colibri.suggestion() ~= nil
+  end)
+  api.nvim_input('<Esc>')
+  sleep(20)
+
   -- 3. The daemon restarts: the plugin reconnects and completes again.
   colibri.setup(base)
   wait_healthy()

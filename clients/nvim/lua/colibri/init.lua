@@ -177,6 +177,8 @@ request_now = function()
       if S.cur == cur then render() end
       return
     end
+    -- the whole text comes with done when `request` asked for stream = false
+    if ev.event == 'done' and cur.text == '' and type(ev.text) == 'string' then cur.text = ev.text end
     record_final(ev, cur)
     if S.cur ~= cur then return end
     render()
