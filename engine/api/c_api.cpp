@@ -110,7 +110,8 @@ colibri_status colibri_model_load(const char* path, const colibri_model_params* 
         rt = colibri::load_runtime(path, p.device != nullptr ? p.device : "cpu", p.n_threads, false,
                                    size_t(p.gpu_memory_mib) << 20);
         if (p.page_in != 0) colibri::start_page_in(*rt);
-        m->quant = std::string(colibri::format::dtype_name(static_cast<colibri::format::dtype>(rt->mdl->hp().weight_type)));
+        m->quant =
+            std::string(colibri::format::dtype_name(static_cast<colibri::format::dtype>(rt->mdl->hp().weight_type)));
         *out = m.release();
         return COLIBRI_OK;
     });
@@ -355,9 +356,10 @@ colibri_status colibri_prompt_match(const colibri_model* model, colibri_session*
         for (size_t i = 0; i < n_sessions; ++i)
             n_reusable[i] = colibri::reusable_prefix(sessions[i]->s->history(), tokens_for(sessions[i]->s->n_ctx()));
         if (n_prompt_tokens != nullptr) {
-            const int n_ctx = n_sessions > 0 ? sessions[0]->s->n_ctx()
-                                             : static_cast<int>(std::min<uint32_t>(
-                                                   rt.mdl->hp().n_ctx, colibri::session::default_ctx));
+            const int n_ctx =
+                n_sessions > 0
+                    ? sessions[0]->s->n_ctx()
+                    : static_cast<int>(std::min<uint32_t>(rt.mdl->hp().n_ctx, colibri::session::default_ctx));
             *n_prompt_tokens = tokens_for(n_ctx).size();
         }
         return COLIBRI_OK;

@@ -14,7 +14,7 @@ namespace colibri {
 
 std::unique_ptr<tokenizer> load_tokenizer_file(const std::string& path) {
     // a directory opens as a stream that reads nothing: name it (a missing file is named below)
-    if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
         throw error(errc::io, path + ": not a regular file" + (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
     if (is_gguf_file(path)) {
         const gguf_file f(path);

@@ -4,8 +4,8 @@
 #include "core/error.h"
 #include "generate/generate.h"
 #include "model/session.h"
-#include "tools/bench_report.h"
 #include "sampling/sampler.h"
+#include "tools/bench_report.h"
 
 #include <algorithm>
 #include <chrono>
