@@ -24,8 +24,8 @@ struct http_completion {
     http_api api = http_api::completion;
     protocol::complete_request req; ///< always streamed to the front, which shapes the reply
     bool stream = false;            ///< the client's choice: SSE or one JSON body
-    /// llama-server's t_max_predict_ms: once decoding has taken this long and the text holds
-    /// a newline, the completion ends (stop_type "limit"); 0: no limit.
+    /// llama-server's t_max_predict_ms: once decoding has taken this long, the completion ends
+    /// with the next piece that holds a newline (stop_type "limit"); 0: no limit.
     double max_predict_ms = 0;
     bool include_usage = false; ///< OpenAI stream_options.include_usage
     std::string model;          ///< OpenAI: echoed back

@@ -191,6 +191,7 @@ void http_session::send(const json& event) {
 void http_session::forget(const std::string&) { job_.reset(); }
 
 void http_session::on_piece(std::string_view text) {
+    if (outcome_.time_limited) return; // pieces already on their way when the job was ended
     if (outcome_.text.empty()) first_piece_ = clock::now();
     outcome_.text.append(text);
     ++outcome_.usage.completion_tokens;
@@ -198,9 +199,9 @@ void http_session::on_piece(std::string_view text) {
         if (!headers_sent_) begin_stream();
         stream_chunk(http_piece_event(reply_, text, outcome_.usage.completion_tokens));
     }
-    // llama-server's t_max_predict_ms: past the time, end once the text holds a newline.
-    if (completion_.max_predict_ms > 0 && job_ && !outcome_.time_limited &&
-        outcome_.text.find('\n') != std::string::npos &&
+    // llama-server's t_max_predict_ms: past the time, end with a piece that holds a newline,
+    // so that the text ends at a line's end
+    if (completion_.max_predict_ms > 0 && job_ && text.find('\n') != std::string_view::npos &&
         std::chrono::duration<double, std::milli>(clock::now() - first_piece_).count() >= completion_.max_predict_ms) {
         outcome_.time_limited = true;
         front_.srv().end_job(job_); // its done event follows at once
