@@ -145,22 +145,39 @@ fim_template fim_for(const tokenizer& tok, fim_kind kind) {
     return {};
 }
 
+void fit_fim_parts(std::vector<int32_t>& prefix, std::vector<int32_t>& suffix, std::int64_t room) {
+    const auto n_prefix = static_cast<std::int64_t>(prefix.size()), n_suffix = static_cast<std::int64_t>(suffix.size());
+    if (room <= 0 || n_prefix + n_suffix <= room) return;
+    const std::int64_t keep_suffix = std::min(n_suffix, std::max(room / 4, room - n_prefix));
+    suffix.resize(static_cast<size_t>(keep_suffix));
+    const std::int64_t excess = n_prefix - (room - keep_suffix);
+    if (excess <= 0) return;
+    const std::int64_t cut = std::min(n_prefix, (excess + fim_prefix_step - 1) / fim_prefix_step * fim_prefix_step);
+    prefix.erase(prefix.begin(), prefix.begin() + static_cast<std::ptrdiff_t>(cut));
+}
+
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix, std::string_view suffix,
-                      fim_order order, std::vector<int32_t>& out, special_tokens specials) {
+                      fim_order order, std::vector<int32_t>& out, special_tokens specials, std::int64_t room) {
     COLIBRI_ASSERT(t.kind != fim_kind::none);
-    if (t.kind == fim_kind::codestral) { // the cursor is the prompt's end in either order
+    std::vector<int32_t> pre, suf;
+    tok.encode(prefix, pre, specials);
+    tok.encode(suffix, suf, specials);
+    const bool codestral = t.kind == fim_kind::codestral; // the cursor is the prompt's end in either order
+    fit_fim_parts(pre, suf, room < 0 ? -1 : room - (codestral ? 2 : 3)); // less the framing tokens
+    const auto put = [&](const std::vector<int32_t>& ids) { out.insert(out.end(), ids.begin(), ids.end()); };
+    if (codestral) {
         out.push_back(t.suffix);
-        tok.encode(suffix, out, specials);
+        put(suf);
         out.push_back(t.prefix);
-        tok.encode(prefix, out, specials);
+        put(pre);
         return;
     }
     out.push_back(t.prefix);
-    if (order == fim_order::psm) tok.encode(prefix, out, specials);
+    if (order == fim_order::psm) put(pre);
     out.push_back(t.suffix);
-    tok.encode(suffix, out, specials);
+    put(suf);
     out.push_back(t.middle);
-    if (order == fim_order::spm) tok.encode(prefix, out, specials);
+    if (order == fim_order::spm) put(pre);
 }
 
 void build_context_prompt(const tokenizer& tok, const fim_template& t, std::span<const context_file> files,

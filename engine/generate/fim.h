@@ -50,9 +50,19 @@ bool parse_fim_order(std::string_view name, fim_order& out);
 
 /// Appends the FIM prompt for prefix and suffix to out, in the given order (Codestral's has
 /// one order of its own: [SUFFIX] suffix [PREFIX] prefix). Only the framing tokens are
-/// control tokens: prefix and suffix are encoded as `specials` says.
+/// control tokens: prefix and suffix are encoded as `specials` says. With `room` >= 0 the
+/// prompt takes at most that many tokens where it can (see fit_fim_parts).
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix, std::string_view suffix,
-                      fim_order order, std::vector<int32_t>& out, special_tokens specials = special_tokens::as_text);
+                      fim_order order, std::vector<int32_t>& out, special_tokens specials = special_tokens::as_text,
+                      std::int64_t room = -1);
+
+/// A prefix and suffix of more than `room` tokens cut to fit it, nearest the cursor kept, as
+/// llama-server's /infill keeps them: the suffix at most a quarter of the room (less where
+/// the prefix leaves more), the prefix the end that fits the rest, cut in steps of
+/// fim_prefix_step tokens so that typing at the cursor keeps the same first tokens, and with
+/// them the cached prompt, for a while. Nothing is cut for room <= 0.
+void fit_fim_parts(std::vector<int32_t>& prefix, std::vector<int32_t>& suffix, std::int64_t room);
+constexpr std::int64_t fim_prefix_step = 64;
 
 /// The spellings of a family's tokens (null-terminated; "" where it has none).
 struct fim_spellings {

@@ -117,7 +117,10 @@ std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request&
     if (req.suffix) fim = req.fim ? fim_for(tok, *req.fim) : detect_fim(tok);
     if (fim.kind != fim_kind::none) {
         const fim_order order = req.order ? *req.order : tok.fim_suffix_first() ? fim_order::spm : fim_order::psm;
-        build_fim_prompt(tok, fim, req.prompt, *req.suffix, order, tokens, req.specials);
+        // what a long file's prefix and suffix may take: the context less BOS and max_tokens
+        const std::int64_t room = std::int64_t{n_ctx} - std::int64_t(tokens.size()) - std::max(0, req.max_tokens) - 1;
+        build_fim_prompt(tok, fim, req.prompt, *req.suffix, order, tokens, req.specials,
+                         std::max<std::int64_t>(room, 0));
     } else {
         tok.encode(req.prompt, tokens, req.specials);
     }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <doctest/doctest.h>
+#include <numeric>
 
 using namespace colibri;
 
@@ -517,6 +518,68 @@ TEST_CASE("context files go between BOS and the FIM prompt, each after a snippet
     REQUIRE(cut.size() == plain.size() + 5);
     CHECK(std::equal(cut.begin() + head, cut.begin() + head + 5, ids.begin() + head + ctx_len - 5));
     CHECK(prompt_tokens(tok, req, static_cast<int>(plain.size())) == plain);
+}
+
+TEST_CASE("a prefix and suffix longer than the context keep what is nearest the cursor") {
+    // the rule alone: a quarter of the room at most for the suffix, the prefix's end in steps
+    std::vector<int32_t> pre(1000), suf(500);
+    std::iota(pre.begin(), pre.end(), 0);
+    std::iota(suf.begin(), suf.end(), 10000);
+    std::vector<int32_t> p = pre, s = suf;
+    fit_fim_parts(p, s, 400);
+    CHECK(s.size() == 100);
+    CHECK(s.front() == 10000); // the suffix's start
+    CHECK(p.back() == 999);    // the prefix's end
+    CHECK(p.size() + s.size() <= 400);
+    CHECK((1000 - p.size()) % fim_prefix_step == 0); // cut in steps
+    p = std::vector<int32_t>(pre.begin(), pre.begin() + 100);
+    s = suf;
+    fit_fim_parts(p, s, 400); // a short prefix leaves the suffix more
+    CHECK(p.size() == 100);
+    CHECK(s.size() == 300);
+    p = pre;
+    s = suf;
+    fit_fim_parts(p, s, 0); // no room: nothing cut (the request is refused)
+    CHECK(p.size() == 1000);
+    CHECK(s.size() == 500);
+
+    // the default model's FIM prompt: it fits, and typing at the cursor keeps its first tokens
+    auto rt = load_runtime(COLIBRI_SOURCE_DIR "/models/default.colibri", "cpu", 1);
+    const tokenizer& tok = *rt->tok;
+    std::string body;
+    for (int i = 0; i < 300; ++i)
+        body += "    total += values[" + std::to_string(i) + "] * weights[" + std::to_string(i) + "]\n";
+    const std::string prompt = "def score(values, weights):\n    total = 0\n" + body + "    ret",
+                      suffix = "urn total\n\n\n" + body, typed_on = prompt + "u";
+    generate_request req;
+    req.prompt = prompt;
+    req.suffix = suffix;
+    req.max_tokens = 32;
+    const int n_ctx = 512;
+    fim_template fim;
+    const std::vector<int32_t> ids = prompt_tokens(tok, req, n_ctx, &fim);
+    REQUIRE(fim.kind == fim_kind::starcoder);
+    CHECK(static_cast<int>(ids.size()) + req.max_tokens + 1 <= n_ctx);
+    CHECK(static_cast<int>(ids.size()) + req.max_tokens + 1 > n_ctx - fim_prefix_step);
+    const std::vector<int32_t> full = prompt_tokens(tok, req, 1 << 20);
+    const auto at = [](const std::vector<int32_t>& v, int32_t id) {
+        return std::find(v.begin(), v.end(), id) - v.begin();
+    };
+    CHECK(tok.decode(ids).find("    ret") != std::string::npos); // the prefix's end
+    CHECK(tok.decode(std::span(ids).subspan(size_t(at(ids, fim.suffix)) + 1, 8)) ==
+          tok.decode(std::span(full).subspan(size_t(at(full, fim.suffix)) + 1, 8))); // the suffix's start
+    req.prompt = typed_on;
+    const std::vector<int32_t> typed = prompt_tokens(tok, req, n_ctx);
+    const size_t same = size_t(std::mismatch(ids.begin(), ids.end(), typed.begin(), typed.end()).first - ids.begin());
+    CHECK(same + 4 >= ids.size()); // all but the last few tokens: the cached prompt holds
+
+    // generated in a session of that context: a completion, where it used to be refused
+    session small(*rt->mdl, *rt->be, n_ctx);
+    sampler smp(static_cast<int>(rt->mdl->hp().n_vocab));
+    req.sampling.temperature = 0.0f;
+    const generate_result r = generate(small, tok, smp, req, [](std::string_view) { return true; });
+    CHECK(r.n_prompt_tokens == static_cast<int>(typed.size()));
+    CHECK(r.n_generated_tokens > 0);
 }
 
 #include "generate/draft.h"
