@@ -75,6 +75,13 @@ void llama_fields(const json& body, json& out, http_completion& c, const p::requ
         if (!t->is_number()) bad("'t_max_predict_ms' must be a number");
         c.max_predict_ms = std::max(0.0, t->get<double>());
     }
+    if (const json* f = field(body, "response_fields")) {
+        if (!f->is_array()) bad("'response_fields' must be an array of strings");
+        for (const json& path : *f) {
+            if (!path.is_string()) bad("'response_fields' must be an array of strings");
+            c.response_fields.push_back(path.get<std::string>());
+        }
+    }
     neutral(body, "n_probs", 0, "token probabilities are not reported");
     neutral(body, "grammar", "", "grammars are not supported");
     neutral(body, "json_schema", json::object(), "JSON schemas are not supported");
@@ -183,23 +190,41 @@ bool ended_by_limit(const http_outcome& o) {
     return o.time_limited || o.reason == p::finish_reason::length || o.reason == p::finish_reason::timeout;
 }
 
+// llama-server's response_fields: each path ("timings/prompt_n") that leads to a value, under
+// the path itself as a key; paths that lead nowhere are left out.
+json selected_fields(const json& reply, const std::vector<std::string>& paths) {
+    json out = json::object();
+    for (const std::string& path : paths) {
+        const json* at = &reply;
+        for (size_t from = 0; at != nullptr && from <= path.size();) {
+            const size_t to = std::min(path.find('/', from), path.size());
+            const std::string key = path.substr(from, to - from);
+            at = at->is_object() && at->contains(key) ? &(*at)[key] : nullptr;
+            from = to + 1;
+        }
+        if (at != nullptr) out[path] = *at;
+    }
+    return out;
+}
+
 json llama_final(const http_reply& r, const http_outcome& o, std::string_view content) {
     const char* stop_type = ended_by_limit(o) ? "limit" : o.reason == p::finish_reason::stop ? "eos" : "none";
-    return {{"index", 0},
-            {"content", content},
-            {"tokens", json::array()},
-            {"id_slot", 0},
-            {"stop", true},
-            {"model", r.model},
-            {"tokens_predicted", o.usage.completion_tokens},
-            {"tokens_evaluated", o.usage.prompt_tokens},
-            {"has_new_line", o.text.find('\n') != std::string::npos},
-            {"truncated", false},
-            {"stop_type", stop_type},
-            {"stopping_word", ""},
-            {"tokens_cached", o.usage.prompt_tokens + o.usage.completion_tokens},
-            {"generation_settings", r.settings.is_null() ? json::object() : r.settings},
-            {"timings", llama_timings(o)}};
+    json reply = {{"index", 0},
+                  {"content", content},
+                  {"tokens", json::array()},
+                  {"id_slot", 0},
+                  {"stop", true},
+                  {"model", r.model},
+                  {"tokens_predicted", o.usage.completion_tokens},
+                  {"tokens_evaluated", o.usage.prompt_tokens},
+                  {"has_new_line", o.text.find('\n') != std::string::npos},
+                  {"truncated", false},
+                  {"stop_type", stop_type},
+                  {"stopping_word", ""},
+                  {"tokens_cached", o.usage.prompt_tokens + o.usage.completion_tokens},
+                  {"generation_settings", r.settings.is_null() ? json::object() : r.settings},
+                  {"timings", llama_timings(o)}};
+    return r.response_fields.empty() ? reply : selected_fields(reply, r.response_fields);
 }
 
 json openai_usage(const http_outcome& o) {

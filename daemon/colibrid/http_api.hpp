@@ -29,6 +29,9 @@ struct http_completion {
     double max_predict_ms = 0;
     bool include_usage = false; ///< OpenAI stream_options.include_usage
     std::string model;          ///< OpenAI: echoed back
+    /// llama-server's response_fields: the final reply holds only these paths ("timings/prompt_n"),
+    /// each under its whole path as a key; empty: the whole reply.
+    std::vector<std::string> response_fields;
 };
 
 /// Parses a request body. Unknown fields are ignored as llama-server and OpenAI servers
@@ -50,10 +53,11 @@ struct http_outcome {
 /// Identity of one reply, fixed when the request arrives.
 struct http_reply {
     http_api api = http_api::completion;
-    std::string model;        ///< the model's name (OpenAI "model", llama-server "model")
-    std::string id;           ///< OpenAI "cmpl-..."
-    std::int64_t created = 0; ///< Unix seconds
-    nlohmann::json settings;  ///< llama-server's "generation_settings"
+    std::string model;                        ///< the model's name (OpenAI "model", llama-server "model")
+    std::string id;                           ///< OpenAI "cmpl-..."
+    std::int64_t created = 0;                 ///< Unix seconds
+    nlohmann::json settings;                  ///< llama-server's "generation_settings"
+    std::vector<std::string> response_fields; ///< http_completion's
 };
 
 /// llama-server's generation_settings for a request (llama.vim reads n_ctx from it).

@@ -163,8 +163,12 @@ void http_session::serve_completion(http_api api, const request_type& req) {
     completion_ = std::move(std::get<http_completion>(parsed));
     outcome_ = {};
     const json& info = front_.srv().model_info(); // null until the first worker is ready
-    reply_ = {api, front_.srv().model_name(), completion_id(), static_cast<std::int64_t>(std::time(nullptr)),
-              http_generation_settings(completion_.req, info.is_object() ? info.value("n_ctx", 0) : 0)};
+    reply_ = {api,
+              front_.srv().model_name(),
+              completion_id(),
+              static_cast<std::int64_t>(std::time(nullptr)),
+              http_generation_settings(completion_.req, info.is_object() ? info.value("n_ctx", 0) : 0),
+              completion_.response_fields};
     if (api == http_api::openai_completion && !completion_.model.empty()) reply_.model = completion_.model;
 
     auto j = std::make_shared<job>(front_.io());

@@ -103,6 +103,20 @@ TEST_CASE("HTTP /infill answers llama.vim's request with llama-server's fields")
     CHECK(j["truncated"] == false);
     CHECK(j["timings"]["predicted_n"] == 12);
     CHECK(j.contains("tokens_cached"));
+
+    // llama.vim's response_fields: those paths alone, each under its whole path
+    json fields = req;
+    fields["response_fields"] = {"content", "timings/prompt_n", "timings/predicted_n", "tokens_cached", "no/such"};
+    auto rf = http_call(f.http(), "POST", "/infill", fields.dump());
+    REQUIRE(rf.status == 200);
+    const json k = rf.json_body();
+    CHECK(k.size() == 4);
+    CHECK(k["content"] == j["content"]);
+    CHECK(k["timings/predicted_n"] == 12);
+    CHECK(k["timings/prompt_n"].is_number_integer());
+    CHECK(k.contains("tokens_cached"));
+    fields["response_fields"] = "content";
+    CHECK(http_call(f.http(), "POST", "/infill", fields.dump()).status == 400);
 }
 
 TEST_CASE("HTTP /completion streams SSE events whose content joins to the completion") {
