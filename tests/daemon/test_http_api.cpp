@@ -161,7 +161,7 @@ TEST_CASE("/v1/completions: OpenAI's defaults and shapes") {
 TEST_CASE("llama-server replies: content, stop_type, timings and the fields llama.vim reads") {
     p::complete_request req;
     req.max_tokens = 64;
-    cd::http_reply r{cd::http_api::infill, "m", "cmpl-1", 1700000000, cd::http_generation_settings(req, 2048)};
+    cd::http_reply r{cd::http_api::infill, "m", "cmpl-1", 1700000000, cd::http_generation_settings(req, 2048), {}};
     cd::http_outcome o;
     o.text = "return x\n";
     o.reason = p::finish_reason::length;
@@ -203,7 +203,7 @@ TEST_CASE("llama-server replies: content, stop_type, timings and the fields llam
 }
 
 TEST_CASE("OpenAI replies: text_completion objects, finish_reason, usage, and [DONE]") {
-    cd::http_reply r{cd::http_api::openai_completion, "m", "cmpl-7", 1700000000, json::object()};
+    cd::http_reply r{cd::http_api::openai_completion, "m", "cmpl-7", 1700000000, json::object(), {}};
     cd::http_outcome o;
     o.text = "x)";
     o.reason = p::finish_reason::stop;
