@@ -194,15 +194,31 @@ void read_swa_pattern(const config_reader& cfg, const family_info& fam, hparams&
         }
     }
     hp.swa_pattern = pattern;
-    hp.rope_theta_swa = cfg.f32("rope_local_base_freq", 0.0f); // Gemma 3's local base; Gemma 2 has one base
+    // Gemma 3's local base (rope_parameters' own in newer configs), the family's by default;
+    // Gemma 2 has one base
+    hp.rope_theta_swa = cfg.f32("rope_local_base_freq", hp.rope_theta_swa > 0 ? hp.rope_theta_swa : fam.rope_theta_swa);
 }
 
 rope_scaling read_rope_scaling(const config_reader& cfg, hparams& hp) {
     rope_scaling rs;
     for (const char* key : {"rope_scaling", "rope_parameters"}) {
         if (!cfg.has(key)) continue;
-        const json& r = cfg.raw(key);
-        if (!r.is_object()) cfg.fail(key, "is not an object");
+        const json& all = cfg.raw(key);
+        if (!all.is_object()) cfg.fail(key, "is not an object");
+        // transformers 5 writes Gemma 3's as a set per layer type: the global layers' scaling
+        // and base, the local layers' base
+        const bool by_layer_type = all.contains("full_attention") || all.contains("sliding_attention");
+        if (by_layer_type && all.contains("sliding_attention")) {
+            const json& local = all["sliding_attention"];
+            if (!local.is_object()) cfg.fail(std::string(key) + ".sliding_attention", "is not an object");
+            if (local.value("rope_type", std::string("default")) != "default")
+                cfg.unsupported("scaled RoPE on the sliding-window layers is not supported");
+            if (local.contains("rope_theta") && local["rope_theta"].is_number())
+                hp.rope_theta_swa = local["rope_theta"].get<float>();
+        }
+        if (by_layer_type && !(all.contains("full_attention") && all["full_attention"].is_object()))
+            cfg.fail(std::string(key) + ".full_attention", "is missing or not an object");
+        const json& r = by_layer_type ? all["full_attention"] : all;
         if (r.contains("rope_theta") && r["rope_theta"].is_number()) hp.rope_theta = r["rope_theta"].get<float>();
         const std::string type = r.value("rope_type", r.value("type", std::string("default")));
         if (type == "default") continue;
@@ -383,9 +399,16 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
     if (fam->sliding_window > 0 || fam->swa_pattern > 0) { // the family's layers (some of them) attend through a window
         hp.sliding_window = cfg.u32("sliding_window", 0);
         if (fam->swa_pattern > 0 && hp.sliding_window > 0) read_swa_pattern(cfg, *fam, hp);
+    } else if (fam->hf_window_key) { // Mistral's: a window on every layer unless null
+        if (cfg.has("sliding_window") && !cfg.raw("sliding_window").is_null())
+            hp.sliding_window = cfg.u32("sliding_window", 0);
     } else if (cfg.boolean("use_sliding_window", false)) {
-        cfg.unsupported("sliding-window attention is not supported");
+        // Qwen2 windows the layers from max_window_layers on: none when that covers them all
+        if (fam->arch != format::arch::qwen2 || cfg.u32("max_window_layers", 0) < hp.n_layer)
+            cfg.unsupported("sliding-window attention is not supported");
     }
+    if (cfg.boolean("use_bidirectional_attention", false))
+        cfg.unsupported("bidirectional attention (use_bidirectional_attention) is not supported");
     hp.qk_norm = static_cast<uint32_t>(fam->blocks.qk);
     hp.embedding_scale = 1.0f;
     hp.residual_scale = 1.0f;
@@ -426,6 +449,10 @@ checkpoint_plan plan_from_config(const std::string& cfg_path, const safetensors_
         }
         bool norm = fam->norm_topk_default;
         if (fam->norm_topk_configurable) norm = cfg.boolean("norm_topk_prob", norm);
+        // transformers' DeepSeek-V2 scales the top k by routed_scaling_factor and never
+        // renormalises; DeepSeek's own code does one or the other
+        if (norm && fam->arch == format::arch::deepseek2)
+            cfg.unsupported("norm_topk_prob true with DeepSeek-V2's routed scale is not supported");
         if (norm) hp.flags |= flag_norm_topk_prob;
         if (fam->blocks.shared_experts == shared_experts_kind::gated) {
             hp.n_ff_shexp = cfg.u32("shared_expert_intermediate_size", 0);

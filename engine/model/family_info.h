@@ -79,6 +79,7 @@ struct family_info {
     // what a GGUF file leaves out or stores differently
     bool gguf_permuted_qk = false;       ///< llama.cpp's converter reordered q/k rows for interleaved RoPE
     uint32_t sliding_window = 0;         ///< the window every checkpoint of the family has
+    bool hf_window_key = false;          ///< config.json's sliding_window, when set, is a window on every layer
     uint32_t swa_pattern = 0;            ///< local/global layer pattern (llama.cpp's value)
     float rope_theta_swa = 0;            ///< the windowed layers' RoPE base
     uint32_t gguf_wide_query_layers = 0; ///< llama.cpp scales queries by 1/sqrt(n_embd / n_head) for the

@@ -37,6 +37,32 @@ std::unique_ptr<runtime> convert_and_load(const std::string& family, format::dty
 
 const std::vector<std::string> fixture_families = test::conformance_fixtures();
 
+// A copy of a fixture's checkpoint in dir/name with its config.json changed by `edit`.
+template <class Edit>
+std::string edited_fixture(test::temp_dir& dir, const std::string& family, const std::string& name, Edit edit) {
+    const std::string ckpt = dir.file(name);
+    std::filesystem::copy(test::fixture(family), ckpt); // the directory's files
+    nlohmann::json cfg;
+    {
+        std::ifstream in(ckpt + "/config.json");
+        cfg = nlohmann::json::parse(in);
+    }
+    edit(cfg);
+    std::ofstream(ckpt + "/config.json") << cfg.dump(2);
+    return ckpt;
+}
+
+// The converter's refusal of a checkpoint, by its message.
+void check_refused(const std::string& ckpt, const std::string& path, const std::string& message) {
+    try {
+        convert_checkpoint(ckpt, path, format::dtype::f32, {});
+        FAIL("accepted: " << ckpt);
+    } catch (const colibri::error& e) {
+        CHECK(e.code() == errc::unsupported);
+        CHECK(std::string(e.what()).find(message) != std::string::npos);
+    }
+}
+
 // Error budgets of the weight types against the reference, over every family
 // (measured values in docs/model-format.md). The fixtures are random networks with large
 // weights, which amplify weight error about 15x into the logits; trained models are far
@@ -154,21 +180,15 @@ TEST_CASE("the converter reads the config spellings of newer transformers releas
     // transformers 5 writes rope_parameters instead of rope_theta and num_local_experts
     // instead of num_experts; the same weights must give the same logits
     test::temp_dir dir;
-    const std::string ckpt = dir.file("qwen3_moe_v5");
-    std::filesystem::copy(test::fixture("qwen3_moe"), ckpt); // the directory's files
-    nlohmann::json cfg;
-    {
-        std::ifstream in(ckpt + "/config.json");
-        cfg = nlohmann::json::parse(in);
-    }
-    REQUIRE(cfg.contains("num_experts"));
-    REQUIRE(cfg.contains("rope_theta"));
-    cfg["num_local_experts"] = cfg["num_experts"];
-    cfg.erase("num_experts");
-    cfg["rope_parameters"] = {{"rope_theta", cfg["rope_theta"]}, {"rope_type", "default"}};
-    cfg.erase("rope_theta");
-    cfg.erase("rope_scaling");
-    std::ofstream(ckpt + "/config.json") << cfg.dump(2);
+    const std::string ckpt = edited_fixture(dir, "qwen3_moe", "qwen3_moe_v5", [](nlohmann::json& cfg) {
+        REQUIRE(cfg.contains("num_experts"));
+        REQUIRE(cfg.contains("rope_theta"));
+        cfg["num_local_experts"] = cfg["num_experts"];
+        cfg.erase("num_experts");
+        cfg["rope_parameters"] = {{"rope_theta", cfg["rope_theta"]}, {"rope_type", "default"}};
+        cfg.erase("rope_theta");
+        cfg.erase("rope_scaling");
+    });
     const std::string path = dir.file("v5.colibri");
     convert_checkpoint(ckpt, path, format::dtype::f32, {});
     auto rt = load_runtime(path, "cpu", 1);
@@ -179,17 +199,11 @@ TEST_CASE("the converter reads the config spellings of newer transformers releas
 
 TEST_CASE("a Gemma 2 config without layer_types alternates local and global layers, as its model does") {
     test::temp_dir dir;
-    const std::string ckpt = dir.file("gemma2_old");
-    std::filesystem::copy(test::fixture("gemma2"), ckpt);
-    nlohmann::json cfg;
-    {
-        std::ifstream in(ckpt + "/config.json");
-        cfg = nlohmann::json::parse(in);
-    }
-    REQUIRE(cfg.contains("layer_types"));
-    cfg.erase("layer_types"); // as configs written before transformers listed them
-    cfg.erase("sliding_window_pattern");
-    std::ofstream(ckpt + "/config.json") << cfg.dump(2);
+    const std::string ckpt = edited_fixture(dir, "gemma2", "gemma2_old", [](nlohmann::json& cfg) {
+        REQUIRE(cfg.contains("layer_types"));
+        cfg.erase("layer_types"); // as configs written before transformers listed them
+        cfg.erase("sliding_window_pattern");
+    });
     const std::string path = dir.file("gemma2_old.colibri");
     convert_checkpoint(ckpt, path, format::dtype::f32, {});
     auto rt = load_runtime(path, "cpu", 1);
@@ -201,16 +215,7 @@ TEST_CASE("a Gemma 2 config without layer_types alternates local and global laye
 TEST_CASE("linear RoPE scaling divides every frequency by its factor; unknown scalings are refused by name") {
     test::temp_dir dir;
     auto with_scaling = [&](const nlohmann::json& scaling, const std::string& name) {
-        const std::string ckpt = dir.file(name);
-        std::filesystem::copy(test::fixture("llama"), ckpt);
-        nlohmann::json cfg;
-        {
-            std::ifstream in(ckpt + "/config.json");
-            cfg = nlohmann::json::parse(in);
-        }
-        cfg["rope_scaling"] = scaling;
-        std::ofstream(ckpt + "/config.json") << cfg.dump(2);
-        return ckpt;
+        return edited_fixture(dir, "llama", name, [&](nlohmann::json& cfg) { cfg["rope_scaling"] = scaling; });
     };
     const std::string path = dir.file("linear.colibri");
     convert_checkpoint(with_scaling({{"rope_type", "linear"}, {"factor", 2.0}}, "linear"), path, format::dtype::f32,
@@ -223,14 +228,69 @@ TEST_CASE("linear RoPE scaling divides every frequency by its factor; unknown sc
     const reference r = load_reference("llama");
     CHECK(compare(r, run_logits(*rt, r.prompt, 8)).max_rel > 1e-2); // the positions now turn half as fast
 
-    try {
-        convert_checkpoint(with_scaling({{"rope_type", "dynamic"}, {"factor", 2.0}}, "dynamic"), dir.file("d.colibri"),
-                           format::dtype::f32, {});
-        FAIL("dynamic NTK scaling was accepted");
-    } catch (const colibri::error& e) {
-        CHECK(e.code() == errc::unsupported);
-        CHECK(std::string(e.what()).find("rope_scaling of type 'dynamic' is not supported") != std::string::npos);
-    }
+    check_refused(with_scaling({{"rope_type", "dynamic"}, {"factor", 2.0}}, "dynamic"), dir.file("d.colibri"),
+                  "rope_scaling of type 'dynamic' is not supported");
+}
+
+TEST_CASE("a Gemma 3 config as transformers 5 writes it, RoPE per layer type, gives the same logits") {
+    test::temp_dir dir;
+    const std::string ckpt = edited_fixture(dir, "gemma3", "gemma3_v5", [](nlohmann::json& cfg) {
+        REQUIRE(cfg["rope_theta"] != cfg["rope_local_base_freq"]); // or the test would not tell them apart
+        REQUIRE(cfg["rope_scaling"].is_object());
+        nlohmann::json global = cfg["rope_scaling"];
+        global["rope_theta"] = cfg["rope_theta"];
+        cfg["rope_parameters"] = {
+            {"full_attention", global},
+            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", cfg["rope_local_base_freq"]}}}};
+        cfg.erase("rope_theta");
+        cfg.erase("rope_local_base_freq");
+        cfg.erase("rope_scaling");
+    });
+    const std::string path = dir.file("gemma3_v5.colibri");
+    convert_checkpoint(ckpt, path, format::dtype::f32, {});
+    auto rt = load_runtime(path, "cpu", 1);
+    CHECK(rt->mdl->hp().rope_theta == 1e6f);
+    CHECK(rt->mdl->hp().rope_theta_swa == 1e4f);
+    const reference r = load_reference("gemma3");
+    CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel < 1e-5);
+}
+
+TEST_CASE("sliding windows and routing the converter cannot express are refused; the ones it can are kept") {
+    test::temp_dir dir;
+    // Mistral's window on every layer: kept (the fixture has none, so the logits move)
+    const std::string windowed =
+        edited_fixture(dir, "mixtral", "mixtral_window", [](nlohmann::json& cfg) { cfg["sliding_window"] = 4; });
+    convert_checkpoint(windowed, dir.file("w.colibri"), format::dtype::f32, {});
+    auto rt = load_runtime(dir.file("w.colibri"), "cpu", 1);
+    CHECK(rt->mdl->hp().sliding_window == 4);
+    CHECK(rt->mdl->hp().swa_pattern == 0);
+    const reference r = load_reference("mixtral");
+    REQUIRE(r.prompt.size() > 4);
+    CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel > 1e-2);
+    // Qwen2's use_sliding_window windows no layer when max_window_layers covers them all
+    const std::string all_full = edited_fixture(dir, "qwen2", "qwen2_full", [](nlohmann::json& cfg) {
+        cfg["use_sliding_window"] = true;
+        cfg["sliding_window"] = 4;
+        cfg["max_window_layers"] = cfg["num_hidden_layers"];
+    });
+    convert_checkpoint(all_full, dir.file("q.colibri"), format::dtype::f32, {});
+    auto q = load_runtime(dir.file("q.colibri"), "cpu", 1);
+    CHECK(q->mdl->hp().sliding_window == 0);
+    const reference rq = load_reference("qwen2");
+    CHECK(compare(rq, run_logits(*q, rq.prompt, 32)).max_rel < 1e-5);
+    check_refused(edited_fixture(dir, "qwen2", "qwen2_window",
+                                 [](nlohmann::json& cfg) {
+                                     cfg["use_sliding_window"] = true;
+                                     cfg["sliding_window"] = 4;
+                                     cfg["max_window_layers"] = 1;
+                                 }),
+                  dir.file("q2.colibri"), "sliding-window attention is not supported");
+    check_refused(edited_fixture(dir, "gemma3", "gemma3_bidirectional",
+                                 [](nlohmann::json& cfg) { cfg["use_bidirectional_attention"] = true; }),
+                  dir.file("g.colibri"), "use_bidirectional_attention");
+    check_refused(
+        edited_fixture(dir, "deepseek2", "deepseek2_norm", [](nlohmann::json& cfg) { cfg["norm_topk_prob"] = true; }),
+        dir.file("d.colibri"), "norm_topk_prob true");
 }
 
 TEST_CASE("the shipped default model loads and fills in the middle with its StarCoder tokens") {

@@ -14,6 +14,7 @@ inline constexpr family_info mixtral{.arch = format::arch::mixtral,
                                                 "experts.{e}.w3.weight", "experts.{e}.w2.weight", "num_local_experts",
                                                 "intermediate_size"},
                                      .norm_topk_default = true,
-                                     .gguf_permuted_qk = true};
+                                     .gguf_permuted_qk = true,
+                                     .hf_window_key = true};
 
 } // namespace colibri::family
