@@ -248,6 +248,8 @@ colibri_status colibri_session_reset(colibri_session* session);
 int colibri_session_n_cached(const colibri_session* session);
 /** Most prompt tokens the session evaluates at once (its n_batch); 0 for NULL. */
 int colibri_session_n_batch(const colibri_session* session);
+/** Tokens the session's context holds at most, prompt and completion (its n_ctx); 0 for NULL. */
+int colibri_session_n_ctx(const colibri_session* session);
 
 /** Bytes of KV cache one cached token takes: on the CPU the cache's memory grows with the
  *  tokens it holds, and shrinks when they are forgotten (0 for NULL). */

@@ -75,7 +75,8 @@ public:
                 {"n_expert", mi.n_expert},
                 {"n_expert_used", mi.n_expert_used},
                 {"n_vocab", mi.n_vocab},
-                {"n_ctx", mi.n_ctx},
+                {"n_ctx", colibri_session_n_ctx(slots_[0].s)}, // what a completion may take
+                {"n_ctx_train", mi.n_ctx},
                 {"n_params", mi.n_params},
                 {"n_params_active", mi.n_params_active},
                 {"file_size", mi.file_size},

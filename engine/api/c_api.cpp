@@ -405,6 +405,8 @@ int colibri_session_n_cached(const colibri_session* session) { return session ==
 
 int colibri_session_n_batch(const colibri_session* session) { return session == nullptr ? 0 : session->s->n_batch(); }
 
+int colibri_session_n_ctx(const colibri_session* session) { return session == nullptr ? 0 : session->s->n_ctx(); }
+
 size_t colibri_session_token_bytes(const colibri_session* session) {
     return session == nullptr ? 0 : session->s->token_bytes();
 }

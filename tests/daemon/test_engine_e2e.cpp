@@ -134,6 +134,8 @@ TEST_CASE("engine: status describes the real model") {
     CHECK(status["model"]["architecture"] == "llama");
     CHECK(status["model"]["n_layer"] == 2);
     CHECK(status["model"]["quant"] == "f32");
+    CHECK(status["model"]["n_ctx"] == 256); // a cache slot's: the model's, as it is under 4096
+    CHECK(status["model"]["n_ctx_train"] == 256);
     CHECK(status["backend"] == "cpu");
     CHECK(status["model"]["path"] == COLIBRI_DAEMON_TEST_MODEL);
 }

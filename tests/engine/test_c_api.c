@@ -260,6 +260,9 @@ int main(int argc, char** argv) {
     EXPECT(colibri_session_n_batch(single) == 1);
     EXPECT(colibri_session_n_batch(session) == 128); /* the default */
     EXPECT(colibri_session_n_batch(NULL) == 0);
+    EXPECT(colibri_session_n_ctx(session) == info.n_ctx); /* the model's, under 4096 */
+    EXPECT(colibri_session_n_ctx(small) == 4);
+    EXPECT(colibri_session_n_ctx(NULL) == 0);
     struct collected c = {{0}, 0, 0};
     gp.max_tokens = 12;
     gp.cancel = NULL;
