@@ -61,8 +61,9 @@ void sampling_fields(const json& body, json& out) {
 void llama_fields(const json& body, json& out, http_completion& c, const p::request_limits& limits) {
     sampling_fields(body, out);
     copy(body, "repeat_penalty", out, "repeat_penalty");
-    if (const json* n = field(body, "n_predict")) {
-        if (!n->is_number_integer()) bad("'n_predict' must be an integer");
+    const char* const limit = field(body, "n_predict") || !field(body, "max_tokens") ? "n_predict" : "max_tokens";
+    if (const json* n = field(body, limit)) { // llama-server takes max_tokens for n_predict too
+        if (!n->is_number_integer()) bad(std::string("'") + limit + "' must be an integer");
         out["max_tokens"] = n->get<std::int64_t>() < 0 ? json(limits.max_tokens) : *n;
     } else {
         out["max_tokens"] = limits.max_tokens; // llama-server's default: no limit but the context

@@ -80,6 +80,11 @@ TEST_CASE("llama-server's conventions: n_predict -1 is the daemon's limit, seed 
     CHECK(c.req.top_k == 0);
     CHECK(c.req.temperature == 0.0f);
     CHECK(parse_ok(cd::http_api::completion, {{"prompt", "x"}}, limits).req.max_tokens == 300);
+    // max_tokens stands for n_predict, which wins when both come
+    CHECK(parse_ok(cd::http_api::completion, {{"prompt", "x"}, {"max_tokens", 7}}, limits).req.max_tokens == 7);
+    CHECK(parse_ok(cd::http_api::infill,
+                   {{"input_prefix", ""}, {"input_suffix", ""}, {"max_tokens", 5}, {"n_predict", 9}}, limits)
+              .req.max_tokens == 9);
     c = parse_ok(cd::http_api::completion, {{"prompt", "x"}, {"seed", 42}, {"stop", {"\n\n"}}, {"stream", true}});
     CHECK(c.req.seed == 42u);
     CHECK(c.req.stop == std::vector<std::string>{"\n\n"});
