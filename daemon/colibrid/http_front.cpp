@@ -166,8 +166,9 @@ bool http_front::authorized(const http::request<http::string_body>& req) const {
     if (!api_key_) return true;
     std::string_view given;
     if (auto it = req.find(http::field::authorization); it != req.end()) {
+        // "Bearer KEY", or the key alone as llama-server also takes it
         const std::string_view v(it->value().data(), it->value().size());
-        if (v.size() > 7 && (v.substr(0, 7) == "Bearer " || v.substr(0, 7) == "bearer ")) given = v.substr(7);
+        given = v.size() > 7 && (v.substr(0, 7) == "Bearer " || v.substr(0, 7) == "bearer ") ? v.substr(7) : v;
     } else if (auto key = req.find("X-Api-Key"); key != req.end()) {
         given = std::string_view(key->value().data(), key->value().size());
     }

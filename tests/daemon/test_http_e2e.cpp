@@ -257,7 +257,7 @@ TEST_CASE("HTTP t_max_predict_ms: past the time the completion ends once it hold
     CHECK(text.size() < full.size());
     CHECK(full.compare(0, text.size(), text) == 0); // what came is the completion's start
     REQUIRE_FALSE(text.empty());
-    CHECK(text.back() == '\n'); // ended with a piece holding a newline: never in mid-line
+    CHECK(text.back() == '\n');           // ended with a piece holding a newline: never in mid-line
     const json status = status_of(f.d()); // served, not cancelled
     CHECK(status["requests"]["served"] == 1);
     CHECK(status["requests"]["cancelled"] == 0);
@@ -277,6 +277,9 @@ TEST_CASE("HTTP with an API key: 401 without it or with a wrong one; /health sta
     CHECK(http_call(f.http(), "GET", "/v1/models", "", {"Authorization: Bearer s3cret-ke"}).status == 401);
     CHECK(http_call(f.http(), "POST", "/completion", body, {"Authorization: Bearer s3cret-key"}).status == 200);
     CHECK(http_call(f.http(), "POST", "/completion", body, {"X-Api-Key: s3cret-key"}).status == 200);
+    CHECK(http_call(f.http(), "POST", "/completion", body, {"Authorization: s3cret-key"}).status ==
+          200); // as llama-server
+    CHECK(http_call(f.http(), "POST", "/completion", body, {"Authorization: Basic s3cret-key"}).status == 401);
     CHECK(http_call(f.http(), "GET", "/health").status == 200);
 }
 
