@@ -52,6 +52,12 @@ std::string edited_fixture(test::temp_dir& dir, const std::string& family, const
     return ckpt;
 }
 
+// A checkpoint converted (f32) to path and loaded.
+std::unique_ptr<runtime> converted(const std::string& ckpt, const std::string& path) {
+    convert_checkpoint(ckpt, path, format::dtype::f32, {});
+    return load_runtime(path, "cpu", 1);
+}
+
 // The converter's refusal of a checkpoint, by its message.
 void check_refused(const std::string& ckpt, const std::string& path, const std::string& message) {
     try {
@@ -189,9 +195,7 @@ TEST_CASE("the converter reads the config spellings of newer transformers releas
         cfg.erase("rope_theta");
         cfg.erase("rope_scaling");
     });
-    const std::string path = dir.file("v5.colibri");
-    convert_checkpoint(ckpt, path, format::dtype::f32, {});
-    auto rt = load_runtime(path, "cpu", 1);
+    auto rt = converted(ckpt, dir.file("v5.colibri"));
     CHECK(rt->mdl->hp().rope_theta == 1e6f);
     const reference r = load_reference("qwen3_moe");
     CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel < 1e-5);
@@ -204,9 +208,7 @@ TEST_CASE("a Gemma 2 config without layer_types alternates local and global laye
         cfg.erase("layer_types"); // as configs written before transformers listed them
         cfg.erase("sliding_window_pattern");
     });
-    const std::string path = dir.file("gemma2_old.colibri");
-    convert_checkpoint(ckpt, path, format::dtype::f32, {});
-    auto rt = load_runtime(path, "cpu", 1);
+    auto rt = converted(ckpt, dir.file("gemma2_old.colibri"));
     CHECK(rt->mdl->hp().swa_pattern == 2);
     const reference r = load_reference("gemma2");
     CHECK(compare(r, run_logits(*rt, r.prompt, 32)).max_rel < 1e-5);
@@ -246,9 +248,7 @@ TEST_CASE("a Gemma 3 config as transformers 5 writes it, RoPE per layer type, gi
         cfg.erase("rope_local_base_freq");
         cfg.erase("rope_scaling");
     });
-    const std::string path = dir.file("gemma3_v5.colibri");
-    convert_checkpoint(ckpt, path, format::dtype::f32, {});
-    auto rt = load_runtime(path, "cpu", 1);
+    auto rt = converted(ckpt, dir.file("gemma3_v5.colibri"));
     CHECK(rt->mdl->hp().rope_theta == 1e6f);
     CHECK(rt->mdl->hp().rope_theta_swa == 1e4f);
     const reference r = load_reference("gemma3");
@@ -260,8 +260,7 @@ TEST_CASE("sliding windows and routing the converter cannot express are refused;
     // Mistral's window on every layer: kept (the fixture has none, so the logits move)
     const std::string windowed =
         edited_fixture(dir, "mixtral", "mixtral_window", [](nlohmann::json& cfg) { cfg["sliding_window"] = 4; });
-    convert_checkpoint(windowed, dir.file("w.colibri"), format::dtype::f32, {});
-    auto rt = load_runtime(dir.file("w.colibri"), "cpu", 1);
+    auto rt = converted(windowed, dir.file("w.colibri"));
     CHECK(rt->mdl->hp().sliding_window == 4);
     CHECK(rt->mdl->hp().swa_pattern == 0);
     const reference r = load_reference("mixtral");
@@ -273,8 +272,7 @@ TEST_CASE("sliding windows and routing the converter cannot express are refused;
         cfg["sliding_window"] = 4;
         cfg["max_window_layers"] = cfg["num_hidden_layers"];
     });
-    convert_checkpoint(all_full, dir.file("q.colibri"), format::dtype::f32, {});
-    auto q = load_runtime(dir.file("q.colibri"), "cpu", 1);
+    auto q = converted(all_full, dir.file("q.colibri"));
     CHECK(q->mdl->hp().sliding_window == 0);
     const reference rq = load_reference("qwen2");
     CHECK(compare(rq, run_logits(*q, rq.prompt, 32)).max_rel < 1e-5);
