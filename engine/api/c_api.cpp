@@ -356,10 +356,7 @@ colibri_status colibri_prompt_match(const colibri_model* model, colibri_session*
         for (size_t i = 0; i < n_sessions; ++i)
             n_reusable[i] = colibri::reusable_prefix(sessions[i]->s->history(), tokens_for(sessions[i]->s->n_ctx()));
         if (n_prompt_tokens != nullptr) {
-            const int n_ctx =
-                n_sessions > 0
-                    ? sessions[0]->s->n_ctx()
-                    : static_cast<int>(std::min<uint32_t>(rt.mdl->hp().n_ctx, colibri::session::default_ctx));
+            const int n_ctx = n_sessions > 0 ? sessions[0]->s->n_ctx() : colibri::session::context_length(*rt.mdl, 0);
             *n_prompt_tokens = tokens_for(n_ctx).size();
         }
         return COLIBRI_OK;

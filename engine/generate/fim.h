@@ -50,8 +50,8 @@ bool parse_fim_order(std::string_view name, fim_order& out);
 
 /// Appends the FIM prompt for prefix and suffix to out, in the given order (Codestral's has
 /// one order of its own: [SUFFIX] suffix [PREFIX] prefix). Only the framing tokens are
-/// control tokens: prefix and suffix are encoded as `specials` says. With `room` >= 0 the
-/// prompt takes at most that many tokens where it can (see fit_fim_parts).
+/// control tokens: prefix and suffix are encoded as `specials` says. The prompt takes at most
+/// `room` tokens where it can (see fit_fim_parts); none is cut for room < 0.
 void build_fim_prompt(const tokenizer& tok, const fim_template& t, std::string_view prefix, std::string_view suffix,
                       fim_order order, std::vector<int32_t>& out, special_tokens specials = special_tokens::as_text,
                       std::int64_t room = -1);

@@ -119,8 +119,7 @@ std::vector<int32_t> prompt_tokens(const tokenizer& tok, const generate_request&
         const fim_order order = req.order ? *req.order : tok.fim_suffix_first() ? fim_order::spm : fim_order::psm;
         // what a long file's prefix and suffix may take: the context less BOS and max_tokens
         const std::int64_t room = std::int64_t{n_ctx} - std::int64_t(tokens.size()) - std::max(0, req.max_tokens) - 1;
-        build_fim_prompt(tok, fim, req.prompt, *req.suffix, order, tokens, req.specials,
-                         std::max<std::int64_t>(room, 0));
+        build_fim_prompt(tok, fim, req.prompt, *req.suffix, order, tokens, req.specials, room);
     } else {
         tok.encode(req.prompt, tokens, req.specials);
     }

@@ -13,9 +13,12 @@ namespace colibri {
 
 using namespace format;
 
+int session::context_length(const model& m, int n_ctx) {
+    return n_ctx > 0 ? n_ctx : static_cast<int>(std::min<uint32_t>(m.hp().n_ctx, default_ctx));
+}
+
 session::session(const model& m, backend& be, int n_ctx, int n_batch, bool all_logits)
-    : model_(m), be_(be), n_ctx_(n_ctx > 0 ? n_ctx : static_cast<int>(std::min<uint32_t>(m.hp().n_ctx, default_ctx))),
-      n_batch_(n_batch), all_logits_(all_logits) {
+    : model_(m), be_(be), n_ctx_(context_length(m, n_ctx)), n_batch_(n_batch), all_logits_(all_logits) {
     const hparams& hp = m.hp();
     if (n_ctx_ <= 0 || n_ctx_ > (1 << 24)) throw error(errc::invalid_argument, "context length out of range");
     if (n_batch_ <= 0 || n_batch_ > 4096) throw error(errc::invalid_argument, "batch size out of range");

@@ -32,7 +32,10 @@ public:
     /// (no faster at 256 or 512). A prompt can be cancelled between layers of a batch.
     static constexpr int default_batch = 128;
 
-    /// n_ctx: KV cache length (0: default_ctx or the model's, if shorter); n_batch: most tokens per eval() call;
+    /// The context length a session asked for n_ctx gets (0: default_ctx or the model's, if shorter).
+    static int context_length(const model& m, int n_ctx);
+
+    /// n_ctx: KV cache length (see context_length); n_batch: most tokens per eval() call;
     /// all_logits: keep logits of every token of a batch, not only the last.
     session(const model& m, backend& be, int n_ctx, int n_batch = default_batch, bool all_logits = false);
     ~session();
